@@ -1,0 +1,26 @@
+{#
+  Which stream batch read each bronze row, and was the row behind that batch's watermark?
+
+  Every micro-batch of a job records the bronze versions it read (source_version_from exclusive,
+  source_version_to inclusive) and the watermark Spark used to drop late rows in it (the
+  previous batch's watermark). A bronze row carries its commit version (row tracking), so the
+  batch side can replay the stream's decision row by row.
+#}
+{% macro classify_lateness(job, events_ref) -%}
+    select
+        events.*,
+        batches.batch_id is not null as seen_by_stream,
+        coalesce(events.event_time <= batches.late_threshold, false) as is_late
+    from {{ events_ref }} as events
+    left join {{ ref('stg_stream_progress') }} as batches
+        on batches.job = '{{ job }}'
+        and events.bronze_version > batches.source_version_from
+        and events.bronze_version <= batches.source_version_to
+{%- endmacro %}
+
+{# The sliding windows [start, start + size) that contain event_time, aligned to the epoch. #}
+{% macro sliding_window_starts(ts_col, size_seconds, slide_seconds) -%}
+    timestamp_seconds(
+        (floor(unix_micros({{ ts_col }}) / {{ slide_seconds * 1000000 }}) - k) * {{ slide_seconds }}
+    )
+{%- endmacro %}

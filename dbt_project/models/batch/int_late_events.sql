@@ -1,0 +1,51 @@
+-- Per job: the rows the batch replay finds behind the stream's watermark, and the stream's own
+-- count of rows dropped by watermark. The two must agree (test late_counts_agree).
+
+with
+
+{% for job, params in var('jobs').items() %}
+replay_{{ job }} as (
+
+    select
+        '{{ job }}' as job,
+        count_if(is_late) as late_events_replayed,
+        count_if(not seen_by_stream) as events_not_yet_read
+    from ({{ classify_lateness(job, ref('stg_' ~ params['source'])) }})
+
+),
+{% endfor %}
+
+replayed as (
+
+    {% for job in var('jobs') %}
+    select * from replay_{{ job }}
+    {% if not loop.last %}union all{% endif %}
+    {% endfor %}
+
+),
+
+reported as (
+
+    select
+        job,
+        sum(rows_dropped_by_watermark) as late_events_reported,
+        max(watermark) as stream_watermark
+    from {{ ref('stg_stream_progress') }}
+    group by job
+
+),
+
+final as (
+
+    select
+        replayed.job,
+        replayed.late_events_replayed,
+        coalesce(reported.late_events_reported, 0) as late_events_reported,
+        replayed.events_not_yet_read,
+        reported.stream_watermark
+    from replayed
+    left join reported on replayed.job = reported.job
+
+)
+
+select * from final

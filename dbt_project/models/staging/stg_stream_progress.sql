@@ -1,0 +1,40 @@
+with source as (
+
+    select * from {{ source('lake', 'ops_stream_progress') }}
+
+),
+
+-- a batch replayed after a crash reports twice; the latest report is the one that committed
+latest as (
+
+    select
+        *,
+        row_number() over (partition by query_id, batch_id order by ts desc) as report_rank
+    from source
+
+),
+
+final as (
+
+    select
+        job,
+        query_id,
+        run_id,
+        batch_id,
+        ts,
+        num_input_rows,
+        watermark,
+        -- Spark drops a row as late against the previous batch's watermark (SPARK-40925)
+        lag(watermark) over (partition by query_id order by batch_id) as late_threshold,
+        rows_dropped_by_watermark,
+        source_version_from,
+        source_version_to,
+        state_rows,
+        state_memory_bytes,
+        state_disk_bytes
+    from latest
+    where report_rank = 1
+
+)
+
+select * from final

@@ -1,0 +1,43 @@
+"""dbt models as Dagster assets; dbt tests become asset checks (severity error = blocking)."""
+
+
+import os
+from typing import Any, Mapping, Optional
+
+from dagster import AssetExecutionContext, AssetKey
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
+
+from streaming_jobs.config import TidemarkConfig
+
+from orchestration.project import dbt_project, ensure_manifest
+from orchestration.resources import TidemarkResource
+
+
+class TidemarkTranslator(DagsterDbtTranslator):
+    """Model keys mirror the dbt layers: staging/<model>, batch/<model>, recon/<model>."""
+
+    def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> AssetKey:
+        if dbt_resource_props["resource_type"] == "model":
+            layer = dbt_resource_props["fqn"][1] if len(dbt_resource_props["fqn"]) > 2 else "dbt"
+            return AssetKey([layer, dbt_resource_props["name"]])
+        return super().get_asset_key(dbt_resource_props)
+
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> Optional[str]:
+        return "reconciliation"
+
+
+def build_dbt_assets(cfg: TidemarkConfig):
+    project = dbt_project(cfg)
+    manifest = ensure_manifest(cfg)
+
+    @dbt_assets(manifest=manifest, project=project, dagster_dbt_translator=TidemarkTranslator(),
+                name="tidemark_dbt")
+    def tidemark_dbt(context: AssetExecutionContext, dbt: DbtCliResource,
+                     tidemark: TidemarkResource):
+        run_cfg = tidemark.config()
+        # The dbt subprocess inherits the environment: this is how it finds the run's data root.
+        os.environ["TIDEMARK_DATA_ROOT"] = str(run_cfg.data_root)
+        target = run_cfg.paths.dbt / "target" / f"run-{context.run.run_id[:8]}"
+        yield from dbt.cli(["build"], context=context, target_path=target).stream()
+
+    return tidemark_dbt

@@ -1,0 +1,125 @@
+"""``tidemark``: set up, run the main job, print the summary.
+
+    tidemark setup             resolve and cache the jars, prepare the Dagster home, parse dbt
+    tidemark run               the main job on the embedded default (see `run`)
+    tidemark summary           rows per table and the latest reconciliation, for the data root
+    tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+
+from streaming_jobs.config import ConfigError, TidemarkConfig
+from streaming_jobs.generator import GeneratorConfig, generate, write_files
+from streaming_jobs.spark import SparkStartupError, get_spark
+
+from orchestration.instance import prepare_dagster_home
+
+DEMO_MARKER = ".tidemark-demo"
+# What `run --fresh` clears: everything a run produced except the Dagster run history.
+RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt")
+
+
+def setup(cfg: TidemarkConfig) -> None:
+    from orchestration.project import ensure_manifest
+
+    started = time.monotonic()
+    get_spark(cfg)  # first start resolves the jars into the cache and records them
+    prepare_dagster_home(cfg)
+    ensure_manifest(cfg)
+    print(f"setup done in {time.monotonic() - started:.0f}s: jars cached in "
+          f"{cfg.spark.jars_cache}, Dagster home {cfg.paths.dagster_home}")
+
+
+def _reset(cfg: TidemarkConfig) -> None:
+    root = cfg.data_root
+    marker = root / DEMO_MARKER
+    if root.exists() and any(root.iterdir()) and not marker.exists():
+        raise SystemExit(
+            f"tidemark run --fresh: {root} holds data that tidemark run did not create; "
+            "refusing to clear it. Point TIDEMARK_DATA_ROOT at an empty folder, or run without --fresh."
+        )
+    for name in RUN_STATE:
+        shutil.rmtree(root / name, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    marker.write_text("created by `tidemark run`; `tidemark run --fresh` may clear this folder\n")
+
+
+def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) -> int:
+    """Generate a sample in waves, stream each wave through Dagster, then the whole graph.
+
+    Each wave lands files and materializes the streaming assets, as a stream would see data
+    arrive over time (so watermarks advance and late events are really dropped). Then the whole
+    asset graph, reconciliation included, is materialized in one Dagster run.
+    """
+    started = time.monotonic()
+    if fresh:
+        _reset(cfg)  # before importing definitions: building them parses dbt into the data root
+    from dagster import DagsterInstance
+
+    from orchestration.definitions import build_definitions
+    from orchestration.summary import collect, render
+
+    prepare_dagster_home(cfg)
+    defs = build_definitions(cfg)
+    instance = DagsterInstance.get()
+    gen = GeneratorConfig(events=events, files=waves, seed=seed)
+    files = generate(gen)
+    ok = True
+    for wave in range(waves):
+        write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+        result = defs.get_job_def("streaming_job").execute_in_process(
+            instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)})
+        print(f"wave {wave + 1}/{waves}: {len(files[wave]):,} lines landed, streaming run "
+              f"{result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}", flush=True)
+        ok &= result.success
+    result = defs.get_job_def("tidemark_all_job").execute_in_process(
+        instance=instance, raise_on_error=False)
+    print(f"whole graph: run {result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}",
+          flush=True)
+    ok &= result.success
+    summary = collect(get_spark(cfg), cfg)
+    print(f"main job took {time.monotonic() - started:.0f}s")
+    print(render(summary, cfg))
+    return 0 if ok and summary.unexplained == 0 and summary.recon else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidemark", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("setup", help="resolve jars, prepare Dagster home, parse dbt")
+    run_p = sub.add_parser("run", help="the main job on the embedded default")
+    run_p.add_argument("--events", type=int, default=24_000)
+    run_p.add_argument("--waves", type=int, default=4)
+    run_p.add_argument("--seed", type=int, default=7)
+    run_p.add_argument("--fresh", action="store_true",
+                       help="clear the data root's run state first (keeps Dagster history)")
+    sub.add_parser("summary", help="rows per table and the latest reconciliation")
+    sub.add_parser("generate", help="write landing files", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    try:
+        cfg = TidemarkConfig.from_env()
+        if args.command == "setup":
+            setup(cfg)
+            return 0
+        if args.command == "run":
+            return run(cfg, args.events, args.waves, args.seed, args.fresh)
+        if args.command == "summary":
+            from orchestration.summary import collect, render
+
+            print(render(collect(get_spark(cfg), cfg), cfg))
+            return 0
+        from streaming_jobs.generator import main as generator_main
+
+        return generator_main(rest)
+    except (ConfigError, SparkStartupError) as exc:
+        print(f"tidemark: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""Resources, chosen in one place: tidemark's settings, Spark (dagster-pyspark), dbt."""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource, InitResourceContext
+from dagster_dbt import DbtCliResource
+from dagster_pyspark import PySparkResource
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.spark import spark_conf, start_session
+
+from orchestration.project import DBT_PROJECT_DIR, dbt_executable
+
+
+class TidemarkResource(ConfigurableResource):
+    """The data root a run works in (defaults to TIDEMARK_DATA_ROOT)."""
+
+    data_root: str
+
+    def config(self) -> TidemarkConfig:
+        return TidemarkConfig.from_env().with_data_root(self.data_root)
+
+
+class TidemarkSparkResource(PySparkResource):
+    """dagster-pyspark's resource, fed by the factory's settings and its startup checks.
+
+    In one run process (the in-process executor) every step gets the same session: one JVM
+    for all of a run's Spark work.
+    """
+
+    data_root: str
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        cfg = TidemarkConfig.from_env().with_data_root(self.data_root)
+        self._spark_session = start_session(cfg, self.spark_config)
+
+
+def build_resources(cfg: TidemarkConfig) -> dict:
+    return {
+        "tidemark": TidemarkResource(data_root=str(cfg.data_root)),
+        "pyspark": TidemarkSparkResource(spark_config=spark_conf(cfg), data_root=str(cfg.data_root)),
+        "dbt": DbtCliResource(
+            project_dir=str(DBT_PROJECT_DIR),
+            profiles_dir=str(DBT_PROJECT_DIR),
+            dbt_executable=dbt_executable(),
+        ),
+    }

@@ -1,0 +1,90 @@
+"""What a data root holds: rows per table, quarantine reasons, reconciliation per job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.jobs import registry
+from streaming_jobs.lake import read_table, table_exists
+from streaming_jobs.schemas import STREAMS
+
+RECON_CLASSES = ("match", "window_open", "late_dropped", "value_mismatch",
+                 "missing_in_stream", "missing_in_batch")
+
+
+@dataclass
+class Summary:
+    landing_lines: dict[str, int] = field(default_factory=dict)
+    bronze_rows: dict[str, int] = field(default_factory=dict)
+    quarantine_rows: dict[str, int] = field(default_factory=dict)
+    quarantine_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    gold_rows: dict[str, int] = field(default_factory=dict)
+    recon: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def compared(self) -> int:
+        return sum(r["rows_compared"] for r in self.recon.values())
+
+    @property
+    def unexplained(self) -> int:
+        return sum(r["unexplained_rows"] for r in self.recon.values())
+
+
+def _count(spark: SparkSession, path) -> int:
+    return read_table(spark, path).count() if table_exists(spark, path) else 0
+
+
+def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
+    paths, out = cfg.paths, Summary()
+    for stream in STREAMS:
+        landing = paths.landing_dir(stream)
+        out.landing_lines[stream] = sum(
+            len(f.read_text().splitlines()) for f in sorted(landing.glob("*.jsonl"))
+        ) if landing.is_dir() else 0
+        out.bronze_rows[stream] = _count(spark, paths.table("bronze", stream))
+        quarantine = paths.table("quarantine", stream)
+        out.quarantine_rows[stream] = _count(spark, quarantine)
+        if out.quarantine_rows[stream]:
+            reasons = (read_table(spark, quarantine)
+                       .groupBy(F.regexp_replace("reason", ":.*", "").alias("r")).count().collect())
+            out.quarantine_reasons[stream] = {r["r"]: r["count"] for r in reasons}
+    for name in registry():
+        out.gold_rows[name] = _count(spark, paths.table("gold", name))
+    history = paths.dbt_table("recon", "recon_summary")
+    if table_exists(spark, history):
+        latest = (read_table(spark, history)
+                  .withColumn("rank", F.row_number().over(
+                      Window.partitionBy("job").orderBy(F.col("reconciled_at").desc())))
+                  .where("rank = 1").drop("rank").collect())
+        out.recon = {r["job"]: r.asDict() for r in latest}
+    return out
+
+
+def render(summary: Summary, cfg: TidemarkConfig) -> str:
+    lines = [f"tidemark summary (data root {cfg.data_root})"]
+    for stream in summary.landing_lines:
+        landing, bronze, quarantined = (summary.landing_lines[stream], summary.bronze_rows[stream],
+                                        summary.quarantine_rows[stream])
+        verdict = "holds" if landing == bronze + quarantined else "DOES NOT HOLD"
+        lines.append(f"  {stream}: {landing:,} landing lines = {bronze:,} bronze rows + "
+                     f"{quarantined:,} quarantined ({verdict})")
+        for reason, count in sorted(summary.quarantine_reasons.get(stream, {}).items()):
+            lines.append(f"      quarantined: {count:,} x {reason}")
+    for job, rows in summary.gold_rows.items():
+        lines.append(f"  gold/{job}: {rows:,} rows")
+    for job, r in summary.recon.items():
+        classes = ", ".join(f"{c} {r[c + '_rows']:,}" for c in RECON_CLASSES)
+        lines.append(f"  recon {job}: {classes}")
+        lines.append(f"      late events: {r['late_events_replayed']:,} found by batch replay, "
+                     f"{r['late_events_reported']:,} dropped by the stream; watermark "
+                     f"{r['stream_watermark']}")
+    if not summary.recon:
+        lines.append("  no reconciliation has run yet")
+    lines.append(f"reconciliation: {summary.compared} rows compared, "
+                 f"{summary.unexplained} unexplained")
+    return "\n".join(lines)

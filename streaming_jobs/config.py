@@ -1,0 +1,141 @@
+"""Typed settings for tidemark, built once from the environment.
+
+Every path a run writes lives under one data root (``TIDEMARK_DATA_ROOT``, default
+``<checkout>/.tidemark/data``, git-ignored). `Paths` is the single map of that tree, so no
+module invents a location of its own.
+
+Environment variables (all optional):
+
+- ``TIDEMARK_DATA_ROOT``        the data root
+- ``TIDEMARK_SPARK_MASTER``     Spark master URL (default ``local[2]``)
+- ``TIDEMARK_SPARK_CONF``       extra Spark settings, ``key=value`` pairs separated by ``;``
+- ``TIDEMARK_SPARK_UI``         ``1`` to start the Spark UI (off by default)
+- ``TIDEMARK_JARS_CACHE``       where resolved jars are cached (default ``<checkout>/.tidemark/ivy``)
+- ``TIDEMARK_EXTRA_PACKAGES``   more Maven coordinates for Spark, comma-separated (e.g. Kafka)
+- ``TIDEMARK_SHUFFLE_PARTITIONS`` shuffle partitions (default 4: two cores, a little headroom)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+DEFAULT_HOME = CHECKOUT / ".tidemark"
+
+
+class ConfigError(ValueError):
+    """A setting is malformed; the message names the variable and the fix."""
+
+
+def _parse_spark_conf(raw: str) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(";"))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"TIDEMARK_SPARK_CONF: cannot read {item!r}; write settings as "
+                "'spark.key=value;spark.other=value'"
+            )
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The layout of one data root."""
+
+    root: Path
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing"
+
+    @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def savepoints(self) -> Path:
+        return self.root / "savepoints"
+
+    @property
+    def dbt(self) -> Path:
+        """dbt's own state: Derby metastore, warehouse, target, logs."""
+        return self.root / "dbt"
+
+    @property
+    def warehouse(self) -> Path:
+        """Where dbt's models are stored (spark.sql.warehouse.dir)."""
+        return self.dbt / "warehouse"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster_home"
+
+    def dbt_table(self, schema: str, name: str) -> Path:
+        """A dbt model materialized as a Delta table, e.g. dbt_table('recon', 'recon_summary')."""
+        return self.warehouse / f"{schema}.db" / name
+
+    def landing_dir(self, stream: str) -> Path:
+        return self.landing / stream
+
+    def table(self, layer: str, name: str) -> Path:
+        """A lake table: layer is bronze, quarantine, gold or ops."""
+        return self.lake / layer / name
+
+    def checkpoint(self, name: str) -> Path:
+        return self.checkpoints / name
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str = "local[2]"
+    shuffle_partitions: int = 4
+    ui_enabled: bool = False
+    jars_cache: Path = DEFAULT_HOME / "ivy"
+    extra_packages: tuple[str, ...] = ()
+    extra_conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TidemarkConfig:
+    data_root: Path
+    spark: SparkSettings = field(default_factory=SparkSettings)
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(self.data_root)
+
+    def with_data_root(self, root: Path | str) -> "TidemarkConfig":
+        return replace(self, data_root=Path(root).resolve())
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "TidemarkConfig":
+        env = dict(os.environ if env is None else env)
+        partitions_raw = env.get("TIDEMARK_SHUFFLE_PARTITIONS", "4")
+        try:
+            partitions = int(partitions_raw)
+            if partitions < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"TIDEMARK_SHUFFLE_PARTITIONS={partitions_raw!r} is not a positive whole number"
+            ) from None
+        spark = SparkSettings(
+            master=env.get("TIDEMARK_SPARK_MASTER", "local[2]"),
+            shuffle_partitions=partitions,
+            ui_enabled=env.get("TIDEMARK_SPARK_UI", "0").lower() in ("1", "true", "yes"),
+            jars_cache=Path(env.get("TIDEMARK_JARS_CACHE", str(DEFAULT_HOME / "ivy"))).resolve(),
+            extra_packages=tuple(
+                p.strip() for p in env.get("TIDEMARK_EXTRA_PACKAGES", "").split(",") if p.strip()
+            ),
+            extra_conf=_parse_spark_conf(env.get("TIDEMARK_SPARK_CONF", "")),
+        )
+        root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
+        return cls(data_root=root, spark=spark)

@@ -1,0 +1,62 @@
+"""What a streaming job declares about itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class StateBound:
+    """How a job keeps its state finite. Exactly one of watermark or ttl is the main bound."""
+
+    watermark: str | None = None  # e.g. "10 minutes": late events behind it are dropped
+    ttl: str | None = None
+
+
+@dataclass(frozen=True)
+class StateThresholds:
+    """Per-job state-size limits that sensors compare against."""
+
+    warn_rows: int = 1_000_000
+    critical_rows: int = 5_000_000
+    warn_bytes: int = 512 * 1024 ** 2
+    critical_bytes: int = 2 * 1024 ** 3
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    description: str
+    source: str  # a registered stream: the job reads lake/bronze/<source>
+    keys: tuple[str, ...]  # the gold table's full key (window bounds included)
+    measures: tuple[str, ...]
+    event_time: str
+    state: StateBound
+    output_mode: str  # "append" (Delta sink) or "update" (foreachBatch + idempotent MERGE)
+    build: Callable[..., DataFrame]
+    params: dict = field(default_factory=dict)  # plain values handed to build(df, **params)
+    thresholds: StateThresholds = field(default_factory=StateThresholds)
+    tolerance: float = 0.0  # numeric tolerance for reconciliation of measures
+
+    @property
+    def output_table(self) -> str:
+        return f"gold/{self.name}"
+
+    def apply(self, events: DataFrame) -> DataFrame:
+        """Run ``build`` with the spec's plain values (window, watermark, TTL...)."""
+        bounds = {k: v for k, v in (("watermark", self.state.watermark),
+                                    ("ttl", self.state.ttl)) if v}
+        return self.build(events, **self.params, **bounds)
+
+    def __post_init__(self) -> None:
+        if self.output_mode not in ("append", "update"):
+            raise ValueError(
+                f"job {self.name}: output_mode must be 'append' or 'update', got {self.output_mode!r}"
+            )
+        if not (self.state.watermark or self.state.ttl):
+            raise ValueError(
+                f"job {self.name}: a stateful job must bound its state: declare a watermark or a ttl"
+            )

@@ -1,0 +1,190 @@
+"""Stream progress, recorded: a StreamingQueryListener that keeps every progress event.
+
+Spark calls the listener on its listener-bus thread. Writing a Delta table from that thread
+would run Spark jobs inside a callback, so the listener only buffers rows; `ProgressLog.flush`
+appends them to ``lake/ops/stream_progress`` from the runner's thread (after each incremental
+run, and periodically in continuous mode).
+
+For Delta sources each row also records the source's version range, normalised to
+"last fully read version" before and after the batch; with the batch's watermark this lets
+reconciliation find which bronze rows each batch read and which of them were behind the
+watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQueryListener
+
+OPERATOR = T.StructType([
+    T.StructField("operator", T.StringType()),
+    T.StructField("rows", T.LongType()),
+    T.StructField("rows_updated", T.LongType()),
+    T.StructField("rows_removed", T.LongType()),
+    T.StructField("memory_bytes", T.LongType()),
+    T.StructField("dropped_by_watermark", T.LongType()),
+    T.StructField("commit_ms", T.LongType()),
+    T.StructField("partitions", T.LongType()),
+    T.StructField("custom", T.MapType(T.StringType(), T.LongType())),
+])
+
+PROGRESS_SCHEMA = T.StructType([
+    T.StructField("job", T.StringType()),
+    T.StructField("query_id", T.StringType()),
+    T.StructField("run_id", T.StringType()),
+    T.StructField("batch_id", T.LongType()),
+    T.StructField("ts", T.TimestampType()),
+    T.StructField("batch_duration_ms", T.LongType()),
+    T.StructField("num_input_rows", T.LongType()),
+    T.StructField("input_rows_per_second", T.DoubleType()),
+    T.StructField("processed_rows_per_second", T.DoubleType()),
+    T.StructField("num_output_rows", T.LongType()),
+    T.StructField("watermark", T.TimestampType()),
+    T.StructField("state_rows", T.LongType()),
+    T.StructField("state_memory_bytes", T.LongType()),
+    T.StructField("state_disk_bytes", T.LongType()),
+    T.StructField("rows_dropped_by_watermark", T.LongType()),
+    T.StructField("state_commit_ms", T.LongType()),
+    T.StructField("durations_ms", T.MapType(T.StringType(), T.LongType())),
+    T.StructField("state_operators", T.ArrayType(OPERATOR)),
+    T.StructField("source_version_from", T.LongType()),
+    T.StructField("source_version_to", T.LongType()),
+    T.StructField("progress_json", T.StringType()),
+])
+
+
+def _ts(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None)
+
+
+def delta_done_version(offset) -> int | None:
+    """The last bronze version fully read at a Delta source offset (-1 before any).
+
+    A Delta offset is (reservoirVersion, index): index < 0 means nothing of that version has
+    been read yet, otherwise files up to ``index`` were. tidemark reads Delta sources without
+    an admission limit that could cut a version in two, so a non-negative index means the whole
+    version was read (the initial snapshot included).
+    """
+    if offset is None:
+        return -1
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return None
+    if not isinstance(offset, dict) or "reservoirVersion" not in offset:
+        return None
+    version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
+    return version - 1 if index < 0 else version
+
+
+def progress_row(job: str, progress: dict) -> dict:
+    ops = progress.get("stateOperators") or []
+    operators = [
+        {
+            "operator": op.get("operatorName"),
+            "rows": op.get("numRowsTotal"),
+            "rows_updated": op.get("numRowsUpdated"),
+            "rows_removed": op.get("numRowsRemoved"),
+            "memory_bytes": op.get("memoryUsedBytes"),
+            "dropped_by_watermark": op.get("numRowsDroppedByWatermark"),
+            "commit_ms": op.get("commitTimeMs"),
+            "partitions": op.get("numShufflePartitions"),
+            "custom": {k: int(v) for k, v in (op.get("customMetrics") or {}).items()},
+        }
+        for op in ops
+    ]
+    sources = progress.get("sources") or [{}]
+    source = sources[0]
+    sink_rows = (progress.get("sink") or {}).get("numOutputRows")
+    return {
+        "job": job,
+        "query_id": progress.get("id"),
+        "run_id": progress.get("runId"),
+        "batch_id": progress.get("batchId"),
+        "ts": _ts(progress.get("timestamp")),
+        "batch_duration_ms": progress.get("batchDuration"),
+        "num_input_rows": progress.get("numInputRows"),
+        "input_rows_per_second": float(progress.get("inputRowsPerSecond") or 0.0),
+        "processed_rows_per_second": float(progress.get("processedRowsPerSecond") or 0.0),
+        "num_output_rows": sink_rows if sink_rows is not None and sink_rows >= 0 else None,
+        "watermark": _ts((progress.get("eventTime") or {}).get("watermark")),
+        "state_rows": sum(o["rows"] or 0 for o in operators),
+        "state_memory_bytes": sum(o["memory_bytes"] or 0 for o in operators),
+        "state_disk_bytes": sum(o["custom"].get("rocksdbSstFileSize", 0) for o in operators),
+        "rows_dropped_by_watermark": sum(o["dropped_by_watermark"] or 0 for o in operators),
+        "state_commit_ms": sum(o["commit_ms"] or 0 for o in operators),
+        "durations_ms": {k: int(v) for k, v in (progress.get("durationMs") or {}).items()},
+        "state_operators": operators,
+        "source_version_from": delta_done_version(source.get("startOffset")),
+        "source_version_to": delta_done_version(source.get("endOffset")),
+        "progress_json": json.dumps(progress, sort_keys=True),
+    }
+
+
+class ProgressLog(StreamingQueryListener):
+    """Buffers progress rows per query until they are flushed to the ops table."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._rows: dict[str, list[dict]] = defaultdict(list)
+        self._terminated: dict[str, str | None] = {}
+
+    # Spark's callbacks -------------------------------------------------------------
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's name
+        with self._lock:
+            self._terminated.pop(str(event.runId), None)
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        progress = json.loads(event.progress.json)
+        name = progress.get("name") or "unnamed"
+        with self._lock:
+            self._rows[str(progress.get("runId"))].append(progress_row(name, progress))
+            self._lock.notify_all()
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        with self._lock:
+            self._terminated[str(event.runId)] = event.exception
+            self._lock.notify_all()
+
+    # tidemark's side ---------------------------------------------------------------
+    def wait_terminated(self, run_id: str, timeout: float = 30.0) -> str | None:
+        """Block until the listener has seen the query end: all its progress is buffered."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: run_id in self._terminated, timeout):
+                raise TimeoutError(f"no termination event for streaming run {run_id}")
+            return self._terminated[run_id]
+
+    def take(self, run_id: str) -> list[dict]:
+        with self._lock:
+            return self._rows.pop(run_id, [])
+
+    def flush(self, spark: SparkSession, table: Path, rows: list[dict]) -> None:
+        if rows:
+            (spark.createDataFrame(rows, PROGRESS_SCHEMA)
+             .write.format("delta").mode("append").save(str(table)))
+
+
+_LOGS: dict[int, ProgressLog] = {}
+
+
+def progress_log(spark: SparkSession) -> ProgressLog:
+    """The one listener of this SparkSession, registered on first use."""
+    key = id(spark)
+    if key not in _LOGS:
+        log = ProgressLog()
+        spark.streams.addListener(log)
+        _LOGS[key] = log
+    return _LOGS[key]

@@ -1,0 +1,107 @@
+"""Run streaming queries: incrementally (``availableNow``) and report what they did.
+
+`run_bronze` and `run_job` start the query, wait for it to finish everything that has arrived,
+flush its progress to ``ops/stream_progress`` and return `RunMetrics`, which Dagster turns into
+materialization metadata.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import DataStreamWriter
+
+from streaming_jobs.checkpoints import last_committed_batch
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.gold import gold_writer
+from streaming_jobs.ingestion import bronze_writer, query_name
+from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.progress import progress_log
+from streaming_jobs.schemas import stream_schema
+
+
+class StreamRunError(RuntimeError):
+    """A streaming query failed; the message names the query and its checkpoint."""
+
+
+@dataclass
+class RunMetrics:
+    query: str
+    batches: int
+    input_rows: int
+    output_rows: int
+    state_rows: int
+    state_memory_bytes: int
+    state_disk_bytes: int
+    late_rows_dropped: int
+    watermark: datetime | None
+    checkpoint_batch_id: int | None
+    duration_seconds: float
+    quarantined_rows: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
+                       writer: DataStreamWriter) -> tuple[list[dict], float]:
+    log = progress_log(spark)
+    checkpoint = cfg.paths.checkpoint(name)
+    started = time.monotonic()
+    query = writer.trigger(availableNow=True).start()
+    run_id = str(query.runId)
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # noqa: BLE001 - re-raised with the query named
+        raise StreamRunError(
+            f"streaming query {name} failed (checkpoint {checkpoint}): {exc}. "
+            "Fix the cause and run it again: it resumes from its last committed batch."
+        ) from exc
+    finally:
+        log.wait_terminated(run_id)
+        rows = log.take(run_id)
+        log.flush(spark, cfg.paths.table("ops", "stream_progress"), rows)
+    return rows, time.monotonic() - started
+
+
+def _metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int | None,
+             output_rows: int | None = None, quarantined: int = 0) -> RunMetrics:
+    data = [r for r in rows if r["num_input_rows"] is not None]
+    last = rows[-1] if rows else {}
+    watermarks = [r["watermark"] for r in rows if r["watermark"] is not None]
+    return RunMetrics(
+        query=name,
+        batches=len(rows),
+        input_rows=sum(r["num_input_rows"] or 0 for r in data),
+        output_rows=(output_rows if output_rows is not None
+                     else sum(r["num_output_rows"] or 0 for r in rows)),
+        state_rows=last.get("state_rows") or 0,
+        state_memory_bytes=last.get("state_memory_bytes") or 0,
+        state_disk_bytes=last.get("state_disk_bytes") or 0,
+        late_rows_dropped=sum(r["rows_dropped_by_watermark"] or 0 for r in rows),
+        watermark=max(watermarks) if watermarks else None,
+        checkpoint_batch_id=checkpoint_batch,
+        duration_seconds=round(seconds, 3),
+        quarantined_rows=quarantined,
+    )
+
+
+def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str) -> RunMetrics:
+    """Ingest everything in ``landing/<stream>`` not yet ingested."""
+    name = query_name(stream)
+    writer, sink = bronze_writer(spark, cfg, stream_schema(stream))
+    rows, seconds = _run_available_now(spark, cfg, name, writer)
+    return _metrics(
+        name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)),
+        output_rows=sum(good for good, _ in sink.written.values()),
+        quarantined=sum(bad for _, bad in sink.written.values()),
+    )
+
+
+def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> RunMetrics:
+    """Process every bronze row the job has not seen yet, then stop."""
+    rows, seconds = _run_available_now(spark, cfg, spec.name, gold_writer(spark, cfg, spec))
+    return _metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)))

@@ -1,0 +1,69 @@
+"""Event schemas, declared once.
+
+Each stream is a list of fields with their Spark type. The generator writes these fields, the
+bronze reader parses and validates them, tests build expectations from them, and a test checks
+the dbt source yml against them. Every field is required: a line missing one is quarantined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import types as T
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: T.DataType
+    description: str
+
+
+@dataclass(frozen=True)
+class StreamSchema:
+    name: str
+    fields: tuple[Field, ...]
+    key: str  # unique event id, used for deduplication
+    event_time: str
+
+    @property
+    def struct(self) -> T.StructType:
+        return T.StructType([T.StructField(f.name, f.dtype, True) for f in self.fields])
+
+    @property
+    def raw_struct(self) -> T.StructType:
+        """Every field as a string: parse first, then type-check each field with a reason."""
+        return T.StructType([T.StructField(f.name, T.StringType(), True) for f in self.fields])
+
+    @property
+    def field_names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+
+TRANSACTIONS = StreamSchema(
+    name="transactions",
+    key="event_id",
+    event_time="event_time",
+    fields=(
+        Field("event_id", T.StringType(), "unique id of the event; duplicates repeat it"),
+        Field("user_id", T.StringType(), "the paying user"),
+        Field("card_id", T.StringType(), "the card used"),
+        Field("merchant", T.StringType(), "merchant name"),
+        Field("amount", T.DoubleType(), "amount in the currency's units"),
+        Field("currency", T.StringType(), "ISO 4217 code"),
+        Field("status", T.StringType(), "APPROVED, DECLINED or FAILED"),
+        Field("event_time", T.TimestampType(), "when the transaction happened (UTC)"),
+    ),
+)
+
+STREAMS: dict[str, StreamSchema] = {s.name: s for s in (TRANSACTIONS,)}
+
+
+def stream_schema(name: str) -> StreamSchema:
+    try:
+        return STREAMS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown stream {name!r}; registered streams: {', '.join(sorted(STREAMS))}. "
+            "Declare it in streaming_jobs/schemas.py."
+        ) from None

@@ -1,0 +1,210 @@
+"""The one SparkSession factory.
+
+Every Spark setting tidemark relies on is decided in `spark_conf`; `get_spark` starts (or
+returns) the process's session with it. The same dictionary feeds dagster-pyspark's
+`PySparkResource` and the dbt entry point, so Dagster, the streaming jobs and dbt never disagree
+about Delta, the state store or time zones.
+
+Jars: delta-spark's wheel ships no jars, so the Delta (and Kafka) jars are resolved by Spark's
+own Ivy from Maven Central at the first start and cached under ``TIDEMARK_JARS_CACHE``
+(a Kafka source adds the connector through ``TIDEMARK_EXTRA_PACKAGES``);
+`make setup` does that first start, later starts read the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from streaming_jobs.config import TidemarkConfig
+
+SPARK_VERSION = "4.2.0"
+# The Python package is delta-spark 4.4.1, but no 4.4.1 jar for Spark 4.2 is published on
+# Maven Central (measured 2026-11-21: delta-spark_4.2_2.13 has only 4.4.0). The two Python
+# packages differ only in their version string, so the 4.4.0 jars are the matching JVM side.
+DELTA_JAR_VERSION = "4.4.0"
+SCALA_BINARY = "2.13"
+# delta-spark 4.x publishes one artifact per Spark minor version.
+DELTA_PACKAGE = (
+    f"io.delta:delta-spark_{SPARK_VERSION.rsplit('.', 1)[0]}_{SCALA_BINARY}:{DELTA_JAR_VERSION}"
+)
+# The Kafka connector is opt-in (TIDEMARK_EXTRA_PACKAGES=<this>): the embedded default reads
+# landing files, and its dependency spark-token-provider-kafka-0-10_2.13:4.2.0 was not
+# resolvable from this machine's Maven Central (measured 2026-11-21: 404).
+KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}"
+
+
+# Transitive dependencies that Spark 4.2 already ships in a newer version: resolving them
+# again only downloads ~60 MB and puts a second copy of the classes on the classpath.
+SHIPPED_WITH_SPARK = (
+    "org.apache.hadoop:hadoop-client-api",
+    "org.apache.hadoop:hadoop-client-runtime",
+    "com.fasterxml.jackson.core:jackson-core",
+    "com.fasterxml.jackson.core:jackson-annotations",
+    "com.fasterxml.jackson.core:jackson-databind",
+    "org.apache.parquet:parquet-column",
+    "org.apache.parquet:parquet-common",
+    "org.apache.parquet:parquet-encoding",
+    "org.apache.parquet:parquet-format-structures",
+    "org.apache.parquet:parquet-hadoop",
+    "org.apache.parquet:parquet-jackson",
+    "org.slf4j:slf4j-api",
+    "org.apache.logging.log4j:log4j-api",
+    "org.apache.logging.log4j:log4j-core",
+    "org.apache.logging.log4j:log4j-slf4j2-impl",
+    "org.xerial.snappy:snappy-java",
+    "com.github.luben:zstd-jni",
+    "io.airlift:aircompressor",
+    "org.roaringbitmap:RoaringBitmap",
+    "org.locationtech.jts:jts-core",
+    "com.google.code.findbugs:jsr305",
+)
+
+
+def packages(cfg: TidemarkConfig) -> tuple[str, ...]:
+    return (DELTA_PACKAGE, *cfg.spark.extra_packages)
+
+
+def _manifest_path(cfg: TidemarkConfig) -> Path:
+    return cfg.spark.jars_cache / "tidemark-jars.json"
+
+
+def cached_jars(cfg: TidemarkConfig) -> list[str] | None:
+    """The jar files resolved earlier for exactly this package set, if all still exist."""
+    try:
+        manifest = json.loads(_manifest_path(cfg).read_text())
+    except (OSError, ValueError):
+        return None
+    jars = manifest.get("jars", [])
+    if manifest.get("packages") != list(packages(cfg)) or not jars:
+        return None
+    if not all(Path(j).is_file() for j in jars):
+        return None
+    return jars
+
+
+def _write_manifest(cfg: TidemarkConfig, spark) -> None:
+    resolved = spark.sparkContext.getConf().get("spark.jars", "")
+    jars = [j.removeprefix("file://") for j in resolved.split(",") if j.endswith(".jar")]
+    if jars:
+        _manifest_path(cfg).write_text(
+            json.dumps({"packages": list(packages(cfg)), "jars": jars}, indent=2)
+        )
+
+
+class SparkStartupError(RuntimeError):
+    """Spark could not start; the message says what to install or fix."""
+
+
+def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str, str]:
+    """All Spark settings for a tidemark process.
+
+    ``hive_metastore`` is for the dbt process only: dbt needs a persistent catalog for its
+    models, and exactly one JVM at a time may open the embedded Derby metastore, so the
+    streaming/Dagster JVM keeps an in-memory catalog and addresses Delta tables by path.
+    """
+    paths = cfg.paths
+    conf = {
+        "spark.master": cfg.spark.master,
+        "spark.app.name": "tidemark",
+        "spark.jars.packages": ",".join(packages(cfg)),
+        "spark.jars.excludes": ",".join(SHIPPED_WITH_SPARK),
+        "spark.jars.ivy": str(cfg.spark.jars_cache),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # RocksDB keeps state off the JVM heap; changelog checkpointing uploads only the
+        # changes of each batch instead of a full snapshot, so commits stay short.
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Two cores: 200 default shuffle partitions would mean 200 state stores per operator.
+        "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
+        "spark.ui.enabled": "true" if cfg.spark.ui_enabled else "false",
+        "spark.ui.bindAddress": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        # Event times are UTC everywhere: generator, stream, dbt and recon agree on windows.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dderby.system.home={paths.dbt}",
+        "spark.driver.memory": "4g",
+        "spark.sql.warehouse.dir": str(paths.warehouse),
+        # Late-event filtering and the dropped-row metric must be exact for reconciliation.
+        "spark.sql.streaming.statefulOperator.allowMultiple": "true",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Delta replays its log with 50 tasks by default: 20 s of scheduling on two cores.
+        "spark.databricks.delta.snapshotPartitions": str(cfg.spark.shuffle_partitions),
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if hive_metastore:
+        conf.update({
+            "spark.sql.catalogImplementation": "hive",
+            "spark.hadoop.javax.jdo.option.ConnectionURL":
+                f"jdbc:derby:;databaseName={paths.dbt / 'metastore_db'};create=true",
+            "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+            "spark.hadoop.hive.metastore.schema.verification": "false",
+        })
+    else:
+        conf["spark.sql.catalogImplementation"] = "in-memory"
+    jars = cached_jars(cfg)
+    if jars:
+        # Resolved before: hand Spark the files and skip Ivy (3-4 s per start, and offline).
+        for key in ("spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy"):
+            conf.pop(key)
+        conf["spark.jars"] = ",".join(jars)
+    conf.update(cfg.spark.extra_conf)
+    return conf
+
+
+def check_java() -> str:
+    """Return the java executable Spark will use, or explain how to get one."""
+    java_home = os.environ.get("JAVA_HOME")
+    candidate = Path(java_home) / "bin" / "java" if java_home else None
+    if candidate and candidate.exists():
+        return str(candidate)
+    found = shutil.which("java")
+    if found:
+        return found
+    raise SparkStartupError(
+        "Spark needs Java 17 and none was found (no JAVA_HOME, no 'java' on PATH). "
+        "Install it (Debian/Ubuntu: 'apt-get install openjdk-17-jre-headless') and run again."
+    )
+
+
+def get_spark(cfg: TidemarkConfig, *, hive_metastore: bool = False):
+    """Start or return this process's SparkSession, configured by `spark_conf`."""
+    return start_session(cfg, spark_conf(cfg, hive_metastore=hive_metastore))
+
+
+def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
+    """Start (or return the running) session with ``conf``; explain failures to the user."""
+    check_java()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
+    cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - re-raised with what to do
+        if cached_jars(cfg) is None:
+            raise SparkStartupError(
+                f"Spark could not start: the jars {', '.join(packages(cfg))} are not in the cache "
+                f"{cfg.spark.jars_cache} and could not be resolved from Maven Central. "
+                "Check network access to Maven Central (or name a mirror with "
+                "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>'), then run 'make setup'. "
+                "Spark's own output above has the details."
+            ) from exc
+        raise SparkStartupError(f"Spark could not start: {exc}") from exc
+    if cached_jars(cfg) is None:
+        _write_manifest(cfg, spark)
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
