@@ -3,6 +3,7 @@
     tidemark setup             resolve and cache the jars, prepare the Dagster home, parse dbt
     tidemark run               the main job on the embedded default (see `run`)
     tidemark summary           rows per table and the latest reconciliation, for the data root
+    tidemark dev               the Dagster UI on 127.0.0.1:3000 (PORT to change)
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
 """
 
@@ -72,12 +73,12 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     ok = True
     for wave in range(waves):
         write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
-        result = defs.get_job_def("streaming_job").execute_in_process(
+        result = defs.resolve_job_def("streaming_job").execute_in_process(
             instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)})
         print(f"wave {wave + 1}/{waves}: {len(files[wave]):,} lines landed, streaming run "
               f"{result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}", flush=True)
         ok &= result.success
-    result = defs.get_job_def("tidemark_all_job").execute_in_process(
+    result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
         instance=instance, raise_on_error=False)
     print(f"whole graph: run {result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}",
           flush=True)
@@ -86,6 +87,22 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     print(f"main job took {time.monotonic() - started:.0f}s")
     print(render(summary, cfg))
     return 0 if ok and summary.unexplained == 0 and summary.recon else 1
+
+
+def dev(cfg: TidemarkConfig, port: int) -> int:
+    """Run `dagster dev` on loopback with the data root's Dagster home."""
+    import os
+    from pathlib import Path
+
+    from streaming_jobs.config import CHECKOUT
+
+    prepare_dagster_home(cfg)
+    os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    print(f"Dagster UI: http://127.0.0.1:{port} (Ctrl-C to stop)", flush=True)
+    os.chdir(CHECKOUT)
+    os.execv(dagster, [dagster, "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"])
+    return 0  # not reached
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--fresh", action="store_true",
                        help="clear the data root's run state first (keeps Dagster history)")
     sub.add_parser("summary", help="rows per table and the latest reconciliation")
+    dev_p = sub.add_parser("dev", help="the Dagster UI and daemon on 127.0.0.1")
+    dev_p.add_argument("--port", type=int, default=3000)
     sub.add_parser("generate", help="write landing files", add_help=False)
     args, rest = parser.parse_known_args(argv)
     try:
@@ -113,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(render(collect(get_spark(cfg), cfg), cfg))
             return 0
+        if args.command == "dev":
+            return dev(cfg, args.port)
         from streaming_jobs.generator import main as generator_main
 
         return generator_main(rest)

@@ -49,3 +49,18 @@ def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
 
 def read_table(spark: SparkSession, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path))
+
+
+def table_version(spark: SparkSession, path: Path) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, str(path)).history(1).collect()[0]["version"]
+
+
+def rows_written_since(spark: SparkSession, path: Path, version: int) -> int:
+    """Rows written by the commits after ``version`` (the Delta sink reports no row count)."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, str(path)).history().where(f"version > {version}")
+    return sum(int((r["operationMetrics"] or {}).get("numOutputRows", 0))
+               for r in history.select("operationMetrics").collect())

@@ -19,6 +19,7 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer
 from streaming_jobs.ingestion import bronze_writer, query_name
 from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.lake import rows_written_since, table_version
 from streaming_jobs.progress import progress_log
 from streaming_jobs.schemas import stream_schema
 
@@ -103,5 +104,9 @@ def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str) -> RunMetr
 
 def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> RunMetrics:
     """Process every bronze row the job has not seen yet, then stop."""
-    rows, seconds = _run_available_now(spark, cfg, spec.name, gold_writer(spark, cfg, spec))
-    return _metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)))
+    writer = gold_writer(spark, cfg, spec)
+    target = cfg.paths.table("gold", spec.name)
+    before = table_version(spark, target)
+    rows, seconds = _run_available_now(spark, cfg, spec.name, writer)
+    return _metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
+                    output_rows=rows_written_since(spark, target, before))

@@ -25,11 +25,11 @@ from streaming_jobs.jobs.spec import JobSpec, StateBound, StateThresholds
 
 def build(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
     """Bronze transactions in, one row per (user, window) with its count of FAILED events."""
-    failed = (
-        events.withWatermark("event_time", watermark)
-        .dropDuplicatesWithinWatermark(["event_id"])
-        .where(F.col("status") == "FAILED")
-    )
+    timed = events.withWatermark("event_time", watermark)
+    # On a static DataFrame (tests, backfills) plain dropDuplicates means the same thing.
+    deduped = (timed.dropDuplicatesWithinWatermark(["event_id"]) if events.isStreaming
+               else timed.dropDuplicates(["event_id"]))
+    failed = deduped.where(F.col("status") == "FAILED")
     return (
         failed.groupBy("user_id", F.window("event_time", window, slide).alias("w"))
         .agg(F.count(F.lit(1)).alias("failed_count"))

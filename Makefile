@@ -1,0 +1,42 @@
+# tidemark: `make run` and `make test` set up what they need first (a second run skips it).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
+JARS := $(JARS_CACHE)/tidemark-jars.json
+PORT ?= 3000
+
+.PHONY: setup run test dev summary dbt clean
+
+setup: $(JARS)
+
+# The virtual environment, with every pin from pyproject.toml.
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# The Delta jars, resolved once from Maven Central into the cache (and a parsed dbt project).
+$(JARS): $(INSTALLED)
+	TIDEMARK_JARS_CACHE=$(JARS_CACHE) $(BIN)/tidemark setup
+
+run: setup
+	$(BIN)/tidemark run --fresh
+
+test: setup
+	$(BIN)/pytest
+
+dev: setup
+	$(BIN)/tidemark dev --port $(PORT)
+
+summary: setup
+	$(BIN)/tidemark summary
+
+# Any dbt command with tidemark's Spark session and job vars, e.g. make dbt ARGS="build -s recon"
+dbt: setup
+	$(BIN)/tidemark-dbt $(ARGS)
+
+clean:
+	rm -rf .tidemark/data

@@ -1,0 +1,74 @@
+"""Shared fixtures: one SparkSession for the whole session, one data root per test."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.generator import GeneratorConfig, generate, write_files
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from streaming_jobs.spark import get_spark
+
+    root = tmp_path_factory.mktemp("session-root")
+    session = get_spark(TidemarkConfig.from_env().with_data_root(root))
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch) -> TidemarkConfig:
+    """A TidemarkConfig on a fresh data root, also exported for subprocesses (dbt)."""
+    root = tmp_path / "data"
+    root.mkdir()
+    monkeypatch.setenv("TIDEMARK_DATA_ROOT", str(root))
+    return TidemarkConfig.from_env().with_data_root(root)
+
+
+def land(cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions") -> Path:
+    """Write one landing file of events (dicts become JSON; strings are written as they are)."""
+    folder = cfg.paths.landing_dir(stream)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events))
+    return path
+
+
+def txn(event_id: str, user: str, minute: float, status: str = "FAILED", amount: float = 10.0) -> dict:
+    """A transaction at ``minute`` minutes after 2026-01-01T00:00:00Z."""
+    seconds = round(minute * 60, 3)
+    whole = int(seconds)
+    millis = int(round((seconds - whole) * 1000))
+    hh, rem = divmod(whole, 3600)
+    mm, ss = divmod(rem, 60)
+    day = 1 + hh // 24
+    return {
+        "event_id": event_id, "user_id": user, "card_id": f"c-{user}", "merchant": "m1",
+        "amount": amount, "currency": "USD", "status": status,
+        "event_time": f"2026-01-{day:02d}T{hh % 24:02d}:{mm:02d}:{ss:02d}.{millis:03d}Z",
+    }
+
+
+@pytest.fixture
+def sample(cfg) -> tuple[GeneratorConfig, list[list[str]]]:
+    """A small generated sample (not yet written)."""
+    gen = GeneratorConfig(events=3000, files=3, seed=11)
+    return gen, generate(gen)
+
+
+def write_wave(cfg, gen, files, wave: int) -> None:
+    write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+
+
+@pytest.fixture(autouse=True)
+def _no_dagster_home_leak(tmp_path, monkeypatch):
+    # Dagster code under test must never touch a developer's real Dagster home.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir(exist_ok=True)
+    os.environ.setdefault("TIDEMARK_SHUFFLE_PARTITIONS", "4")

@@ -1,0 +1,81 @@
+"""Settings from the environment, the factory's Spark settings, and its startup messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming_jobs.config import ConfigError, TidemarkConfig
+from streaming_jobs.spark import DELTA_PACKAGE, SparkStartupError, check_java, spark_conf
+
+
+def test_defaults_work_on_a_laptop(tmp_path):
+    cfg = TidemarkConfig.from_env({})
+    assert cfg.spark.master == "local[2]"
+    assert cfg.data_root.name == "data" and cfg.data_root.parent.name == ".tidemark"
+    conf = spark_conf(cfg.with_data_root(tmp_path))
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.sql.streaming.stateStore.providerClass"].endswith("RocksDBStateStoreProvider")
+    assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalogImplementation"] == "in-memory"
+    assert conf["spark.sql.warehouse.dir"].startswith(str(tmp_path))
+
+
+def test_master_and_any_setting_come_from_the_environment(tmp_path):
+    cfg = TidemarkConfig.from_env({
+        "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
+        "TIDEMARK_SPARK_CONF": "spark.executor.memory=2g; spark.sql.shuffle.partitions=8",
+        "TIDEMARK_SPARK_UI": "1",
+        "TIDEMARK_DATA_ROOT": str(tmp_path),
+    })
+    conf = spark_conf(cfg)
+    assert conf["spark.master"] == "spark://127.0.0.1:7077"
+    assert conf["spark.executor.memory"] == "2g"
+    assert conf["spark.sql.shuffle.partitions"] == "8"  # explicit settings win
+    assert conf["spark.ui.enabled"] == "true"
+    assert cfg.data_root == tmp_path.resolve()
+
+
+def test_dbt_process_gets_a_derby_metastore_under_the_data_root(tmp_path):
+    conf = spark_conf(TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}),
+                      hive_metastore=True)
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+    assert str(tmp_path / "dbt" / "metastore_db") in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+
+
+def test_jars_come_from_the_cache_once_resolved(tmp_path):
+    cache = tmp_path / "ivy"
+    cfg = TidemarkConfig.from_env({"TIDEMARK_JARS_CACHE": str(cache), "TIDEMARK_DATA_ROOT": str(tmp_path)})
+    conf = spark_conf(cfg)
+    assert conf["spark.jars.packages"] == DELTA_PACKAGE and "spark.jars" not in conf
+    jar = cache / "jars" / "delta.jar"
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"")
+    (cache / "tidemark-jars.json").write_text(
+        '{"packages": ["%s"], "jars": ["%s"]}' % (DELTA_PACKAGE, jar))
+    conf = spark_conf(cfg)
+    assert conf["spark.jars"] == str(jar) and "spark.jars.packages" not in conf
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"TIDEMARK_SPARK_CONF": "no-equals-sign"}, "TIDEMARK_SPARK_CONF"),
+    ({"TIDEMARK_SHUFFLE_PARTITIONS": "zero"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
+])
+def test_malformed_settings_name_the_variable(env, needle):
+    with pytest.raises(ConfigError, match=needle):
+        TidemarkConfig.from_env(env)
+
+
+def test_missing_java_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SparkStartupError, match="Java 17.*apt-get install openjdk-17"):
+        check_java()
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert check_java() == str(java)

@@ -1,0 +1,91 @@
+"""The generator: deterministic for a seed, and its knobs do what they say."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from streaming_jobs.generator import GeneratorConfig, generate, write_files
+
+
+def _parse(lines):
+    good, bad = [], []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            bad.append(line)
+            continue
+        good.append(event)
+    return good, bad
+
+
+def test_same_seed_same_bytes_and_other_seed_differs(tmp_path):
+    cfg = GeneratorConfig(events=2000, files=4, seed=3)
+    a = write_files(tmp_path / "a", cfg, generate(cfg))
+    b = write_files(tmp_path / "b", cfg, generate(cfg))
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    other = GeneratorConfig(events=2000, files=4, seed=4)
+    assert generate(other) != generate(cfg)
+
+
+def test_shares_of_late_duplicate_malformed_and_failed_events():
+    cfg = GeneratorConfig(events=20_000, files=2, seed=5, late_share=0.05, duplicate_share=0.02,
+                          malformed_share=0.01, failed_share=0.2, jitter_seconds=60,
+                          late_by_seconds=(3600, 7200))
+    lines = [line for f in generate(cfg) for line in f]
+    events, bad_json = _parse(lines)
+    required = {"event_id", "user_id", "card_id", "merchant", "amount", "currency", "status",
+                "event_time"}
+    broken = [e for e in events if set(e) != required or isinstance(e.get("amount"), str)
+              or not str(e.get("event_time", "")).startswith("20")]
+    malformed = len(bad_json) + len(broken)
+    assert 0.007 < malformed / cfg.events < 0.013
+
+    counts = Counter(line for line in lines)
+    duplicated = sum(1 for line, n in counts.items() if n == 2)
+    assert 0.015 < duplicated / cfg.events < 0.025
+    # a duplicate is written right after its original, so one file holds both
+    for i, line in enumerate(lines[1:], start=1):
+        if counts[line] == 2 and lines[i - 1] != line:
+            assert lines[i + 1] == line
+
+    from datetime import datetime
+    valid = [e for e in events if e not in broken]
+    times = [datetime.fromisoformat(e["event_time"].replace("Z", "+00:00")) for e in valid]
+    running_max, late = times[0], 0
+    for t in times:
+        if (running_max - t).total_seconds() > 1800:  # far behind anything seen: late
+            late += 1
+        running_max = max(running_max, t)
+    assert 0.04 < late / len(valid) < 0.06
+    failed = sum(e["status"] == "FAILED" for e in valid) / len(valid)
+    assert 0.18 < failed < 0.22
+
+
+def test_keys_are_zipf_skewed():
+    cfg = GeneratorConfig(events=20_000, files=1, seed=9, users=1000, zipf_s=1.2,
+                          malformed_share=0.0, duplicate_share=0.0)
+    users = Counter(json.loads(line)["user_id"] for line in generate(cfg)[0])
+    top10 = sum(n for _, n in users.most_common(10)) / cfg.events
+    assert top10 > 0.3  # uniform keys would give 1%
+    assert len(users) > 300
+
+
+def test_files_are_written_atomically_and_complete(tmp_path):
+    cfg = GeneratorConfig(events=500, files=5, seed=1)
+    files = generate(cfg)
+    written = write_files(tmp_path / "landing", cfg, files, range(1, 3))
+    assert [p.name for p in written] == ["part-1-00001.jsonl", "part-1-00002.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "landing").iterdir()) == [p.name for p in written]
+    assert not list((tmp_path / ".landing.staging").iterdir())  # nothing half-written left
+    assert written[0].read_text().splitlines() == files[1]
+
+
+@pytest.mark.parametrize("bad", [{"late_share": 1.5}, {"files": 0}, {"rate": 0}])
+def test_bad_settings_are_refused_with_the_setting_named(bad):
+    cfg = GeneratorConfig(**bad)
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        generate(cfg)
