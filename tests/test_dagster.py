@@ -1,0 +1,126 @@
+"""Dagster: the definitions load, the whole graph materializes, the webserver serves it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from dagster import AssetKey, DagsterInstance
+
+from conftest import write_wave
+from streaming_jobs.config import CHECKOUT
+from streaming_jobs.lake import read_table
+
+# Written out by hand: what the UI must show for the foundation's one stream and one job.
+EXPECTED_ASSETS = {
+    "bronze/transactions", "gold/failed_txn_velocity", "ops/stream_progress",
+    "staging/stg_transactions", "staging/stg_stream_progress",
+    "batch/int_failed_txn_velocity__batch", "batch/int_late_events",
+    "recon/recon_failed_txn_velocity", "recon/recon_summary",
+}
+MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress"}  # written by the listener, not a step
+
+
+def test_definitions_load_with_assets_checks_and_jobs(cfg):
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions(cfg)
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == EXPECTED_ASSETS
+    assert graph.get(AssetKey(["gold", "failed_txn_velocity"])).parent_keys == {AssetKey(["bronze", "transactions"])}
+    checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
+    assert ("recon/recon_failed_txn_velocity", "no_unexplained_rows_recon_failed_txn_velocity_") in checks
+    assert ("batch/int_late_events", "late_counts_agree_int_late_events_") in checks
+    # dbt tests with severity error are blocking checks: a failure stops what is downstream
+    unexplained = next(c for c in graph.asset_check_keys if c.name.startswith("no_unexplained_rows"))
+    assert graph.get_check_spec(unexplained).blocking
+    not_null = next(c for c in graph.asset_check_keys if c.name == "not_null_recon_summary_job")
+    assert graph.get_check_spec(not_null).blocking  # dbt's default severity is error too
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {"tidemark_all_job", "streaming_job"}
+
+
+@pytest.mark.slow
+def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, sample):
+    from orchestration.definitions import build_definitions
+
+    gen, files = sample
+    defs = build_definitions(cfg)
+    instance = DagsterInstance.ephemeral()
+    write_wave(cfg, gen, files, 0)
+    first = defs.resolve_job_def("streaming_job").execute_in_process(instance=instance)
+    assert first.success
+    write_wave(cfg, gen, files, 1)
+    result = defs.resolve_job_def("tidemark_all_job").execute_in_process(instance=instance)
+    assert result.success
+
+    materialized = {e.event_specific_data.materialization.asset_key.to_user_string()
+                    for e in result.get_asset_materialization_events()}
+    assert materialized == MATERIALIZED
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).count()
+    quarantined = read_table(spark, cfg.paths.table("quarantine", "transactions")).count()
+    assert bronze + quarantined == len(files[0]) + len(files[1])
+
+    def metadata(run, key):
+        [event] = [e for e in run.get_asset_materialization_events()
+                   if e.event_specific_data.materialization.asset_key == AssetKey(key)]
+        return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
+
+    wave_1 = metadata(first, ["bronze", "transactions"])
+    wave_2 = metadata(result, ["bronze", "transactions"])
+    assert wave_1["input_rows"] == len(files[0]) and wave_2["input_rows"] == len(files[1])
+    assert wave_1["output_rows"] + wave_2["output_rows"] == bronze
+    assert wave_1["quarantined_rows"] + wave_2["quarantined_rows"] == quarantined
+    gold = metadata(result, ["gold", "failed_txn_velocity"])
+    assert gold["input_rows"] == wave_2["output_rows"]
+    for key in ("state_rows", "state_memory_bytes", "late_rows_dropped", "watermark",
+                "checkpoint_batch_id", "duration_seconds", "output_rows"):
+        assert key in gold
+    progress = read_table(spark, cfg.paths.table("ops", "stream_progress")).where(
+        "job = 'failed_txn_velocity'")
+    assert gold["checkpoint_batch_id"] == progress.agg({"batch_id": "max"}).collect()[0][0]
+
+    evaluations = [e.event_specific_data for e in result.all_events
+                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert evaluations and all(ev.passed for ev in evaluations)
+    summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
+    assert [r.unexplained_rows for r in summary] == [0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_webserver_serves_every_asset_over_graphql(cfg, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+           "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
+    webserver = str(Path(sys.executable).with_name("dagster-webserver"))
+    log = (tmp_path / "webserver.log").open("w")
+    proc = subprocess.Popen([webserver, "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+                            cwd=CHECKOUT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/graphql"
+    query = "{ assetNodes { assetKey { path } } }"
+    try:
+        deadline, keys = time.monotonic() + 180, set()
+        while time.monotonic() < deadline and keys != EXPECTED_ASSETS:
+            assert proc.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
+            try:
+                reply = requests.post(url, json={"query": query}, timeout=10).json()
+                keys = {"/".join(n["assetKey"]["path"]) for n in reply["data"]["assetNodes"]}
+            except (requests.ConnectionError, KeyError, TypeError, ValueError):
+                pass
+            time.sleep(1)
+        assert keys == EXPECTED_ASSETS
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
