@@ -10,7 +10,6 @@ wave 2: u1 FAILED at 30 (behind the watermark: dropped as late), u2 FAILED at 12
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from datetime import datetime, timedelta
 
@@ -79,5 +78,15 @@ def expected_recon_classes() -> dict:
     return classes
 
 
-def raw_lines(events) -> list[str]:
-    return [json.dumps(e) for e in events]
+def run_waves(spark, cfg):
+    """Land and stream both waves (bronze, then the job); returns (late rows dropped, last metrics)."""
+    from streaming_jobs.jobs import get_job
+    from streaming_jobs.runner import run_bronze, run_job
+
+    spec, late = get_job("failed_txn_velocity"), 0
+    for wave in (1, 2):
+        land_wave(cfg, wave)
+        run_bronze(spark, cfg, "transactions")
+        metrics = run_job(spark, cfg, spec)
+        late += metrics.late_rows_dropped
+    return late, metrics

@@ -9,7 +9,6 @@ from pyspark.testing import assertDataFrameEqual
 import scenarios
 from streaming_jobs.jobs import get_job
 from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
 
 
 def test_build_counts_distinct_failed_events_per_sliding_window(spark):
@@ -36,12 +35,7 @@ def test_build_counts_distinct_failed_events_per_sliding_window(spark):
 
 def test_stream_emits_closed_windows_and_drops_late_events(spark, cfg):
     spec = get_job("failed_txn_velocity")
-    late_total = 0
-    for wave in (1, 2):
-        scenarios.land_wave(cfg, wave)
-        run_bronze(spark, cfg, "transactions")
-        metrics = run_job(spark, cfg, spec)
-        late_total += metrics.late_rows_dropped
+    late_total, metrics = scenarios.run_waves(spark, cfg)
     gold = read_table(spark, cfg.paths.table("gold", spec.name))
     got = {(r.user_id, r.window_start, r.window_end): r.failed_count for r in gold.collect()}
     assert got == scenarios.expected_stream_rows()
@@ -52,10 +46,7 @@ def test_stream_emits_closed_windows_and_drops_late_events(spark, cfg):
 
 def test_state_is_bounded_by_the_watermark(spark, cfg):
     spec = get_job("failed_txn_velocity")
-    for wave in (1, 2):
-        scenarios.land_wave(cfg, wave)
-        run_bronze(spark, cfg, "transactions")
-        metrics = run_job(spark, cfg, spec)
+    _, metrics = scenarios.run_waves(spark, cfg)
     progress = read_table(spark, cfg.paths.table("ops", "stream_progress")) \
         .where(f"job = '{spec.name}'").orderBy("batch_id").collect()
     peak = max(r.state_rows for r in progress)

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from streaming_jobs.jobs import get_job
 from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
 
 DBT = str(Path(sys.executable).with_name("tidemark-dbt"))
 
@@ -22,12 +20,7 @@ def dbt(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_recon_classifies_late_and_open_windows(spark, cfg):
-    spec = get_job("failed_txn_velocity")
-    reported_late = 0
-    for wave in (1, 2):
-        scenarios.land_wave(cfg, wave)
-        run_bronze(spark, cfg, "transactions")
-        reported_late += run_job(spark, cfg, spec).late_rows_dropped
+    reported_late, _ = scenarios.run_waves(spark, cfg)
 
     result = dbt("build")
     assert result.returncode == 0, result.stdout[-3000:]

@@ -8,49 +8,29 @@ with events as (
 
 ),
 
--- the truth: every distinct event, whenever it arrived
-all_events as (
+-- one row per distinct event (copies are exact duplicates); the stream counted it if at least
+-- one copy arrived ahead of its watermark
+distinct_events as (
 
-    select * from (
-        select *, row_number() over (partition by event_id order by bronze_version) as copy
-        from events
-    )
-    where copy = 1
-
-),
-
--- what the stream can know: distinct events that were not behind its watermark
-on_time_events as (
-
-    select * from (
-        select *, row_number() over (partition by event_id order by bronze_version) as copy
-        from events
-        where not is_late
-    )
-    where copy = 1
+    select
+        event_id,
+        min_by(user_id, bronze_version) as user_id,
+        min_by(status, bronze_version) as status,
+        min_by(event_time, bronze_version) as event_time,
+        bool_or(not is_late) as counted_by_stream
+    from events
+    group by event_id
 
 ),
 
-all_windows as (
+windows as (
 
     select
         user_id,
         {{ sliding_window_starts('event_time', window_seconds, slide_seconds) }} as window_start,
-        count(*) as failed_count
-    from all_events
-    lateral view explode(sequence(0, {{ (window_seconds // slide_seconds) - 1 }})) panes as k
-    where status = 'FAILED'
-    group by 1, 2
-
-),
-
-on_time_windows as (
-
-    select
-        user_id,
-        {{ sliding_window_starts('event_time', window_seconds, slide_seconds) }} as window_start,
-        count(*) as failed_count
-    from on_time_events
+        count(*) as failed_count,
+        count_if(counted_by_stream) as failed_count_on_time
+    from distinct_events
     lateral view explode(sequence(0, {{ (window_seconds // slide_seconds) - 1 }})) panes as k
     where status = 'FAILED'
     group by 1, 2
@@ -60,15 +40,12 @@ on_time_windows as (
 final as (
 
     select
-        all_windows.user_id,
-        all_windows.window_start,
-        all_windows.window_start + make_interval(0, 0, 0, 0, 0, 0, {{ window_seconds }}) as window_end,
-        all_windows.failed_count,
-        coalesce(on_time_windows.failed_count, 0) as failed_count_on_time
-    from all_windows
-    left join on_time_windows
-        on all_windows.user_id = on_time_windows.user_id
-        and all_windows.window_start = on_time_windows.window_start
+        user_id,
+        window_start,
+        window_start + make_interval(0, 0, 0, 0, 0, 0, {{ window_seconds }}) as window_end,
+        failed_count,
+        failed_count_on_time
+    from windows
 
 )
 

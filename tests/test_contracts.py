@@ -1,0 +1,45 @@
+"""Contracts between parts: schemas vs dbt sources, the generator's command line, startup errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from streaming_jobs.config import CHECKOUT
+from streaming_jobs.generator import main as generator_main
+from streaming_jobs.schemas import STREAMS
+
+
+def test_dbt_sources_declare_exactly_the_schema_fields():
+    sources = yaml.safe_load((CHECKOUT / "dbt_project" / "models" / "sources.yml").read_text())
+    tables = {t["name"]: t for s in sources["sources"] for t in s["tables"]}
+    for name, schema in STREAMS.items():
+        table = tables[f"bronze_{name}"]
+        assert [c["name"] for c in table["columns"]] == schema.field_names
+        assert table["meta"]["dagster"]["asset_key"] == ["bronze", name]
+
+
+def test_generator_command_line_writes_the_files_asked_for(tmp_path, capsys):
+    assert generator_main(["--data-root", str(tmp_path), "--events", "300", "--files", "6",
+                           "--only", "2:5", "--seed", "4"]) == 0
+    written = sorted(p.name for p in (tmp_path / "landing" / "transactions").iterdir())
+    assert written == ["part-4-00002.jsonl", "part-4-00003.jsonl", "part-4-00004.jsonl"]
+    assert "wrote 3 files" in capsys.readouterr().out
+
+
+def test_unresolvable_jars_give_one_clear_message(tmp_path):
+    env = {**os.environ, "TIDEMARK_JARS_CACHE": str(tmp_path / "ivy"),
+           "TIDEMARK_DATA_ROOT": str(tmp_path / "data"),
+           "TIDEMARK_EXTRA_PACKAGES": "io.tidemark.missing:no-such-artifact_2.13:0.0.1"}
+    tidemark = str(Path(sys.executable).with_name("tidemark"))
+    result = subprocess.run([tidemark, "summary"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 2
+    message = [line for line in result.stderr.splitlines() if line.startswith("tidemark:")]
+    assert len(message) == 1
+    assert "no-such-artifact_2.13:0.0.1" in message[0] and "Maven Central" in message[0]
+    assert "make setup" in message[0]
