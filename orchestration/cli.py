@@ -23,6 +23,8 @@ from orchestration.instance import prepare_dagster_home
 DEMO_MARKER = ".tidemark-demo"
 # What `run --fresh` clears: everything a run produced except the Dagster run history.
 RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt")
+# Folders that hold real data: never cleared unless the demo created them.
+DATA_BEARING = ("landing", "lake", "checkpoints", "savepoints")
 
 
 def setup(cfg: TidemarkConfig) -> None:
@@ -36,10 +38,14 @@ def setup(cfg: TidemarkConfig) -> None:
           f"{cfg.spark.jars_cache}, Dagster home {cfg.paths.dagster_home}")
 
 
+def _has_data(root) -> bool:
+    return any((root / name).is_dir() and any((root / name).iterdir()) for name in DATA_BEARING)
+
+
 def _reset(cfg: TidemarkConfig) -> None:
     root = cfg.data_root
     marker = root / DEMO_MARKER
-    if root.exists() and any(root.iterdir()) and not marker.exists():
+    if _has_data(root) and not marker.exists():
         raise SystemExit(
             f"tidemark run --fresh: {root} holds data that tidemark run did not create; "
             "refusing to clear it. Point TIDEMARK_DATA_ROOT at an empty folder, or run without --fresh."

@@ -43,3 +43,23 @@ def test_unresolvable_jars_give_one_clear_message(tmp_path):
     assert len(message) == 1
     assert "no-such-artifact_2.13:0.0.1" in message[0] and "Maven Central" in message[0]
     assert "make setup" in message[0]
+
+
+def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
+    import pytest
+
+    from orchestration.cli import DEMO_MARKER, _reset
+    from streaming_jobs.config import TidemarkConfig
+
+    cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
+    (tmp_path / "dbt" / "target").mkdir(parents=True)  # what `make setup` leaves behind
+    (tmp_path / "dagster_home").mkdir(exist_ok=True)
+    _reset(cfg)
+    assert not (tmp_path / "dbt").exists() and (tmp_path / "dagster_home").is_dir()
+    assert (tmp_path / DEMO_MARKER).exists()
+
+    foreign = tmp_path / "elsewhere"
+    (foreign / "lake" / "gold" / "t").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="refusing to clear"):
+        _reset(cfg.with_data_root(foreign))
+    assert (foreign / "lake" / "gold" / "t").is_dir()
