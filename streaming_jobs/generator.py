@@ -1,4 +1,5 @@
-"""Deterministic event generator for the landing zone.
+"""Deterministic event generator for the landing zone: transactions, rides, orders, payments
+(which pay the orders of the same seed) and clicks (in per-user sessions).
 
 Events are produced in arrival order. Each event has a nominal time that advances at
 ``rate`` events per second of event time; its ``event_time`` is the nominal time minus a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import heapq
 import itertools
 import json
 import os
@@ -47,6 +49,10 @@ class GeneratorConfig:
     duplicate_share: float = 0.01
     malformed_share: float = 0.005
     failed_share: float = 0.12
+    payment_delay_seconds: float = 900.0  # payments: delay after the order
+    unpaid_share: float = 0.1  # payments: orders never paid
+    unknown_order_share: float = 0.02  # payments: payments for no known order
+    click_gap_seconds: float = 240.0  # clicks: longest pause inside a session
     start: datetime = EPOCH
     file_prefix: str = "part"
 
@@ -74,34 +80,149 @@ def _iso(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
+def _sequence(start: datetime, rate: float):
+    """Nominal times of evenly spaced arrivals at ``rate`` per second."""
+    for index in itertools.count():
+        yield start + timedelta(seconds=index / rate)
+
+
 class _Transactions:
     MERCHANTS = [f"merchant_{i:03d}" for i in range(60)]
     CURRENCIES = ["USD", "USD", "USD", "EUR", "EUR", "GBP"]
 
-    def __init__(self, cfg: GeneratorConfig, rng: random.Random) -> None:
-        self.cfg, self.rng = cfg, rng
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        self.cfg = cfg
         self.user_cum = _zipf_cum_weights(cfg.users, cfg.zipf_s)
         self.merchant_cum = _zipf_cum_weights(len(self.MERCHANTS), 1.0)
 
-    def event(self, index: int, event_time: datetime) -> dict:
-        rng, cfg = self.rng, self.cfg
-        user = _pick(rng, self.user_cum)
-        roll = rng.random()
-        status = "FAILED" if roll < cfg.failed_share else (
-            "DECLINED" if roll < cfg.failed_share + 0.05 else "APPROVED")
-        return {
-            "event_id": f"tx-{cfg.seed}-{index:08d}",
-            "user_id": f"u{user:05d}",
-            "card_id": f"c{user:05d}-{rng.randrange(3)}",
-            "merchant": self.MERCHANTS[_pick(rng, self.merchant_cum)],
-            "amount": round(rng.lognormvariate(3.5, 1.0), 2),
-            "currency": rng.choice(self.CURRENCIES),
-            "status": status,
-            "event_time": _iso(event_time),
-        }
+    def events(self, rng: random.Random):
+        cfg = self.cfg
+        for nominal in _sequence(cfg.start, cfg.rate):
+            user = _pick(rng, self.user_cum)
+            roll = rng.random()
+            status = "FAILED" if roll < cfg.failed_share else (
+                "DECLINED" if roll < cfg.failed_share + 0.05 else "APPROVED")
+            yield nominal, {
+                "user_id": f"u{user:05d}",
+                "card_id": f"c{user:05d}-{rng.randrange(3)}",
+                "merchant": self.MERCHANTS[_pick(rng, self.merchant_cum)],
+                "amount": round(rng.lognormvariate(3.5, 1.0), 2),
+                "currency": rng.choice(self.CURRENCIES),
+                "status": status,
+            }
 
 
-EVENT_MAKERS = {"transactions": _Transactions}
+class _Rides:
+    ZONES = [f"Z{i:03d}" for i in range(1, 61)]
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        self.cfg = cfg
+        self.zone_cum = _zipf_cum_weights(len(self.ZONES), cfg.zipf_s)
+
+    def events(self, rng: random.Random):
+        for index, nominal in enumerate(_sequence(self.cfg.start, self.cfg.rate)):
+            fare = round(rng.lognormvariate(2.5, 0.6), 2)
+            extras = fare * rng.uniform(0.0, 0.25) + rng.choice((0.0, 0.0, 2.5, 6.94))
+            yield nominal, {
+                "ride_id": f"r-{self.cfg.seed}-{index:08d}",
+                "pickup_zone": self.ZONES[_pick(rng, self.zone_cum)],
+                "dropoff_zone": rng.choice(self.ZONES),
+                "passengers": rng.choices((1, 2, 3, 4), weights=(70, 18, 7, 5))[0],
+                "fare": fare,
+                "total_amount": round(fare + extras, 2),
+            }
+
+
+class _Orders:
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        self.cfg = cfg
+        self.user_cum = _zipf_cum_weights(cfg.users, cfg.zipf_s)
+
+    def events(self, rng: random.Random):
+        for index, nominal in enumerate(_sequence(self.cfg.start, self.cfg.rate)):
+            yield nominal, {
+                "order_id": f"o-{self.cfg.seed}-{index:08d}",
+                "user_id": f"u{_pick(rng, self.user_cum):05d}",
+                "amount": round(rng.lognormvariate(3.0, 0.8), 2),
+            }
+
+
+class _Payments:
+    """Payments for the orders of the same seed: most within ``payment_delay_seconds`` of their
+    order, ``unpaid_share`` of orders never paid, ``unknown_order_share`` for no known order."""
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        self.cfg = cfg
+
+    def events(self, rng: random.Random):
+        cfg = self.cfg
+        orders = _Orders(cfg).events(_content_rng(cfg, "orders"))
+        pending: list = []  # heap of (nominal, tiebreak, fields)
+        for index, (order_time, order) in enumerate(orders):
+            if rng.random() >= cfg.unpaid_share:
+                delay = rng.uniform(1.0, cfg.payment_delay_seconds)
+                heapq.heappush(pending, (order_time + timedelta(seconds=delay), index, {
+                    "payment_id": f"p-{cfg.seed}-{index:08d}",
+                    "order_id": order["order_id"],
+                    "amount": order["amount"],
+                }))
+            if rng.random() < cfg.unknown_order_share:
+                heapq.heappush(pending, (order_time, -index - 1, {
+                    "payment_id": f"p-{cfg.seed}-x{index:08d}",
+                    "order_id": f"o-unknown-{cfg.seed}-{index:08d}",
+                    "amount": round(rng.lognormvariate(3.0, 0.8), 2),
+                }))
+            # later orders cannot produce a payment earlier than order_time: emit what is due
+            while pending and pending[0][0] <= order_time:
+                due, _, fields = heapq.heappop(pending)
+                yield due, fields
+
+
+class _Clicks:
+    """Per-user sessions: bursts of clicks a few seconds to minutes apart, separated by idle
+    periods longer than the usual session gap."""
+
+    PAGES = ["/", "/search", "/product", "/cart", "/checkout", "/help"]
+    ACTIONS = (("view", 70), ("click", 20), ("add_to_cart", 7), ("purchase", 3))
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        self.cfg = cfg
+        self.user_cum = _zipf_cum_weights(cfg.users, cfg.zipf_s)
+
+    def events(self, rng: random.Random):
+        cfg = self.cfg
+        pending, session_start = [], cfg.start
+        mean_clicks = 8.0
+        tiebreak = itertools.count()
+        actions, weights = zip(*self.ACTIONS)
+        while True:
+            user = f"u{_pick(rng, self.user_cum):05d}"
+            t = session_start
+            for _ in range(1 + int(rng.expovariate(1.0 / (mean_clicks - 1)))):
+                action = rng.choices(actions, weights=weights)[0]
+                heapq.heappush(pending, (t, next(tiebreak), {
+                    "user_id": user,
+                    "page": rng.choice(self.PAGES),
+                    "action": action,
+                    "amount": round(rng.lognormvariate(3.0, 0.7), 2) if action == "purchase" else 0.0,
+                }))
+                t += timedelta(seconds=rng.uniform(2.0, cfg.click_gap_seconds))
+            session_start += timedelta(seconds=rng.expovariate(cfg.rate / mean_clicks))
+            # sessions start in order; clicks before the next start can no longer be preceded
+            while pending and pending[0][0] <= session_start:
+                due, _, fields = heapq.heappop(pending)
+                yield due, fields
+
+
+EVENT_MAKERS = {"transactions": _Transactions, "rides": _Rides, "orders": _Orders,
+                "payments": _Payments, "clicks": _Clicks}
+ID_PREFIX = {"transactions": "tx", "rides": "rd", "orders": "or", "payments": "pm", "clicks": "ck"}
+
+
+def _content_rng(cfg: GeneratorConfig, stream: str) -> random.Random:
+    # What events say comes from its own stream of randomness, how they arrive from another:
+    # payments can then re-derive exactly the orders that the orders stream wrote.
+    return random.Random(f"{cfg.seed}:{stream}:content")
 
 
 def _malform(rng: random.Random, event: dict, time_field: str) -> str:
@@ -124,22 +245,23 @@ def generate(cfg: GeneratorConfig) -> list[list[str]]:
     """All lines, split into ``cfg.files`` files in arrival order."""
     cfg.validate()
     schema = stream_schema(cfg.stream)
-    rng = random.Random(cfg.seed)
-    maker = EVENT_MAKERS[cfg.stream](cfg, rng)
+    arrival = random.Random(f"{cfg.seed}:{cfg.stream}:arrival")
+    contents = EVENT_MAKERS[cfg.stream](cfg).events(_content_rng(cfg, cfg.stream))
     lines: list[str] = []
-    for index in range(cfg.events):
-        nominal = cfg.start + timedelta(seconds=index / cfg.rate)
-        if rng.random() < cfg.late_share:
-            event_time = nominal - timedelta(seconds=rng.uniform(*cfg.late_by_seconds))
+    for index, (nominal, fields) in zip(range(cfg.events), contents):
+        if arrival.random() < cfg.late_share:
+            event_time = nominal - timedelta(seconds=arrival.uniform(*cfg.late_by_seconds))
         else:
-            event_time = nominal - timedelta(seconds=rng.uniform(0, cfg.jitter_seconds))
-        event = maker.event(index, event_time)
-        if rng.random() < cfg.malformed_share:
-            lines.append(_malform(rng, event, schema.event_time))
+            event_time = nominal - timedelta(seconds=arrival.uniform(0, cfg.jitter_seconds))
+        values = {"event_id": f"{ID_PREFIX[cfg.stream]}-{cfg.seed}-{index:08d}",
+                  **fields, schema.event_time: _iso(event_time)}
+        event = {name: values[name] for name in schema.field_names}
+        if arrival.random() < cfg.malformed_share:
+            lines.append(_malform(arrival, event, schema.event_time))
             continue
         line = json.dumps(event, separators=(",", ":"))
         lines.append(line)
-        if rng.random() < cfg.duplicate_share:
+        if arrival.random() < cfg.duplicate_share:
             lines.append(line)
     per_file = -(-len(lines) // cfg.files) if lines else 0
     return [lines[i * per_file:(i + 1) * per_file] for i in range(cfg.files)]
@@ -168,7 +290,7 @@ def write_files(target: Path, cfg: GeneratorConfig, files: list[list[str]],
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     d = GeneratorConfig()
-    parser.add_argument("--stream", default=d.stream)
+    parser.add_argument("--stream", default=d.stream, choices=sorted(EVENT_MAKERS))
     parser.add_argument("--events", type=int, default=d.events)
     parser.add_argument("--files", type=int, default=d.files)
     parser.add_argument("--seed", type=int, default=d.seed)

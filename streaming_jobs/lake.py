@@ -8,6 +8,7 @@ as late.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +48,34 @@ def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
        .save(str(path)))
 
 
+# Delta takes the idempotency key of a MERGE from session settings; one MERGE at a time per
+# session keeps two queries in one SparkSession from seeing each other's key.
+_MERGE_LOCK = threading.Lock()
+
+
+def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, version: int) -> None:
+    """Upsert ``df`` into the table on ``keys`` unless (app_id, version) was committed before.
+
+    A micro-batch replayed after a crash then changes nothing twice, whatever the update does.
+    """
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    condition = " and ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    with _MERGE_LOCK:
+        spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+        spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+        try:
+            (DeltaTable.forPath(spark, str(path)).alias("t")
+             .merge(df.alias("s"), condition)
+             .whenMatchedUpdateAll()
+             .whenNotMatchedInsertAll()
+             .execute())
+        finally:
+            spark.conf.unset("spark.databricks.delta.write.txnAppId")
+            spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
 def read_table(spark: SparkSession, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path))
 
@@ -58,9 +87,17 @@ def table_version(spark: SparkSession, path: Path) -> int:
 
 
 def rows_written_since(spark: SparkSession, path: Path, version: int) -> int:
-    """Rows written by the commits after ``version`` (the Delta sink reports no row count)."""
+    """Rows appended or upserted by the commits after ``version`` (from the Delta log: the
+    Delta sink and foreachBatch report no row count)."""
     from delta.tables import DeltaTable
 
     history = DeltaTable.forPath(spark, str(path)).history().where(f"version > {version}")
-    return sum(int((r["operationMetrics"] or {}).get("numOutputRows", 0))
-               for r in history.select("operationMetrics").collect())
+    total = 0
+    for row in history.select("operation", "operationMetrics").collect():
+        metrics = row["operationMetrics"] or {}
+        if row["operation"] == "MERGE":
+            total += int(metrics.get("numTargetRowsInserted", 0))
+            total += int(metrics.get("numTargetRowsUpdated", 0))
+        else:
+            total += int(metrics.get("numOutputRows", 0))
+    return total

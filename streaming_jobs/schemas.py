@@ -56,7 +56,65 @@ TRANSACTIONS = StreamSchema(
     ),
 )
 
-STREAMS: dict[str, StreamSchema] = {s.name: s for s in (TRANSACTIONS,)}
+RIDES = StreamSchema(
+    name="rides",
+    key="event_id",
+    event_time="pickup_time",
+    fields=(
+        Field("event_id", T.StringType(), "unique id of the event; duplicates repeat it"),
+        Field("ride_id", T.StringType(), "the ride"),
+        Field("pickup_zone", T.StringType(), "zone where the ride started"),
+        Field("dropoff_zone", T.StringType(), "zone where the ride ended"),
+        Field("passengers", T.IntegerType(), "number of passengers"),
+        Field("fare", T.DoubleType(), "metered fare"),
+        Field("total_amount", T.DoubleType(), "fare plus tip, tolls and surcharges"),
+        Field("pickup_time", T.TimestampType(), "when the ride started (UTC)"),
+    ),
+)
+
+ORDERS = StreamSchema(
+    name="orders",
+    key="event_id",
+    event_time="order_time",
+    fields=(
+        Field("event_id", T.StringType(), "unique id of the event; duplicates repeat it"),
+        Field("order_id", T.StringType(), "the order"),
+        Field("user_id", T.StringType(), "who ordered"),
+        Field("amount", T.DoubleType(), "order amount"),
+        Field("order_time", T.TimestampType(), "when the order was placed (UTC)"),
+    ),
+)
+
+PAYMENTS = StreamSchema(
+    name="payments",
+    key="event_id",
+    event_time="payment_time",
+    fields=(
+        Field("event_id", T.StringType(), "unique id of the event; duplicates repeat it"),
+        Field("payment_id", T.StringType(), "the payment"),
+        Field("order_id", T.StringType(), "the order it pays (may be unknown)"),
+        Field("amount", T.DoubleType(), "amount paid"),
+        Field("payment_time", T.TimestampType(), "when the payment was made (UTC)"),
+    ),
+)
+
+CLICKS = StreamSchema(
+    name="clicks",
+    key="event_id",
+    event_time="event_time",
+    fields=(
+        Field("event_id", T.StringType(), "unique id of the event; duplicates repeat it"),
+        Field("user_id", T.StringType(), "who clicked"),
+        Field("page", T.StringType(), "page path"),
+        Field("action", T.StringType(), "view, click, add_to_cart or purchase"),
+        Field("amount", T.DoubleType(), "spend of the action (0 unless purchase)"),
+        Field("event_time", T.TimestampType(), "when the click happened (UTC)"),
+    ),
+)
+
+STREAMS: dict[str, StreamSchema] = {
+    s.name: s for s in (TRANSACTIONS, RIDES, ORDERS, PAYMENTS, CLICKS)
+}
 
 
 def stream_schema(name: str) -> StreamSchema:

@@ -19,7 +19,8 @@ from streaming_jobs.lake import read_table
 
 # Written out by hand: what the UI must show for the foundation's one stream and one job.
 EXPECTED_ASSETS = {
-    "bronze/transactions", "gold/failed_txn_velocity", "ops/stream_progress",
+    "bronze/transactions", "bronze/rides", "bronze/orders", "bronze/payments", "bronze/clicks",
+    "gold/failed_txn_velocity", "ops/stream_progress",
     "staging/stg_transactions", "staging/stg_stream_progress",
     "batch/int_failed_txn_velocity__batch", "batch/int_late_events",
     "recon/recon_failed_txn_velocity", "recon/recon_summary",

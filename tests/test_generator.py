@@ -22,12 +22,13 @@ def _parse(lines):
     return good, bad
 
 
-def test_same_seed_same_bytes_and_other_seed_differs(tmp_path):
-    cfg = GeneratorConfig(events=2000, files=4, seed=3)
+@pytest.mark.parametrize("stream", ["transactions", "rides", "orders", "payments", "clicks"])
+def test_same_seed_same_bytes_and_other_seed_differs(tmp_path, stream):
+    cfg = GeneratorConfig(stream=stream, events=2000, files=4, seed=3)
     a = write_files(tmp_path / "a", cfg, generate(cfg))
     b = write_files(tmp_path / "b", cfg, generate(cfg))
     assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
-    other = GeneratorConfig(events=2000, files=4, seed=4)
+    other = GeneratorConfig(stream=stream, events=2000, files=4, seed=4)
     assert generate(other) != generate(cfg)
 
 
@@ -89,3 +90,48 @@ def test_bad_settings_are_refused_with_the_setting_named(bad):
     cfg = GeneratorConfig(**bad)
     with pytest.raises(ValueError, match=next(iter(bad))):
         generate(cfg)
+
+
+def _clean(stream: str, events: int, **kw):
+    cfg = GeneratorConfig(stream=stream, events=events, files=1, seed=21, late_share=0.0,
+                          duplicate_share=0.0, malformed_share=0.0, jitter_seconds=0.0, **kw)
+    return [json.loads(line) for line in generate(cfg)[0]]
+
+
+def test_payments_pay_the_orders_of_the_same_seed_within_the_delay():
+    from datetime import datetime
+
+    orders = {o["order_id"]: o for o in _clean("orders", 6000)}
+    payments = _clean("payments", 5000, payment_delay_seconds=600.0)
+    ts = lambda v: datetime.fromisoformat(v.replace("Z", "+00:00"))
+    known = [p for p in payments if p["order_id"] in orders]
+    unknown = [p for p in payments if p["order_id"] not in orders]
+    assert all(p["order_id"].startswith("o-unknown-") for p in unknown)
+    assert 0.01 < len(unknown) / len(payments) < 0.04
+    for p in known:
+        order = orders[p["order_id"]]
+        delay = (ts(p["payment_time"]) - ts(order["order_time"])).total_seconds()
+        assert 0 < delay <= 600.0 and p["amount"] == order["amount"]
+    paid = {p["order_id"] for p in known}
+    last_paid = max(int(o.rsplit("-", 1)[1]) for o in paid)
+    considered = [o for o in orders if int(o.rsplit("-", 1)[1]) <= last_paid - 1000]
+    unpaid = sum(o not in paid for o in considered) / len(considered)
+    assert 0.07 < unpaid < 0.13
+    times = [ts(p["payment_time"]) for p in payments]
+    assert times == sorted(times)  # arrival order follows time when there is no jitter
+
+
+def test_clicks_come_in_sessions_with_idle_gaps():
+    from collections import defaultdict
+    from datetime import datetime
+
+    clicks = _clean("clicks", 4000, rate=0.2, users=2000, click_gap_seconds=120.0)
+    by_user = defaultdict(list)
+    for c in clicks:
+        by_user[c["user_id"]].append(datetime.fromisoformat(c["event_time"].replace("Z", "+00:00")))
+    gaps = [(b - a).total_seconds() for ts in by_user.values() for a, b in zip(ts, ts[1:])]
+    assert sum(g <= 120 for g in gaps) > 0.5 * len(gaps)  # clicks inside sessions
+    assert sum(g > 1800 for g in gaps) > 40  # and sessions separated by idle time
+    purchases = [c for c in clicks if c["action"] == "purchase"]
+    assert purchases and all(c["amount"] > 0 for c in purchases)
+    assert all(c["amount"] == 0.0 for c in clicks if c["action"] != "purchase")
