@@ -21,6 +21,8 @@ from streaming_jobs.spark import SparkStartupError, get_spark
 from orchestration.instance import prepare_dagster_home
 
 DEMO_MARKER = ".tidemark-demo"
+# The streams the registered jobs read; the main job generates a sample of each.
+DEMO_STREAMS = ("transactions", "rides")
 # What `run --fresh` clears: everything a run produced except the Dagster run history.
 RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt")
 # Folders that hold real data: never cleared unless the demo created them.
@@ -74,14 +76,18 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     prepare_dagster_home(cfg)
     defs = build_definitions(cfg)
     instance = DagsterInstance.get()
-    gen = GeneratorConfig(events=events, files=waves, seed=seed)
-    files = generate(gen)
+    samples = [(gen, generate(gen)) for gen in (
+        GeneratorConfig(stream=stream, events=events, files=waves, seed=seed)
+        for stream in DEMO_STREAMS)]
     ok = True
     for wave in range(waves):
-        write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+        landed = 0
+        for gen, files in samples:
+            write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+            landed += len(files[wave])
         result = defs.resolve_job_def("streaming_job").execute_in_process(
             instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)})
-        print(f"wave {wave + 1}/{waves}: {len(files[wave]):,} lines landed, streaming run "
+        print(f"wave {wave + 1}/{waves}: {landed:,} lines landed, streaming run "
               f"{result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}", flush=True)
         ok &= result.success
     result = defs.resolve_job_def("tidemark_all_job").execute_in_process(

@@ -23,9 +23,19 @@ TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
 
 
 def dbt_vars() -> dict:
+    """The registry's jobs that have a recon model, with their spec as plain values.
+
+    A job without ``models/recon/recon_<job>.sql`` still streams; it is just not reconciled
+    (dbt's loops over ``var('jobs')`` would otherwise ref a model that is not there).
+    """
+    from orchestration.project import DBT_PROJECT_DIR
+
     jobs = {}
     for name, spec in registry().items():
-        params = {"source": spec.source, "tolerance": spec.tolerance}
+        if not (DBT_PROJECT_DIR / "models" / "recon" / f"recon_{name}.sql").exists():
+            continue
+        params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
+                  "measures": list(spec.measures), "event_time": spec.event_time}
         for key, value in spec.params.items():
             seconds = interval_seconds(value) if isinstance(value, str) else None
             params[f"{key}_seconds" if seconds is not None else key] = (
@@ -54,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in args if not a.startswith("-")), None)
     if command in NEEDS_SPARK:
         from streaming_jobs.spark import get_spark
+        from streaming_jobs.tables import ensure_lake
 
-        get_spark(cfg, hive_metastore=True)
+        # Models read every lake table: a stream that never ran yet has an empty one.
+        ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
     from dbt.cli.main import dbtRunner
 
     result = dbtRunner().invoke(with_vars(args))

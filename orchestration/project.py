@@ -26,10 +26,19 @@ def dbt_project(cfg: TidemarkConfig) -> DbtProject:
     )
 
 
+def _stale(manifest: Path) -> bool:
+    if not manifest.exists():
+        return True
+    built = manifest.stat().st_mtime
+    sources = [p for p in DBT_PROJECT_DIR.rglob("*") if p.suffix in (".sql", ".yml", ".yaml")]
+    jobs = (CHECKOUT / "streaming_jobs" / "jobs").glob("*.py")  # they feed dbt's --vars
+    return any(p.stat().st_mtime > built for p in [*sources, *jobs])
+
+
 def ensure_manifest(cfg: TidemarkConfig) -> Path:
-    """Parse the dbt project once (no Spark needed) so Dagster can read its manifest."""
+    """Parse the dbt project (no Spark needed) when its files changed since the last parse."""
     project = dbt_project(cfg)
-    if not project.manifest_path.exists():
+    if _stale(project.manifest_path):
         result = subprocess.run(
             [dbt_executable(), "parse", "--quiet"],
             env=_dbt_env(cfg, project.target_path),

@@ -73,3 +73,18 @@ def test_restart_and_replayed_batch_write_nothing_twice(spark, cfg, sample):
     second = run_bronze(spark, cfg, "transactions")
     assert read_table(spark, bronze_path).count() == after_first + second.output_rows
     assert second.input_rows == len(files[1])
+
+
+def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
+    from streaming_jobs.jobs import registry
+    from streaming_jobs.schemas import STREAMS
+    from streaming_jobs.tables import ensure_lake
+
+    created = ensure_lake(spark, cfg)
+    expected = ({f"bronze/{s}" for s in STREAMS} | {f"quarantine/{s}" for s in STREAMS}
+                | {"ops/stream_progress"} | {f"gold/{j}" for j in registry()})
+    assert set(created) == expected
+    assert all(read_table(spark, cfg.paths.table(*t.split("/"))).count() == 0 for t in expected)
+    gold = read_table(spark, cfg.paths.table("gold", "failed_txn_velocity"))
+    assert gold.columns == ["user_id", "window_start", "window_end", "failed_count"]
+    assert ensure_lake(spark, cfg) == []  # a second call creates nothing

@@ -7,15 +7,29 @@
   batch side can replay the stream's decision row by row.
 #}
 {% macro classify_lateness(job, events_ref) -%}
+    {%- set event_time = var('jobs')[job]['event_time'] -%}
     select
         events.*,
         batches.batch_id is not null as seen_by_stream,
-        coalesce(events.event_time <= batches.late_threshold, false) as is_late
+        coalesce(events.{{ event_time }} <= batches.late_threshold, false) as is_late
     from {{ events_ref }} as events
     left join {{ ref('stg_stream_progress') }} as batches
         on batches.job = '{{ job }}'
         and events.bronze_version > batches.source_version_from
         and events.bronze_version <= batches.source_version_to
+{%- endmacro %}
+
+{#
+  One row per distinct event (copies are exact duplicates): the first copy's columns, and
+  whether the stream counted it (at least one copy arrived ahead of its watermark).
+#}
+{% macro distinct_events(classified, columns) -%}
+    select
+        event_id,
+        {% for column in columns %}min_by({{ column }}, bronze_version) as {{ column }},
+        {% endfor %}bool_or(not is_late) as counted_by_stream
+    from {{ classified }}
+    group by event_id
 {%- endmacro %}
 
 {# The sliding windows [start, start + size) that contain event_time, aligned to the epoch. #}

@@ -20,16 +20,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from streaming_jobs.jobs.dedup import dedup_within_watermark
 from streaming_jobs.jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
     """Bronze transactions in, one row per (user, window) with its count of FAILED events."""
-    timed = events.withWatermark("event_time", watermark)
-    # On a static DataFrame (tests, backfills) plain dropDuplicates means the same thing.
-    deduped = (timed.dropDuplicatesWithinWatermark(["event_id"]) if events.isStreaming
-               else timed.dropDuplicates(["event_id"]))
-    failed = deduped.where(F.col("status") == "FAILED")
+    failed = dedup_within_watermark(events, "event_time", watermark).where(
+        F.col("status") == "FAILED")
     return (
         failed.groupBy("user_id", F.window("event_time", window, slide).alias("w"))
         .agg(F.count(F.lit(1)).alias("failed_count"))

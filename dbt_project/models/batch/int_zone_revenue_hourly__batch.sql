@@ -1,0 +1,52 @@
+{%- set job = 'zone_revenue_hourly' -%}
+{%- set window_seconds = job_param(job, 'window_seconds') | int -%}
+
+with events as (
+
+    {{ classify_lateness(job, ref('stg_rides')) }}
+
+),
+
+distinct_events as (
+
+    {{ distinct_events('events', ['pickup_zone', 'pickup_time', 'fare', 'total_amount']) }}
+
+),
+
+windows as (
+
+    select
+        pickup_zone,
+        timestamp_seconds(
+            floor(unix_micros(pickup_time) / {{ window_seconds * 1000000 }}) * {{ window_seconds }}
+        ) as window_start,
+        count(*) as trips,
+        sum(total_amount) as revenue,
+        avg(fare) as avg_fare,
+        count_if(counted_by_stream) as trips_on_time,
+        sum(if(counted_by_stream, total_amount, null)) as revenue_on_time,
+        avg(if(counted_by_stream, fare, null)) as avg_fare_on_time,
+        count_if(counted_by_stream) as events_on_time
+    from distinct_events
+    group by 1, 2
+
+),
+
+final as (
+
+    select
+        pickup_zone,
+        window_start,
+        window_start + make_interval(0, 0, 0, 0, 0, 0, {{ window_seconds }}) as window_end,
+        trips,
+        revenue,
+        avg_fare,
+        trips_on_time,
+        revenue_on_time,
+        avg_fare_on_time,
+        events_on_time
+    from windows
+
+)
+
+select * from final

@@ -1,0 +1,1 @@
+{{ recon_windowed('zone_revenue_hourly') }}

@@ -1,0 +1,37 @@
+"""Every table of the lake, with its schema: created empty when missing.
+
+Readers downstream of the streams (dbt above all) can then run before a stream has ever
+ingested anything: a table with no rows reconciles to zero rows, where a missing one would fail.
+A gold table's schema is the schema of its job's ``build`` applied to an empty bronze table.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.ingestion import QUARANTINE_SCHEMA, bronze_schema
+from streaming_jobs.jobs import registry
+from streaming_jobs.lake import ROW_TRACKING, ensure_table, table_exists
+from streaming_jobs.progress import PROGRESS_SCHEMA
+from streaming_jobs.schemas import STREAMS
+
+
+def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
+    """Create the missing lake tables; returns the ones it created (as layer/name)."""
+    paths, created = cfg.paths, []
+
+    def ensure(layer: str, name: str, schema, properties=None) -> None:
+        path = paths.table(layer, name)
+        if not table_exists(spark, path):
+            ensure_table(spark, path, schema, properties)
+            created.append(f"{layer}/{name}")
+
+    for name, stream in STREAMS.items():
+        ensure("bronze", name, bronze_schema(stream), ROW_TRACKING)
+        ensure("quarantine", name, QUARANTINE_SCHEMA)
+    ensure("ops", "stream_progress", PROGRESS_SCHEMA)
+    for name, spec in registry().items():
+        empty = spark.createDataFrame([], bronze_schema(STREAMS[spec.source]))
+        ensure("gold", name, spec.apply(empty).schema)
+    return created
