@@ -63,3 +63,25 @@ def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
     with pytest.raises(SystemExit, match="refusing to clear"):
         _reset(cfg.with_data_root(foreign))
     assert (foreign / "lake" / "gold" / "t").is_dir()
+
+
+def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
+    from orchestration.summary import Summary, render
+    from streaming_jobs.config import TidemarkConfig
+
+    recon_row = {"rows_compared": 10, "unexplained_rows": 2, "match_rows": 5, "window_open_rows": 2,
+                 "late_dropped_rows": 1, "value_mismatch_rows": 1, "missing_in_stream_rows": 1,
+                 "missing_in_batch_rows": 0, "late_events_replayed": 3, "late_events_reported": 3,
+                 "stream_watermark": "2026-01-01 01:00:00"}
+    summary = Summary(landing_lines={"transactions": 100, "rides": 7},
+                      bronze_rows={"transactions": 95, "rides": 5},
+                      quarantine_rows={"transactions": 5, "rides": 1},
+                      quarantine_reasons={"transactions": {"invalid JSON": 5}},
+                      gold_rows={"failed_txn_velocity": 12},
+                      recon={"failed_txn_velocity": recon_row, "zone_revenue_hourly": {
+                          **recon_row, "rows_compared": 4, "unexplained_rows": 0}})
+    text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
+    assert "transactions: 100 landing lines = 95 bronze rows + 5 quarantined (holds)" in text[1]
+    assert any("rides: 7 landing lines = 5 bronze rows + 1 quarantined (DOES NOT HOLD)" in t for t in text)
+    assert any("5 x invalid JSON" in t for t in text)
+    assert text[-1] == "reconciliation: 14 rows compared, 2 unexplained"
