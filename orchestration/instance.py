@@ -10,6 +10,11 @@ DAGSTER_YAML = """\
 # Written by tidemark (orchestration/instance.py). Storage defaults to SQLite in this folder.
 telemetry:
   enabled: false
+# One run at a time: each run hosts its own JVM, two runs must not drive the same streaming
+# checkpoint at once, and only one dbt process may open the Derby metastore.
+concurrency:
+  runs:
+    max_concurrent_runs: 1
 """
 
 

@@ -85,3 +85,18 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
     assert any("rides: 7 landing lines = 5 bronze rows + 1 quarantined (DOES NOT HOLD)" in t for t in text)
     assert any("5 x invalid JSON" in t for t in text)
     assert text[-1] == "reconciliation: 14 rows compared, 2 unexplained"
+
+
+def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatch):
+    from dagster import DagsterInstance
+
+    from orchestration.instance import prepare_dagster_home
+    from streaming_jobs.config import TidemarkConfig
+
+    home = prepare_dagster_home(TidemarkConfig.from_env().with_data_root(tmp_path))
+    assert home == str(tmp_path / "dagster_home")
+    instance = DagsterInstance.get()  # reads DAGSTER_HOME/dagster.yaml; raises if invalid
+    try:
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 1
+    finally:
+        instance.dispose()
