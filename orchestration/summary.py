@@ -43,9 +43,9 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     paths, out = cfg.paths, Summary()
     for stream in STREAMS:
         landing = paths.landing_dir(stream)
-        out.landing_lines[stream] = sum(
-            len(f.read_text().splitlines()) for f in sorted(landing.glob("*.jsonl"))
-        ) if landing.is_dir() else 0
+        files = sorted(landing.glob("*.jsonl")) if landing.is_dir() else []
+        out.landing_lines[stream] = (
+            spark.read.text([str(f) for f in files]).count() if files else 0)
         out.bronze_rows[stream] = _count(spark, paths.table("bronze", stream))
         quarantine = paths.table("quarantine", stream)
         out.quarantine_rows[stream] = _count(spark, quarantine)

@@ -14,8 +14,3 @@ def _batch_ids(folder: Path) -> list[int]:
 def last_committed_batch(checkpoint: Path) -> int | None:
     ids = _batch_ids(checkpoint / "commits")
     return ids[-1] if ids else None
-
-
-def last_planned_batch(checkpoint: Path) -> int | None:
-    ids = _batch_ids(checkpoint / "offsets")
-    return ids[-1] if ids else None

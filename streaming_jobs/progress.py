@@ -160,12 +160,14 @@ class ProgressLog(StreamingQueryListener):
             self._lock.notify_all()
 
     # tidemark's side ---------------------------------------------------------------
-    def wait_terminated(self, run_id: str, timeout: float = 30.0) -> str | None:
-        """Block until the listener has seen the query end: all its progress is buffered."""
+    def wait_terminated(self, run_id: str, timeout: float = 30.0) -> bool:
+        """Wait until the listener has seen the query end (then all its progress is buffered).
+
+        Returns False on timeout instead of raising: the caller is usually already handling
+        the query's own failure, which must not be hidden by this one.
+        """
         with self._lock:
-            if not self._lock.wait_for(lambda: run_id in self._terminated, timeout):
-                raise TimeoutError(f"no termination event for streaming run {run_id}")
-            return self._terminated[run_id]
+            return self._lock.wait_for(lambda: run_id in self._terminated, timeout)
 
     def take(self, run_id: str) -> list[dict]:
         with self._lock:

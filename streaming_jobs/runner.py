@@ -7,6 +7,7 @@ materialization metadata.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -22,6 +23,9 @@ from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake import rows_written_since, table_version
 from streaming_jobs.progress import progress_log
 from streaming_jobs.schemas import stream_schema
+
+
+LOG = logging.getLogger(__name__)
 
 
 class StreamRunError(RuntimeError):
@@ -62,7 +66,9 @@ def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
             "Fix the cause and run it again: it resumes from its last committed batch."
         ) from exc
     finally:
-        log.wait_terminated(run_id)
+        if not log.wait_terminated(run_id):
+            LOG.warning("streaming query %s: no termination event within 30 s; recording the "
+                        "progress received so far", name)
         rows = log.take(run_id)
         log.flush(spark, cfg.paths.table("ops", "stream_progress"), rows)
     return rows, time.monotonic() - started

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -71,4 +70,3 @@ def _no_dagster_home_leak(tmp_path, monkeypatch):
     # Dagster code under test must never touch a developer's real Dagster home.
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     (tmp_path / "dagster_home").mkdir(exist_ok=True)
-    os.environ.setdefault("TIDEMARK_SHUFFLE_PARTITIONS", "4")

@@ -41,10 +41,6 @@ class JobSpec:
     thresholds: StateThresholds = field(default_factory=StateThresholds)
     tolerance: float = 0.0  # numeric tolerance for reconciliation of measures
 
-    @property
-    def output_table(self) -> str:
-        return f"gold/{self.name}"
-
     def apply(self, events: DataFrame) -> DataFrame:
         """Run ``build`` with the spec's plain values (window, watermark, TTL...)."""
         bounds = {k: v for k, v in (("watermark", self.state.watermark),
