@@ -22,7 +22,9 @@ from orchestration.instance import prepare_dagster_home
 
 DEMO_MARKER = ".tidemark-demo"
 # The streams the registered jobs read; the main job generates a sample of each.
-DEMO_STREAMS = ("transactions", "rides")
+DEMO_STREAMS = ("transactions", "rides", "clicks")
+# Clicks arrive slower, so users go idle and sessions end within the sample's span.
+DEMO_RATES = {"clicks": 0.5}
 # What `run --fresh` clears: everything a run produced except the Dagster run history.
 RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt")
 # Folders that hold real data: never cleared unless the demo created them.
@@ -77,7 +79,8 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     defs = build_definitions(cfg)
     instance = DagsterInstance.get()
     samples = [(gen, generate(gen)) for gen in (
-        GeneratorConfig(stream=stream, events=events, files=waves, seed=seed)
+        GeneratorConfig(stream=stream, events=events, files=waves, seed=seed,
+                        rate=DEMO_RATES.get(stream, 2.0))
         for stream in DEMO_STREAMS)]
     ok = True
     for wave in range(waves):

@@ -21,11 +21,14 @@ from streaming_jobs.lake import read_table
 # Written out by hand: what the UI must show for the foundation's one stream and one job.
 EXPECTED_ASSETS = {
     "bronze/transactions", "bronze/rides", "bronze/orders", "bronze/payments", "bronze/clicks",
-    "gold/failed_txn_velocity", "gold/zone_revenue_hourly", "ops/stream_progress",
-    "staging/stg_transactions", "staging/stg_rides", "staging/stg_stream_progress",
+    "gold/failed_txn_velocity", "gold/zone_revenue_hourly", "gold/user_sessions",
+    "ops/stream_progress",
+    "staging/stg_transactions", "staging/stg_rides", "staging/stg_clicks",
+    "staging/stg_stream_progress",
     "batch/int_failed_txn_velocity__batch", "batch/int_zone_revenue_hourly__batch",
-    "batch/int_late_events",
-    "recon/recon_failed_txn_velocity", "recon/recon_zone_revenue_hourly", "recon/recon_summary",
+    "batch/int_user_sessions__batch", "batch/int_late_events",
+    "recon/recon_failed_txn_velocity", "recon/recon_zone_revenue_hourly",
+    "recon/recon_user_sessions", "recon/recon_summary",
 }
 MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress"}  # written by the listener, not a step
 
@@ -55,14 +58,18 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     gen, files = sample
     rides_gen = GeneratorConfig(stream="rides", events=2000, files=3, seed=12)
     rides = generate(rides_gen)
+    clicks_gen = GeneratorConfig(stream="clicks", events=2000, files=3, seed=13, rate=0.5)
+    clicks = generate(clicks_gen)
     defs = build_definitions(cfg)
     instance = DagsterInstance.ephemeral()
     write_wave(cfg, gen, files, 0)
     write_wave(cfg, rides_gen, rides, 0)
+    write_wave(cfg, clicks_gen, clicks, 0)
     first = defs.resolve_job_def("streaming_job").execute_in_process(instance=instance)
     assert first.success
     write_wave(cfg, gen, files, 1)
     write_wave(cfg, rides_gen, rides, 1)
+    write_wave(cfg, clicks_gen, clicks, 1)
     result = defs.resolve_job_def("tidemark_all_job").execute_in_process(instance=instance)
     assert result.success
 
@@ -98,7 +105,7 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     assert evaluations and all(ev.passed for ev in evaluations)
     summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
     assert {r.job: r.unexplained_rows for r in summary} == {
-        "failed_txn_velocity": 0, "zone_revenue_hourly": 0}
+        "failed_txn_velocity": 0, "zone_revenue_hourly": 0, "user_sessions": 0}
     assert all(r.rows_compared > 0 and r.late_events_replayed == r.late_events_reported
                for r in summary)
 

@@ -1,0 +1,1 @@
+{{ recon_sessions('user_sessions') }}
