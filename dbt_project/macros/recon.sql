@@ -1,3 +1,21 @@
+{# A job's gold rows per key; a key present twice is a defect, summed here and flagged by
+   stream_rows. #}
+{% macro streamed_by_key(job, keys, measures) -%}
+    select
+        {{ keys | join(', ') }},
+        {% for m in measures %}sum({{ m }}) as {{ m }},
+        {% endfor %}count(*) as stream_rows
+    from {{ source('lake', 'gold_' ~ job) }}
+    group by {{ keys | join(', ') }}
+{%- endmacro %}
+
+{# The job's watermark when the recon runs: windows ending after it are not final yet. #}
+{% macro stream_watermark(job) -%}
+    select max(watermark) as stream_watermark
+    from {{ ref('stg_stream_progress') }}
+    where job = '{{ job }}'
+{%- endmacro %}
+
 {#
   Streamed rows of a windowed job against its batch recomputation, every row in one class.
 
@@ -13,13 +31,7 @@
 
 with streamed as (
 
-    -- a key present twice in gold is a defect: summed here and flagged by stream_rows
-    select
-        {{ keys | join(', ') }},
-        {% for m in measures %}sum({{ m }}) as {{ m }},
-        {% endfor %}count(*) as stream_rows
-    from {{ source('lake', 'gold_' ~ job) }}
-    group by {{ keys | join(', ') }}
+    {{ streamed_by_key(job, keys, measures) }}
 
 ),
 
@@ -31,9 +43,7 @@ batched as (
 
 stream_state as (
 
-    select max(watermark) as stream_watermark
-    from {{ ref('stg_stream_progress') }}
-    where job = '{{ job }}'
+    {{ stream_watermark(job) }}
 
 ),
 

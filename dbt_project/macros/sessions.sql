@@ -52,12 +52,7 @@
 
 with streamed as (
 
-    select
-        {{ keys | join(', ') }},
-        {% for m in measures %}sum({{ m }}) as {{ m }},
-        {% endfor %}count(*) as stream_rows
-    from {{ source('lake', 'gold_' ~ job) }}
-    group by {{ keys | join(', ') }}
+    {{ streamed_by_key(job, keys, measures) }}
 
 ),
 
@@ -67,9 +62,7 @@ on_time as (select * from {{ ref('int_' ~ job ~ '__batch') }} where basis = 'on_
 
 stream_state as (
 
-    select max(watermark) as stream_watermark
-    from {{ ref('stg_stream_progress') }}
-    where job = '{{ job }}'
+    {{ stream_watermark(job) }}
 
 ),
 
