@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test dev summary dbt clean
+.PHONY: setup run test dev summary dbt bench clean
 
 setup: $(JARS)
 
@@ -37,6 +37,11 @@ summary: setup
 # Any dbt command with tidemark's Spark session and job vars, e.g. make dbt ARGS="build -s recon"
 dbt: setup
 	$(BIN)/tidemark-dbt $(ARGS)
+
+# The sliding-window benchmark (BENCHMARKS.md): EVENTS=200000 for a quick run.
+EVENTS ?= 2000000
+bench: setup
+	$(BIN)/python tests/benchmarks/sliding_window.py --events $(EVENTS)
 
 clean:
 	rm -rf .tidemark/data

@@ -36,7 +36,8 @@ def dbt_vars() -> dict:
             continue
         params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
                   "measures": list(spec.measures), "event_time": spec.event_time}
-        for key, value in spec.params.items():
+        bounds = {"watermark": spec.state.watermark, "ttl": spec.state.ttl}
+        for key, value in {**spec.params, **{k: v for k, v in bounds.items() if v}}.items():
             seconds = interval_seconds(value) if isinstance(value, str) else None
             params[f"{key}_seconds" if seconds is not None else key] = (
                 seconds if seconds is not None else value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
@@ -138,6 +139,10 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # Delta replays its log with 50 tasks by default: 20 s of scheduling on two cores.
         "spark.databricks.delta.snapshotPartitions": str(cfg.spark.shuffle_partitions),
         "spark.ui.showConsoleProgress": "false",
+        # Python workers (transformWithState, UDFs) run this interpreter, the one with pandas and
+        # pyarrow installed; otherwise Spark starts whatever `python3` is first on PATH.
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
     }
     if hive_metastore:
         conf.update({
@@ -190,6 +195,9 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
+    # PySpark takes the Python workers' interpreter from the environment when the context starts
+    # (the conf above covers executors on a cluster); without pandas there, transformWithState fails.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
     try:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,12 @@ def cfg(tmp_path, monkeypatch) -> TidemarkConfig:
     return TidemarkConfig.from_env().with_data_root(root)
 
 
+def dbt(*args: str) -> subprocess.CompletedProcess:
+    """tidemark-dbt (dbt with the job registry's vars) on the test's data root."""
+    return subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), *args],
+                          capture_output=True, text=True)
+
+
 def land(cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions") -> Path:
     """Write one landing file of events (dicts become JSON; strings are written as they are)."""
     folder = cfg.paths.landing_dir(stream)
@@ -52,6 +61,14 @@ def txn(event_id: str, user: str, minute: float, status: str = "FAILED", amount:
         "amount": amount, "currency": "USD", "status": status,
         "event_time": f"2026-01-{day:02d}T{hh % 24:02d}:{mm:02d}:{ss:02d}.{millis:03d}Z",
     }
+
+
+def click(event_id: str, user: str, minute: float, amount: float = 0.0) -> dict:
+    """A click at ``minute`` minutes after 2026-01-01T00:00:00Z (a purchase when amount > 0)."""
+    t = datetime(2026, 1, 1) + timedelta(minutes=minute)
+    return {"event_id": event_id, "user_id": user, "page": "/",
+            "action": "purchase" if amount else "view", "amount": amount,
+            "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"}
 
 
 @pytest.fixture

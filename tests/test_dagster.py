@@ -18,17 +18,18 @@ from streaming_jobs.generator import GeneratorConfig, generate
 from streaming_jobs.config import CHECKOUT
 from streaming_jobs.lake import read_table
 
-# Written out by hand: what the UI must show for the foundation's one stream and one job.
+# Written out by hand: what the UI must show for the registered streams and jobs.
 EXPECTED_ASSETS = {
     "bronze/transactions", "bronze/rides", "bronze/orders", "bronze/payments", "bronze/clicks",
     "gold/failed_txn_velocity", "gold/zone_revenue_hourly", "gold/user_sessions",
-    "ops/stream_progress",
+    "gold/user_activity_profile", "ops/stream_progress",
     "staging/stg_transactions", "staging/stg_rides", "staging/stg_clicks",
     "staging/stg_stream_progress",
     "batch/int_failed_txn_velocity__batch", "batch/int_zone_revenue_hourly__batch",
-    "batch/int_user_sessions__batch", "batch/int_late_events",
+    "batch/int_user_sessions__batch", "batch/int_user_activity_profile__batch",
+    "batch/int_late_events",
     "recon/recon_failed_txn_velocity", "recon/recon_zone_revenue_hourly",
-    "recon/recon_user_sessions", "recon/recon_summary",
+    "recon/recon_user_sessions", "recon/recon_user_activity_profile", "recon/recon_summary",
 }
 MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress"}  # written by the listener, not a step
 
@@ -105,7 +106,8 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     assert evaluations and all(ev.passed for ev in evaluations)
     summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
     assert {r.job: r.unexplained_rows for r in summary} == {
-        "failed_txn_velocity": 0, "zone_revenue_hourly": 0, "user_sessions": 0}
+        "failed_txn_velocity": 0, "zone_revenue_hourly": 0, "user_sessions": 0,
+        "user_activity_profile": 0}
     assert all(r.rows_compared > 0 and r.late_events_replayed == r.late_events_reported
                for r in summary)
 

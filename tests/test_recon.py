@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import scenarios
+from conftest import dbt
 from streaming_jobs.lake import read_table
-
-DBT = str(Path(sys.executable).with_name("tidemark-dbt"))
-
-
-def dbt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([DBT, *args], capture_output=True, text=True)
 
 
 @pytest.mark.slow

@@ -6,19 +6,13 @@ from datetime import datetime, timedelta
 
 from pyspark.testing import assertDataFrameEqual
 
-from conftest import land
+from conftest import click, land
 from streaming_jobs.jobs import get_job
 from streaming_jobs.lake import read_table
 from streaming_jobs.runner import run_bronze, run_job
 
 T0 = datetime(2026, 1, 1)
 GAP = timedelta(minutes=5)
-
-
-def click(event_id: str, user: str, minute: float, amount: float = 0.0) -> dict:
-    t = T0 + timedelta(minutes=minute)
-    return {"event_id": event_id, "user_id": user, "page": "/", "action": "purchase" if amount else "view",
-            "amount": amount, "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.000Z")}
 
 
 def sessions(events) -> dict:

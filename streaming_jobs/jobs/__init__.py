@@ -17,7 +17,7 @@ from pathlib import Path
 from streaming_jobs.jobs.spec import JobSpec
 
 # Modules of this package that are shared helpers, not jobs.
-HELPERS = {"spec", "dedup", "intervals"}
+HELPERS = {"spec", "dedup", "intervals", "panes", "sliding", "frames", "epochs"}
 
 
 def _package_modules():

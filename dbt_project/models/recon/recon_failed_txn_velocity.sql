@@ -1,1 +1,1 @@
-{{ recon_windowed('failed_txn_velocity') }}
+{{ recon_by_basis('failed_txn_velocity') }}

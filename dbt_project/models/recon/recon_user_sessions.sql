@@ -1,1 +1,1 @@
-{{ recon_sessions('user_sessions') }}
+{{ recon_by_basis('user_sessions') }}

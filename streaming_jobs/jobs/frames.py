@@ -1,0 +1,20 @@
+"""pandas <-> epoch milliseconds, for the jobs' stateful processors (transformWithState)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def epoch_ms(times: pd.Series) -> np.ndarray:
+    """Epoch milliseconds of a timestamp column (naive UTC or tz-aware alike)."""
+    if len(times) == 0:
+        return np.array([], dtype=np.int64)
+    if getattr(times.dtype, "tz", None) is not None:
+        times = times.dt.tz_convert("UTC").dt.tz_localize(None)
+    return times.to_numpy(dtype="datetime64[ms]").astype(np.int64)
+
+
+def timestamps(ms) -> pd.Series:
+    """UTC timestamps from epoch milliseconds (Spark reads them as TIMESTAMP)."""
+    return pd.Series(pd.to_datetime(np.asarray(ms, dtype=np.int64), unit="ms", utc=True))
