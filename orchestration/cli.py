@@ -22,7 +22,7 @@ from orchestration.instance import prepare_dagster_home
 
 DEMO_MARKER = ".tidemark-demo"
 # The streams the registered jobs read; the main job generates a sample of each.
-DEMO_STREAMS = ("transactions", "rides", "clicks")
+DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 # Clicks arrive slower, so users go idle and sessions end within the sample's span.
 DEMO_RATES = {"clicks": 0.5}
 # What `run --fresh` clears: everything a run produced except the Dagster run history.

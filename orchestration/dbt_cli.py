@@ -16,6 +16,7 @@ import sys
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.jobs import registry
 from streaming_jobs.jobs.intervals import interval_seconds
+from streaming_jobs.schemas import stream_schema
 
 # Commands that run SQL need Spark; parse, ls, clean, debug do not.
 NEEDS_SPARK = {"build", "run", "test", "seed", "snapshot", "show", "compile", "docs", "run-operation"}
@@ -35,7 +36,9 @@ def dbt_vars() -> dict:
         if not (DBT_PROJECT_DIR / "models" / "recon" / f"recon_{name}.sql").exists():
             continue
         params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
-                  "measures": list(spec.measures), "event_time": spec.event_time}
+                  "measures": list(spec.measures), "event_time": spec.event_time,
+                  # each source stream with its own event-time column (lateness replay)
+                  "sources": {s: stream_schema(s).event_time for s in spec.sources}}
         bounds = {"watermark": spec.state.watermark, "ttl": spec.state.ttl}
         for key, value in {**spec.params, **{k: v for k, v in bounds.items() if v}}.items():
             seconds = interval_seconds(value) if isinstance(value, str) else None

@@ -20,24 +20,26 @@ UNLIMITED_FILES = 1_000_000_000
 
 def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataStreamWriter:
     paths = cfg.paths
-    bronze = paths.table("bronze", spec.source)
-    if not table_exists(spark, bronze):
-        raise FileNotFoundError(
-            f"job {spec.name}: its source table {bronze} does not exist yet; materialize "
-            f"bronze/{spec.source} first (it creates the table on its first run)"
-        )
-    events = (
-        spark.readStream.format("delta")
-        .option("maxFilesPerTrigger", UNLIMITED_FILES)
-        .load(str(bronze))
-    )
-    result = spec.apply(events)
+    frames = []
+    for source in spec.sources:
+        bronze = paths.table("bronze", source)
+        if not table_exists(spark, bronze):
+            raise FileNotFoundError(
+                f"job {spec.name}: its source table {bronze} does not exist yet; materialize "
+                f"bronze/{source} first (it creates the table on its first run)"
+            )
+        frames.append(spark.readStream.format("delta")
+                      .option("maxFilesPerTrigger", UNLIMITED_FILES)
+                      .load(str(bronze)))
+    result = spec.apply(*frames)
     target = paths.table("gold", spec.name)
-    ensure_table(spark, target, result.schema)
+    ensure_table(spark, target, result.schema, spec.table_properties, list(spec.partition_by))
     writer = (result.writeStream.queryName(spec.name)
               .option("checkpointLocation", str(paths.checkpoint(spec.name))))
     if spec.output_mode == "append":
         # The Delta sink commits each batch with the checkpoint's batch id: exactly-once.
+        if spec.partition_by:
+            writer = writer.partitionBy(*spec.partition_by)
         return writer.format("delta").outputMode("append").option("path", str(target))
     return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target))
 

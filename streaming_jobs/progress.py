@@ -14,6 +14,7 @@ watermark.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import defaultdict
 from datetime import datetime
@@ -33,6 +34,12 @@ OPERATOR = T.StructType([
     T.StructField("commit_ms", T.LongType()),
     T.StructField("partitions", T.LongType()),
     T.StructField("custom", T.MapType(T.StringType(), T.LongType())),
+])
+
+SOURCE_VERSIONS = T.StructType([
+    T.StructField("source_table", T.StringType()),  # the lake table's name, e.g. "orders"
+    T.StructField("version_from", T.LongType()),  # exclusive
+    T.StructField("version_to", T.LongType()),  # inclusive
 ])
 
 PROGRESS_SCHEMA = T.StructType([
@@ -56,6 +63,7 @@ PROGRESS_SCHEMA = T.StructType([
     T.StructField("state_operators", T.ArrayType(OPERATOR)),
     T.StructField("source_version_from", T.LongType()),
     T.StructField("source_version_to", T.LongType()),
+    T.StructField("source_versions", T.ArrayType(SOURCE_VERSIONS)),
     T.StructField("progress_json", T.StringType()),
 ])
 
@@ -85,6 +93,23 @@ def delta_done_version(offset) -> int | None:
         return None
     version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
     return version - 1 if index < 0 else version
+
+
+_DELTA_SOURCE = re.compile(r"DeltaSource\[(.+)\]")
+
+
+def source_versions(sources: list[dict]) -> list[dict]:
+    """Per Delta source of a batch: its table's name and the bronze versions the batch read."""
+    out = []
+    for source in sources:
+        match = _DELTA_SOURCE.match(source.get("description") or "")
+        if match:
+            out.append({
+                "source_table": match.group(1).rstrip("/").rsplit("/", 1)[-1],
+                "version_from": delta_done_version(source.get("startOffset")),
+                "version_to": delta_done_version(source.get("endOffset")),
+            })
+    return out
 
 
 def progress_row(job: str, progress: dict) -> dict:
@@ -127,6 +152,7 @@ def progress_row(job: str, progress: dict) -> dict:
         "state_operators": operators,
         "source_version_from": delta_done_version(source.get("startOffset")),
         "source_version_to": delta_done_version(source.get("endOffset")),
+        "source_versions": source_versions(sources),
         "progress_json": json.dumps(progress, sort_keys=True),
     }
 
@@ -175,8 +201,10 @@ class ProgressLog(StreamingQueryListener):
 
     def flush(self, spark: SparkSession, table: Path, rows: list[dict]) -> None:
         if rows:
+            # mergeSchema: a data root written by an older tidemark gains the new columns
             (spark.createDataFrame(rows, PROGRESS_SCHEMA)
-             .write.format("delta").mode("append").save(str(table)))
+             .write.format("delta").mode("append").option("mergeSchema", "true")
+             .save(str(table)))
 
 
 _LOGS: dict[int, ProgressLog] = {}

@@ -139,6 +139,9 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # Delta replays its log with 50 tasks by default: 20 s of scheduling on two cores.
         "spark.databricks.delta.snapshotPartitions": str(cfg.spark.shuffle_partitions),
         "spark.ui.showConsoleProgress": "false",
+        # Tables with delta.autoOptimize.autoCompact (the lake ETL jobs) bin-pack a partition
+        # once it holds this many small files (Delta's default, 50, is hours of micro-batches).
+        "spark.databricks.delta.autoCompact.minNumFiles": "10",
         # Python workers (transformWithState, UDFs) run this interpreter, the one with pandas and
         # pyarrow installed; otherwise Spark starts whatever `python3` is first on PATH.
         "spark.pyspark.python": sys.executable,

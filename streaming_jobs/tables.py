@@ -21,10 +21,10 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
     """Create the missing lake tables; returns the ones it created (as layer/name)."""
     paths, created = cfg.paths, []
 
-    def ensure(layer: str, name: str, schema, properties=None) -> None:
+    def ensure(layer: str, name: str, schema, properties=None, partition_by=None) -> None:
         path = paths.table(layer, name)
         if not table_exists(spark, path):
-            ensure_table(spark, path, schema, properties)
+            ensure_table(spark, path, schema, properties, partition_by)
             created.append(f"{layer}/{name}")
 
     for name, stream in STREAMS.items():
@@ -32,6 +32,7 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         ensure("quarantine", name, QUARANTINE_SCHEMA)
     ensure("ops", "stream_progress", PROGRESS_SCHEMA)
     for name, spec in registry().items():
-        empty = spark.createDataFrame([], bronze_schema(STREAMS[spec.source]))
-        ensure("gold", name, spec.apply(empty).schema)
+        empty = [spark.createDataFrame([], bronze_schema(STREAMS[s])) for s in spec.sources]
+        ensure("gold", name, spec.apply(*empty).schema, spec.table_properties,
+               list(spec.partition_by))
     return created

@@ -89,6 +89,6 @@ def test_a_job_without_dbt_models_streams_but_is_left_out_of_reconciliation(user
     reconciled = dbt_vars()["jobs"]
     assert "merchant_failures_10m" not in reconciled
     assert set(reconciled) == {"failed_txn_velocity", "zone_revenue_hourly", "user_sessions",
-                               "user_activity_profile"}
+                               "user_activity_profile", "order_payment_match", "events_by_type"}
     assert reconciled["zone_revenue_hourly"]["keys"] == ["pickup_zone", "window_start", "window_end"]
     assert reconciled["failed_txn_velocity"]["window_seconds"] == 86_400

@@ -22,14 +22,18 @@ from streaming_jobs.lake import read_table
 EXPECTED_ASSETS = {
     "bronze/transactions", "bronze/rides", "bronze/orders", "bronze/payments", "bronze/clicks",
     "gold/failed_txn_velocity", "gold/zone_revenue_hourly", "gold/user_sessions",
-    "gold/user_activity_profile", "ops/stream_progress",
+    "gold/user_activity_profile", "gold/order_payment_match", "gold/events_by_type",
+    "ops/stream_progress",
     "staging/stg_transactions", "staging/stg_rides", "staging/stg_clicks",
+    "staging/stg_orders", "staging/stg_payments",
     "staging/stg_stream_progress",
     "batch/int_failed_txn_velocity__batch", "batch/int_zone_revenue_hourly__batch",
     "batch/int_user_sessions__batch", "batch/int_user_activity_profile__batch",
+    "batch/int_order_payment_match__batch", "batch/int_events_by_type__batch",
     "batch/int_late_events",
     "recon/recon_failed_txn_velocity", "recon/recon_zone_revenue_hourly",
-    "recon/recon_user_sessions", "recon/recon_user_activity_profile", "recon/recon_summary",
+    "recon/recon_user_sessions", "recon/recon_user_activity_profile",
+    "recon/recon_order_payment_match", "recon/recon_events_by_type", "recon/recon_summary",
 }
 MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress"}  # written by the listener, not a step
 
@@ -61,16 +65,23 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     rides = generate(rides_gen)
     clicks_gen = GeneratorConfig(stream="clicks", events=2000, files=3, seed=13, rate=0.5)
     clicks = generate(clicks_gen)
+    orders_gen = GeneratorConfig(stream="orders", events=1500, files=3, seed=14)
+    payments_gen = GeneratorConfig(stream="payments", events=1500, files=3, seed=14)
+    more = [(orders_gen, generate(orders_gen)), (payments_gen, generate(payments_gen))]
     defs = build_definitions(cfg)
     instance = DagsterInstance.ephemeral()
     write_wave(cfg, gen, files, 0)
     write_wave(cfg, rides_gen, rides, 0)
     write_wave(cfg, clicks_gen, clicks, 0)
+    for g, f in more:
+        write_wave(cfg, g, f, 0)
     first = defs.resolve_job_def("streaming_job").execute_in_process(instance=instance)
     assert first.success
     write_wave(cfg, gen, files, 1)
     write_wave(cfg, rides_gen, rides, 1)
     write_wave(cfg, clicks_gen, clicks, 1)
+    for g, f in more:
+        write_wave(cfg, g, f, 1)
     result = defs.resolve_job_def("tidemark_all_job").execute_in_process(instance=instance)
     assert result.success
 
@@ -107,7 +118,7 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
     assert {r.job: r.unexplained_rows for r in summary} == {
         "failed_txn_velocity": 0, "zone_revenue_hourly": 0, "user_sessions": 0,
-        "user_activity_profile": 0}
+        "user_activity_profile": 0, "order_payment_match": 0, "events_by_type": 0}
     assert all(r.rows_compared > 0 and r.late_events_replayed == r.late_events_reported
                for r in summary)
 

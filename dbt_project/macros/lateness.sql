@@ -1,22 +1,28 @@
 {#
   Which stream batch read each bronze row, and was the row behind that batch's watermark?
 
-  Every micro-batch of a job records the bronze versions it read (source_version_from exclusive,
-  source_version_to inclusive) and the watermark Spark used to drop late rows in it (the
-  previous batch's watermark). A bronze row carries its commit version (row tracking), so the
-  batch side can replay the stream's decision row by row.
+  Every micro-batch of a job records, per Delta source, the bronze versions it read
+  (version_from exclusive, version_to inclusive) and the watermark Spark used to drop late rows
+  in it (the previous batch's watermark). A bronze row carries its commit version (row
+  tracking), so the batch side can replay the stream's decision row by row. `source` is the
+  stream the events come from (a join reads several); its event time is the stream's own.
 #}
-{% macro classify_lateness(job, events_ref) -%}
-    {%- set event_time = var('jobs')[job]['event_time'] -%}
+{% macro classify_lateness(job, events_ref, source=none) -%}
+    {%- set source = source or var('jobs')[job]['source'] -%}
+    {%- set event_time = var('jobs')[job]['sources'][source] -%}
     select
         events.*,
         batches.batch_id is not null as seen_by_stream,
         coalesce(events.{{ event_time }} <= batches.late_threshold, false) as is_late
     from {{ events_ref }} as events
-    left join {{ ref('stg_stream_progress') }} as batches
-        on batches.job = '{{ job }}'
-        and events.bronze_version > batches.source_version_from
-        and events.bronze_version <= batches.source_version_to
+    left join (
+        select progress.batch_id, progress.late_threshold, read.version_from, read.version_to
+        from {{ ref('stg_stream_progress') }} as progress
+        lateral view inline(progress.source_versions) read
+        where progress.job = '{{ job }}' and read.source_table = '{{ source }}'
+    ) as batches
+        on events.bronze_version > batches.version_from
+        and events.bronze_version <= batches.version_to
 {%- endmacro %}
 
 {#

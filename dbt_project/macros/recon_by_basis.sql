@@ -131,7 +131,7 @@ select * from final
 {% for k in keys %}{{ left }}.{{ k }} <=> {{ right }}.{{ k }}{% if not loop.last %} and {% endif %}{% endfor %}
 {%- endmacro %}
 
-{# every measure of left within tolerance of right's #}
+{# every measure of left within tolerance of right's (both null counts as equal) #}
 {% macro same_values(left, right, measures, tolerance) -%}
-{% for m in measures %}abs({{ left }}.{{ m }} - {{ right }}.{{ m }}) <= {{ tolerance }}{% if not loop.last %} and {% endif %}{% endfor %}
+{% for m in measures %}coalesce(abs({{ left }}.{{ m }} - {{ right }}.{{ m }}) <= {{ tolerance }}, {{ left }}.{{ m }} is null and {{ right }}.{{ m }} is null){% if not loop.last %} and {% endif %}{% endfor %}
 {%- endmacro %}

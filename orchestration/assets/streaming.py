@@ -64,7 +64,7 @@ def bronze_asset(stream: str) -> AssetsDefinition:
 def job_asset(spec: JobSpec) -> AssetsDefinition:
     @asset(
         key=AssetKey(["gold", spec.name]),
-        deps=[AssetKey(["bronze", spec.source])],
+        deps=[AssetKey(["bronze", source]) for source in spec.sources],
         group_name=STREAMING_GROUP,
         kinds={"spark", "delta"},
         description=spec.description,

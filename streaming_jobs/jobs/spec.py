@@ -40,12 +40,24 @@ class JobSpec:
     params: dict = field(default_factory=dict)  # plain values handed to build(df, **params)
     thresholds: StateThresholds = field(default_factory=StateThresholds)
     tolerance: float = 0.0  # numeric tolerance for reconciliation of measures
+    # More registered streams for jobs that join: build(source, *joins, **params).
+    joins: tuple[str, ...] = ()
+    # The gold table's layout: partition columns and Delta table properties (append jobs).
+    partition_by: tuple[str, ...] = ()
+    table_properties: dict = field(default_factory=dict)
 
-    def apply(self, events: DataFrame) -> DataFrame:
-        """Run ``build`` with the spec's plain values (window, watermark, TTL...)."""
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.joins)
+
+    def apply(self, *events: DataFrame) -> DataFrame:
+        """Run ``build`` on one frame per source with the spec's plain values (window, TTL...)."""
+        if len(events) != len(self.sources):
+            raise ValueError(f"job {self.name} reads {', '.join(self.sources)}: "
+                             f"pass one DataFrame each, got {len(events)}")
         bounds = {k: v for k, v in (("watermark", self.state.watermark),
                                     ("ttl", self.state.ttl)) if v}
-        return self.build(events, **self.params, **bounds)
+        return self.build(*events, **self.params, **bounds)
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("append", "update"):

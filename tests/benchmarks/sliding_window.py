@@ -60,8 +60,9 @@ def expand_change_points(points: DataFrame, slide_s: int, watermark) -> DataFram
     nxt = F.lead("window_end").over(Window.partitionBy("user_id").orderBy("window_end"))
     until = F.coalesce(nxt, F.lit(watermark).cast("timestamp") + step)
     width = F.col("window_end") - F.col("window_start")
-    return (points.where("failed_count > 0")
-            .withColumn("until", until)
+    # the next change point ends a row's span, including a fall to 0: lead before filtering
+    return (points.withColumn("until", until)
+            .where("failed_count > 0")
             .select("user_id", "failed_count", width.alias("width"),
                     F.explode(F.sequence("window_end", F.col("until") - step, step)).alias("end"))
             .select("user_id", (F.col("end") - F.col("width")).alias("window_start"),

@@ -4,23 +4,31 @@
 with
 
 {% for job, params in var('jobs').items() %}
-replay_{{ job }} as (
+{% for source in params['sources'] %}
+replay_{{ job }}__{{ source }} as (
 
     select
         '{{ job }}' as job,
         count_if(is_late) as late_events_replayed,
         count_if(not seen_by_stream) as events_not_yet_read
-    from ({{ classify_lateness(job, ref('stg_' ~ params['source'])) }})
+    from ({{ classify_lateness(job, ref('stg_' ~ source), source) }})
 
 ),
 {% endfor %}
+{% endfor %}
 
+-- a job that joins streams drops late events on each side: its count is their sum
 replayed as (
 
-    {% for job in var('jobs') %}
-    select * from replay_{{ job }}
-    {% if not loop.last %}union all{% endif %}
-    {% endfor %}
+    select job, sum(late_events_replayed) as late_events_replayed,
+        sum(events_not_yet_read) as events_not_yet_read
+    from (
+        {% for job, params in var('jobs').items() %}{% for source in params['sources'] %}
+        select * from replay_{{ job }}__{{ source }}
+        {% if not loop.last %}union all{% endif %}
+        {% endfor %}{% if not loop.last %}union all{% endif %}{% endfor %}
+    )
+    group by job
 
 ),
 

@@ -29,6 +29,7 @@ final as (
         rows_dropped_by_watermark,
         source_version_from,
         source_version_to,
+        source_versions,
         state_rows,
         state_memory_bytes,
         state_disk_bytes

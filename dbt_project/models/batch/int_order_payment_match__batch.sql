@@ -1,0 +1,76 @@
+{%- set job = 'order_payment_match' -%}
+{%- set within_seconds = job_param(job, 'within_seconds') | int -%}
+
+-- Orders and payments matched in batch: a payment pays an order it names within the bound
+-- (either side of the order's time); every order without one is unpaid, every payment without
+-- one names an unknown order. Once over all distinct events (basis all), once over the events
+-- the stream counted on both sides (basis on_time). closes_at: when the stream can emit an
+-- unmatched row (no match can arrive once the watermark passes it); matched pairs go out at once.
+
+with order_events as (
+
+    {{ classify_lateness(job, ref('stg_orders'), 'orders') }}
+
+),
+
+payment_events as (
+
+    {{ classify_lateness(job, ref('stg_payments'), 'payments') }}
+
+),
+
+orders as (
+
+    {{ distinct_events('order_events', ['order_id', 'user_id', 'amount', 'order_time']) }}
+
+),
+
+payments as (
+
+    {{ distinct_events('payment_events', ['payment_id', 'order_id', 'amount', 'payment_time']) }}
+
+),
+
+{% for basis in ['all', 'on_time'] %}
+matched_{{ basis }} as (
+
+    select
+        '{{ basis }}' as basis,
+        coalesce(o.order_id, p.order_id) as order_id,
+        p.payment_id,
+        o.user_id,
+        o.order_time,
+        p.payment_time,
+        o.amount as order_amount,
+        p.amount as payment_amount,
+        case
+            when o.order_id is null then 'unknown_order'
+            when p.payment_id is null then 'unpaid'
+            else 'paid'
+        end as status,
+        case
+            when o.order_id is null
+                then p.payment_time + make_interval(0, 0, 0, 0, 0, 0, {{ within_seconds }})
+            when p.payment_id is null
+                then o.order_time + make_interval(0, 0, 0, 0, 0, 0, {{ within_seconds }})
+        end as closes_at
+    from (select * from orders {% if basis == 'on_time' %}where counted_by_stream{% endif %}) as o
+    full outer join (
+        select * from payments {% if basis == 'on_time' %}where counted_by_stream{% endif %}
+    ) as p
+        on o.order_id = p.order_id
+        and abs(unix_millis(p.payment_time) - unix_millis(o.order_time))
+            <= {{ within_seconds * 1000 }}
+
+),
+{% endfor %}
+
+final as (
+
+    select * from matched_all
+    union all
+    select * from matched_on_time
+
+)
+
+select * from final
