@@ -14,7 +14,6 @@ import os
 import sys
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.jobs import registry
 from streaming_jobs.jobs.intervals import interval_seconds
 from streaming_jobs.schemas import stream_schema
 
@@ -24,17 +23,16 @@ TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
 
 
 def dbt_vars() -> dict:
-    """The registry's jobs that have a recon model, with their spec as plain values.
+    """The jobs dbt reconciles (`reconciled_jobs`), with their spec as plain values.
 
-    A job without ``models/recon/recon_<job>.sql`` still streams; it is just not reconciled
-    (dbt's loops over ``var('jobs')`` would otherwise ref a model that is not there).
+    A job with neither hand-written recon models nor a ``batch_sql`` still streams; it is just
+    not reconciled (dbt's loops over ``var('jobs')`` would otherwise ref a model that is not
+    there).
     """
-    from orchestration.project import DBT_PROJECT_DIR
+    from orchestration.dbt_models import reconciled_jobs
 
     jobs = {}
-    for name, spec in registry().items():
-        if not (DBT_PROJECT_DIR / "models" / "recon" / f"recon_{name}.sql").exists():
-            continue
+    for name, spec in reconciled_jobs().items():
         params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
                   "measures": list(spec.measures), "event_time": spec.event_time,
                   # each source stream with its own event-time column (lateness replay)
@@ -59,12 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = TidemarkConfig.from_env()
     os.environ.setdefault("TIDEMARK_DATA_ROOT", str(cfg.data_root))
-    from orchestration.project import DBT_PROJECT_DIR
+    from orchestration.project import run_project_dir
 
-    os.environ.setdefault("DBT_PROFILES_DIR", str(DBT_PROJECT_DIR))
-    os.environ.setdefault("DBT_PROJECT_DIR", str(DBT_PROJECT_DIR))
+    os.environ.setdefault("DBT_PROFILES_DIR", str(run_project_dir(cfg)))
+    os.environ.setdefault("DBT_PROJECT_DIR", str(run_project_dir(cfg)))
     os.environ.setdefault("DBT_TARGET_PATH", str(cfg.paths.dbt / "target"))
     os.environ.setdefault("DBT_LOG_PATH", str(cfg.paths.dbt / "logs"))
+    from orchestration.dbt_models import sync
+
+    sync(cfg)  # the data root's copy of the project, with the models generated from the registries
     command = next((a for a in args if not a.startswith("-")), None)
     if command in NEEDS_SPARK:
         from streaming_jobs.spark import get_spark

@@ -10,7 +10,12 @@ from dagster_dbt import DbtProject
 
 from streaming_jobs.config import CHECKOUT, TidemarkConfig
 
-DBT_PROJECT_DIR = CHECKOUT / "dbt_project"
+DBT_PROJECT_DIR = CHECKOUT / "dbt_project"  # the project's source, in the checkout
+
+
+def run_project_dir(cfg: TidemarkConfig) -> Path:
+    """The copy dbt runs: the source plus the generated models (orchestration/dbt_models.py)."""
+    return cfg.paths.dbt / "project"
 
 
 def dbt_executable() -> str:
@@ -20,25 +25,19 @@ def dbt_executable() -> str:
 
 def dbt_project(cfg: TidemarkConfig) -> DbtProject:
     return DbtProject(
-        project_dir=DBT_PROJECT_DIR,
-        profiles_dir=DBT_PROJECT_DIR,
+        project_dir=run_project_dir(cfg),
+        profiles_dir=run_project_dir(cfg),
         target_path=cfg.paths.dbt / "target",
     )
 
 
-def _stale(manifest: Path) -> bool:
-    if not manifest.exists():
-        return True
-    built = manifest.stat().st_mtime
-    sources = [p for p in DBT_PROJECT_DIR.rglob("*") if p.suffix in (".sql", ".yml", ".yaml")]
-    jobs = (CHECKOUT / "streaming_jobs" / "jobs").glob("*.py")  # they feed dbt's --vars
-    return any(p.stat().st_mtime > built for p in [*sources, *jobs])
-
-
 def ensure_manifest(cfg: TidemarkConfig) -> Path:
-    """Parse the dbt project (no Spark needed) when its files changed since the last parse."""
+    """Bring the data root's dbt project up to date and parse it (no Spark) if it changed."""
+    from orchestration.dbt_models import sync
+
+    changed = sync(cfg)  # first: the project folder must exist before DbtProject is built
     project = dbt_project(cfg)
-    if _stale(project.manifest_path):
+    if changed or not project.manifest_path.exists():
         result = subprocess.run(
             [dbt_executable(), "parse", "--quiet"],
             env=_dbt_env(cfg, project.target_path),
@@ -46,7 +45,8 @@ def ensure_manifest(cfg: TidemarkConfig) -> Path:
         )
         if result.returncode != 0:
             raise RuntimeError(
-                f"dbt parse of {DBT_PROJECT_DIR} failed; fix the project and run 'make setup':\n"
+                f"dbt parse of {run_project_dir(cfg)} (the data root's copy of {DBT_PROJECT_DIR}) "
+                "failed; fix the project or the job named below and run 'make setup':\n"
                 f"{result.stdout[-4000:]}{result.stderr[-4000:]}"
             )
     return project.manifest_path
@@ -58,8 +58,8 @@ def _dbt_env(cfg: TidemarkConfig, target: Path) -> dict[str, str]:
     return {
         **os.environ,
         "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-        "DBT_PROFILES_DIR": str(DBT_PROJECT_DIR),
-        "DBT_PROJECT_DIR": str(DBT_PROJECT_DIR),
+        "DBT_PROFILES_DIR": str(run_project_dir(cfg)),
+        "DBT_PROJECT_DIR": str(run_project_dir(cfg)),
         "DBT_TARGET_PATH": str(target),
         "DBT_LOG_PATH": str(target),
     }

@@ -9,7 +9,7 @@ from dagster_pyspark import PySparkResource
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.spark import spark_conf, start_session
 
-from orchestration.project import DBT_PROJECT_DIR, dbt_executable
+from orchestration.project import dbt_executable, run_project_dir
 
 
 class TidemarkResource(ConfigurableResource):
@@ -40,8 +40,8 @@ def build_resources(cfg: TidemarkConfig) -> dict:
         "tidemark": TidemarkResource(data_root=str(cfg.data_root)),
         "pyspark": TidemarkSparkResource(spark_config=spark_conf(cfg), data_root=str(cfg.data_root)),
         "dbt": DbtCliResource(
-            project_dir=str(DBT_PROJECT_DIR),
-            profiles_dir=str(DBT_PROJECT_DIR),
+            project_dir=str(run_project_dir(cfg)),
+            profiles_dir=str(run_project_dir(cfg)),
             dbt_executable=dbt_executable(),
         ),
     }

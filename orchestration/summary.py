@@ -11,7 +11,7 @@ from pyspark.sql.window import Window
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.jobs import registry
 from streaming_jobs.lake import read_table, table_exists
-from streaming_jobs.schemas import STREAMS
+from streaming_jobs.jobs import streams
 
 RECON_CLASSES = ("match", "window_open", "late_dropped", "value_mismatch",
                  "missing_in_stream", "missing_in_batch")
@@ -41,7 +41,7 @@ def _count(spark: SparkSession, path) -> int:
 
 def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     paths, out = cfg.paths, Summary()
-    for stream in STREAMS:
+    for stream in streams():
         landing = paths.landing_dir(stream)
         files = sorted(landing.glob("*.jsonl")) if landing.is_dir() else []
         out.landing_lines[stream] = (

@@ -11,10 +11,9 @@ from pyspark.sql import SparkSession
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import QUARANTINE_SCHEMA, bronze_schema
-from streaming_jobs.jobs import registry
+from streaming_jobs.jobs import registry, streams
 from streaming_jobs.lake import ROW_TRACKING, ensure_table, table_exists
 from streaming_jobs.progress import PROGRESS_SCHEMA
-from streaming_jobs.schemas import STREAMS
 
 
 def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
@@ -27,12 +26,13 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
             ensure_table(spark, path, schema, properties, partition_by)
             created.append(f"{layer}/{name}")
 
-    for name, stream in STREAMS.items():
+    known = streams()
+    for name, stream in known.items():
         ensure("bronze", name, bronze_schema(stream), ROW_TRACKING)
         ensure("quarantine", name, QUARANTINE_SCHEMA)
     ensure("ops", "stream_progress", PROGRESS_SCHEMA)
     for name, spec in registry().items():
-        empty = [spark.createDataFrame([], bronze_schema(STREAMS[s])) for s in spec.sources]
+        empty = [spark.createDataFrame([], bronze_schema(known[s])) for s in spec.sources]
         ensure("gold", name, spec.apply(*empty).schema, spec.table_properties,
                list(spec.partition_by))
     return created

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
-from streaming_jobs.config import CHECKOUT
 from streaming_jobs.generator import main as generator_main
+from streaming_jobs.jobs import registry
 from streaming_jobs.schemas import STREAMS
 
 
-def test_dbt_sources_declare_exactly_the_schema_fields():
-    sources = yaml.safe_load((CHECKOUT / "dbt_project" / "models" / "sources.yml").read_text())
-    tables = {t["name"]: t for s in sources["sources"] for t in s["tables"]}
+def test_dbt_sees_every_stream_with_exactly_its_schema_fields(cfg):
+    """dbt's own parse (the manifest Dagster loads) against the declared schemas."""
+    from orchestration.project import ensure_manifest
+
+    manifest = json.loads(ensure_manifest(cfg).read_text())
+    sources = {s["name"]: s for s in manifest["sources"].values()}
+    models = {n["name"]: n for n in manifest["nodes"].values() if n["resource_type"] == "model"}
     for name, schema in STREAMS.items():
-        table = tables[f"bronze_{name}"]
-        assert [c["name"] for c in table["columns"]] == schema.field_names
+        table = sources[f"bronze_{name}"]
+        assert list(table["columns"]) == schema.field_names
         assert table["meta"]["dagster"]["asset_key"] == ["bronze", name]
+        assert f"stg_{name}" in models and models[f"stg_{name}"]["fqn"][1] == "staging"
+    for job in registry():
+        assert sources[f"gold_{job}"]["meta"]["dagster"]["asset_key"] == ["gold", job]
 
 
 def test_generator_command_line_writes_the_files_asked_for(tmp_path, capsys):

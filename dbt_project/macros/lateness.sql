@@ -29,13 +29,13 @@
   One row per distinct event (copies are exact duplicates): the first copy's columns, and
   whether the stream counted it (at least one copy arrived ahead of its watermark).
 #}
-{% macro distinct_events(classified, columns) -%}
+{% macro distinct_events(classified, columns, key='event_id') -%}
     select
-        event_id,
+        {{ key }},
         {% for column in columns %}min_by({{ column }}, bronze_version) as {{ column }},
         {% endfor %}bool_or(not is_late) as counted_by_stream
     from {{ classified }}
-    group by event_id
+    group by {{ key }}
 {%- endmacro %}
 
 {# The sliding windows [start, start + size) that contain event_time, aligned to the epoch. #}

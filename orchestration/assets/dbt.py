@@ -27,8 +27,8 @@ class TidemarkTranslator(DagsterDbtTranslator):
 
 
 def build_dbt_assets(cfg: TidemarkConfig):
+    manifest = ensure_manifest(cfg)  # first: it writes the data root's copy of the project
     project = dbt_project(cfg)
-    manifest = ensure_manifest(cfg)
 
     @dbt_assets(manifest=manifest, project=project, dagster_dbt_translator=TidemarkTranslator(),
                 name="tidemark_dbt")

@@ -8,10 +8,9 @@ did (Dagster plots the numeric values over time).
 
 from dagster import AssetKey, AssetsDefinition, AssetSpec, MaterializeResult, MetadataValue, asset
 
-from streaming_jobs.jobs import registry
+from streaming_jobs.jobs import registry, streams
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.runner import RunMetrics, run_bronze, run_job
-from streaming_jobs.schemas import STREAMS
 
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
 
@@ -86,6 +85,6 @@ def job_asset(spec: JobSpec) -> AssetsDefinition:
 
 def streaming_assets() -> list:
     return [
-        *(bronze_asset(stream) for stream in STREAMS),
+        *(bronze_asset(stream) for stream in streams()),
         *(job_asset(spec) for spec in registry().values()),
     ]

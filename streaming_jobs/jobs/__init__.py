@@ -1,9 +1,15 @@
-"""The job registry: every module that declares a ``SPEC`` is a job.
+"""The registries: every stream and every job tidemark knows, from one place.
 
 Jobs come from this package and from the folders in ``TIDEMARK_JOBS_PATH`` (separated by
-``:``), where a team keeps its own jobs outside the checkout. Adding a job is adding one module
-(a docstring, a pure ``build`` and a ``SPEC``); the runner and the Dagster assets pick it up
-from `registry()`.
+``:``), where a team keeps its own jobs outside the checkout. A job is one file:
+
+- a Python module with a docstring, a pure ``build`` and a ``SPEC`` (`JobSpec`), or
+- a SQL file: a header of ``-- key: value`` lines (the spec) above one Spark SQL query over
+  the source's events (see `streaming_jobs.jobs.sql_job`).
+
+A module in those folders may also declare streams (``STREAM`` or ``STREAMS``, `StreamSchema`):
+a landing folder of JSON lines with its schema. The runner, the Dagster assets and the
+generated dbt models all pick them up from `registry()` and `streams()`.
 """
 
 from __future__ import annotations
@@ -13,11 +19,14 @@ import importlib.util
 import os
 import pkgutil
 from pathlib import Path
+from types import ModuleType
 
 from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.schemas import STREAMS, StreamSchema
 
 # Modules of this package that are shared helpers, not jobs.
-HELPERS = {"spec", "dedup", "intervals", "panes", "sliding", "frames", "epochs"}
+HELPERS = {"spec", "dedup", "intervals", "panes", "sliding", "frames", "epochs", "sql_job"}
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def _package_modules():
@@ -26,34 +35,80 @@ def _package_modules():
             yield f"{__name__}.{info.name}", importlib.import_module(f"{__name__}.{info.name}")
 
 
-def _path_modules():
+def job_folders() -> list[Path]:
+    """The folders of ``TIDEMARK_JOBS_PATH``, checked."""
+    folders = []
     for folder in filter(None, os.environ.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep)):
-        folder_path = Path(folder)
-        if not folder_path.is_dir():
+        path = Path(folder)
+        if not path.is_dir():
             raise FileNotFoundError(
                 f"TIDEMARK_JOBS_PATH names {folder}, which is not a folder; fix the variable")
-        for file in sorted(folder_path.glob("*.py")):
-            name = f"tidemark_user_jobs.{file.stem}"
-            spec = importlib.util.spec_from_file_location(name, file)
+        folders.append(path)
+    return folders
+
+
+def _files(suffix: str) -> list[Path]:
+    return [f for folder in job_folders() for f in sorted(folder.glob(f"*{suffix}"))]
+
+
+# Loaded user modules by file and modification time: a module runs once per version of its file.
+_LOADED: dict[tuple[str, float], ModuleType] = {}
+
+
+def _path_modules():
+    for file in _files(".py"):
+        key = (str(file), file.stat().st_mtime)
+        if key not in _LOADED:
+            spec = importlib.util.spec_from_file_location(f"tidemark_user_jobs.{file.stem}", file)
             module = importlib.util.module_from_spec(spec)
             try:
                 spec.loader.exec_module(module)
             except Exception as exc:
                 raise ImportError(f"job module {file} failed to load: {exc}") from exc
-            yield str(file), module
+            _LOADED[key] = module
+        yield str(file), _LOADED[key]
+
+
+def _sql_specs():
+    from streaming_jobs.jobs.sql_job import load_sql_job
+
+    for file in [*sorted(PACKAGE_DIR.glob("*.sql")), *_files(".sql")]:
+        yield str(file), load_sql_job(file)
+
+
+def streams() -> dict[str, StreamSchema]:
+    """The built-in streams and those declared in the job folders."""
+    known, where = dict(STREAMS), {name: "streaming_jobs/schemas.py" for name in STREAMS}
+    for origin, module in _path_modules():
+        declared = getattr(module, "STREAMS", None) or [getattr(module, "STREAM", None)]
+        for stream in declared:
+            if isinstance(stream, StreamSchema):
+                if stream.name in known:
+                    raise ValueError(
+                        f"stream {stream.name!r} is declared twice ({where[stream.name]} and "
+                        f"{origin}); rename one of them")
+                known[stream.name], where[stream.name] = stream, origin
+    return known
 
 
 def registry() -> dict[str, JobSpec]:
     specs: dict[str, JobSpec] = {}
     where: dict[str, str] = {}
-    for origin, module in [*_package_modules(), *_path_modules()]:
-        spec = getattr(module, "SPEC", None)
+    modules = [(o, getattr(m, "SPEC", None)) for o, m in [*_package_modules(), *_path_modules()]]
+    for origin, spec in [*modules, *_sql_specs()]:
         if isinstance(spec, JobSpec):
             if spec.name in specs:
                 raise ValueError(
                     f"job name {spec.name!r} is declared twice ({where[spec.name]} and {origin}); "
                     "rename one of them")
             specs[spec.name], where[spec.name] = spec, origin
+    known = streams()
+    for name, spec in specs.items():
+        unknown = [s for s in spec.sources if s not in known]
+        if unknown:
+            raise ValueError(
+                f"job {name} ({where[name]}) reads {', '.join(unknown)}, which no registered "
+                f"stream declares; registered streams: {', '.join(sorted(known))}")
     return dict(sorted(specs.items()))
 
 

@@ -45,6 +45,23 @@ class JobSpec:
     # The gold table's layout: partition columns and Delta table properties (append jobs).
     partition_by: tuple[str, ...] = ()
     table_properties: dict = field(default_factory=dict)
+    # The same definition in Spark SQL, for reconciliation: a query over one relation per
+    # source, named after the stream (``events`` too for a single source), holding each
+    # distinct event once. tidemark generates the job's batch and recon dbt models from it.
+    batch_sql: str | None = None
+    # When a key the stream has not emitted yet is still expected later (recon's window_open),
+    # as a SQL condition on the truth row t, the on-time row o and the stream state s
+    # (stream_watermark). None: window_end after the watermark if the keys have window_end,
+    # otherwise never (the job emits rows as soon as it reads their events).
+    open_when: str | None = None
+
+    @property
+    def recon_open_when(self) -> str:
+        if self.open_when:
+            return self.open_when
+        if "window_end" in self.keys:
+            return "coalesce(t.window_end, o.window_end) > s.stream_watermark"
+        return "false"
 
     @property
     def sources(self) -> tuple[str, ...]:
