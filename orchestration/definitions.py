@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
+from dagster import (AssetSelection, DefaultScheduleStatus, Definitions, ScheduleDefinition,
+                     define_asset_job, in_process_executor)
 
 from streaming_jobs.config import TidemarkConfig
 
-from orchestration.assets.dbt import build_dbt_assets
+from orchestration.assets.dbt import RECON_GROUP, build_dbt_assets
 from orchestration.assets.streaming import STREAM_PROGRESS, STREAMING_GROUP, streaming_assets
 from orchestration.resources import build_resources
 
@@ -24,12 +25,33 @@ streaming_job = define_asset_job(
     description="Ingest and run every streaming job incrementally (no reconciliation).",
 )
 
+reconciliation_job = define_asset_job(
+    "reconciliation_job",
+    selection=AssetSelection.groups(RECON_GROUP),
+    executor_def=in_process_executor,
+    description="Recompute every job's aggregates in batch with dbt and reconcile them with "
+                "what the streams wrote (no streaming).",
+)
+
+
+def reconciliation_schedule(cfg: TidemarkConfig) -> ScheduleDefinition:
+    """Reconciliation on a cron (TIDEMARK_RECON_CRON, default hourly, UTC)."""
+    return ScheduleDefinition(
+        name="reconciliation_schedule",
+        job=reconciliation_job,
+        cron_schedule=cfg.recon_cron,
+        execution_timezone="UTC",
+        default_status=DefaultScheduleStatus.RUNNING,
+        description=f"Reconcile every streamed table with its batch recomputation ({cfg.recon_cron}).",
+    )
+
 
 def build_definitions(cfg: TidemarkConfig | None = None) -> Definitions:
     cfg = cfg or TidemarkConfig.from_env()
     return Definitions(
         assets=[*streaming_assets(), build_dbt_assets(cfg), STREAM_PROGRESS],
-        jobs=[tidemark_all_job, streaming_job],
+        jobs=[tidemark_all_job, streaming_job, reconciliation_job],
+        schedules=[reconciliation_schedule(cfg)],
         resources=build_resources(cfg),
     )
 

@@ -13,6 +13,7 @@ Environment variables (all optional):
 - ``TIDEMARK_JARS_CACHE``       where resolved jars are cached (default ``<checkout>/.tidemark/ivy``)
 - ``TIDEMARK_EXTRA_PACKAGES``   more Maven coordinates for Spark, comma-separated (e.g. Kafka)
 - ``TIDEMARK_SHUFFLE_PARTITIONS`` shuffle partitions (default 4: two cores, a little headroom)
+- ``TIDEMARK_RECON_CRON``       when the reconciliation schedule runs (default hourly, UTC)
 """
 
 from __future__ import annotations
@@ -103,10 +104,20 @@ class SparkSettings:
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
+def _parse_cron(raw: str) -> str:
+    fields = raw.split()
+    if len(fields) != 5:
+        raise ConfigError(
+            f"TIDEMARK_RECON_CRON={raw!r} is not a cron string; write five fields, e.g. "
+            "'0 * * * *' (hourly) or '*/15 * * * *' (every 15 minutes)")
+    return " ".join(fields)
+
+
 @dataclass(frozen=True)
 class TidemarkConfig:
     data_root: Path
     spark: SparkSettings = field(default_factory=SparkSettings)
+    recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
 
     @property
     def paths(self) -> Paths:
@@ -138,4 +149,5 @@ class TidemarkConfig:
             extra_conf=_parse_spark_conf(env.get("TIDEMARK_SPARK_CONF", "")),
         )
         root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
-        return cls(data_root=root, spark=spark)
+        return cls(data_root=root, spark=spark,
+                   recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")))

@@ -35,7 +35,8 @@ EXPECTED_ASSETS = {
     "recon/recon_user_sessions", "recon/recon_user_activity_profile",
     "recon/recon_order_payment_match", "recon/recon_events_by_type", "recon/recon_summary",
 }
-MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress"}  # written by the listener, not a step
+MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress"}
+EXPECTED_ASSETS_KEYS = [AssetKey(k.split("/")) for k in sorted(EXPECTED_ASSETS)]  # written by the listener, not a step
 
 
 def test_definitions_load_with_assets_checks_and_jobs(cfg):
@@ -122,6 +123,18 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     assert all(r.rows_compared > 0 and r.late_events_replayed == r.late_events_reported
                for r in summary)
 
+    # Automation: once everything is reconciled, new gold requests its reconciliation.
+    from dagster import evaluate_automation_conditions
+
+    quiet = evaluate_automation_conditions(defs=defs, instance=instance)
+    write_wave(cfg, gen, files, 2)
+    assert defs.resolve_job_def("streaming_job").execute_in_process(instance=instance).success
+    after = evaluate_automation_conditions(defs=defs, instance=instance, cursor=quiet.cursor)
+    requested = {k.to_user_string() for k in EXPECTED_ASSETS_KEYS if after.get_num_requested(k)}
+    assert {"staging/stg_transactions", "batch/int_failed_txn_velocity__batch",
+            "recon/recon_failed_txn_velocity", "recon/recon_summary"} <= requested
+    assert not {k for k in requested if k.split("/")[0] in ("bronze", "gold")}
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -154,3 +167,28 @@ def test_webserver_serves_every_asset_over_graphql(cfg, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatch):
+    from dagster import build_schedule_context
+
+    from orchestration.definitions import build_definitions
+    from streaming_jobs.config import ConfigError, TidemarkConfig
+
+    defs = build_definitions(cfg)
+    schedule = defs.resolve_schedule_def("reconciliation_schedule")
+    assert schedule.cron_schedule == "0 * * * *" and schedule.execution_timezone == "UTC"
+    tick = schedule.evaluate_tick(build_schedule_context())
+    assert len(tick.run_requests) == 1 and schedule.job_name == "reconciliation_job"
+    assert tick.run_requests[0].job_name in (None, "reconciliation_job")  # None: the schedule's own
+    job = defs.resolve_job_def("reconciliation_job")
+    selected = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
+    assert "recon/recon_failed_txn_velocity" in selected
+    assert not {k for k in selected if k.split("/")[0] in ("bronze", "gold")}
+
+    monkeypatch.setenv("TIDEMARK_RECON_CRON", "*/15 * * * *")
+    every_15 = build_definitions(TidemarkConfig.from_env().with_data_root(cfg.data_root))
+    assert every_15.resolve_schedule_def("reconciliation_schedule").cron_schedule == "*/15 * * * *"
+    monkeypatch.setenv("TIDEMARK_RECON_CRON", "hourly")
+    with pytest.raises(ConfigError, match="TIDEMARK_RECON_CRON"):
+        TidemarkConfig.from_env()

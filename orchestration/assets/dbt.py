@@ -4,13 +4,17 @@
 import os
 from typing import Any, Mapping, Optional
 
-from dagster import AssetExecutionContext, AssetKey
+from dagster import AssetExecutionContext, AssetKey, AssetSelection, AutomationCondition
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
 from streaming_jobs.config import TidemarkConfig
 
+from orchestration.assets.streaming import STREAM_PROGRESS
 from orchestration.project import dbt_project, ensure_manifest
 from orchestration.resources import TidemarkResource
+
+
+RECON_GROUP = "reconciliation"
 
 
 class TidemarkTranslator(DagsterDbtTranslator):
@@ -23,7 +27,14 @@ class TidemarkTranslator(DagsterDbtTranslator):
         return super().get_asset_key(dbt_resource_props)
 
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> Optional[str]:
-        return "reconciliation"
+        return RECON_GROUP
+
+    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]):
+        # Reconcile as soon as what a model reads changed: a gold or bronze materialization
+        # requests the staging, batch and recon models downstream of it in one run. The progress
+        # table is written by the listener, never materialized by a run: it must not count as a
+        # missing dependency that holds everything back.
+        return AutomationCondition.eager().ignore(AssetSelection.keys(STREAM_PROGRESS.key))
 
 
 def build_dbt_assets(cfg: TidemarkConfig):
