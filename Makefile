@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test dev summary dbt bench clean
+.PHONY: setup run test dev summary recon dbt bench clean
 
 setup: $(JARS)
 
@@ -33,6 +33,9 @@ dev: setup
 
 summary: setup
 	$(BIN)/tidemark summary
+
+recon: setup
+	$(BIN)/tidemark recon
 
 # Any dbt command with tidemark's Spark session and job vars, e.g. make dbt ARGS="build -s recon"
 dbt: setup

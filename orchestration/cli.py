@@ -3,6 +3,7 @@
     tidemark setup             resolve and cache the jars, prepare the Dagster home, parse dbt
     tidemark run               the main job on the embedded default (see `run`)
     tidemark summary           rows per table and the latest reconciliation, for the data root
+    tidemark recon             the latest reconciliation report of every job (exit 1 if unexplained)
     tidemark dev               the Dagster UI on 127.0.0.1:3000 (PORT to change)
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
 """
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--fresh", action="store_true",
                        help="clear the data root's run state first (keeps Dagster history)")
     sub.add_parser("summary", help="rows per table and the latest reconciliation")
+    sub.add_parser("recon", help="the latest reconciliation report of every job")
     dev_p = sub.add_parser("dev", help="the Dagster UI and daemon on 127.0.0.1")
     dev_p.add_argument("--port", type=int, default=3000)
     sub.add_parser("generate", help="write landing files", add_help=False)
@@ -147,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
 
             print(render(collect(get_spark(cfg), cfg), cfg))
             return 0
+        if args.command == "recon":
+            from orchestration.summary import collect_recon, recon_lines
+
+            summary = collect_recon(get_spark(cfg), cfg)
+            print("\n".join([f"tidemark reconciliation (data root {cfg.data_root})",
+                             *recon_lines(summary)]))
+            return 1 if summary.unexplained else 0
         if args.command == "dev":
             return dev(cfg, args.port)
         from streaming_jobs.generator import main as generator_main

@@ -9,12 +9,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.jobs import registry
+from streaming_jobs.jobs import registry, streams
 from streaming_jobs.lake import read_table, table_exists
-from streaming_jobs.jobs import streams
 
-RECON_CLASSES = ("match", "window_open", "late_dropped", "value_mismatch",
-                 "missing_in_stream", "missing_in_batch")
+from orchestration.recon_report import RECON_CLASSES
 
 
 @dataclass
@@ -55,7 +53,13 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             out.quarantine_reasons[stream] = {r["r"]: r["count"] for r in reasons}
     for name in registry():
         out.gold_rows[name] = _count(spark, paths.table("gold", name))
-    history = paths.dbt_table("recon", "recon_summary")
+    out.recon = collect_recon(spark, cfg).recon
+    return out
+
+
+def collect_recon(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
+    """The latest row of recon_summary (the reconciliation history) per job."""
+    out, history = Summary(), cfg.paths.dbt_table("recon", "recon_summary")
     if table_exists(spark, history):
         latest = (read_table(spark, history)
                   .withColumn("rank", F.row_number().over(
@@ -77,14 +81,21 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
             lines.append(f"      quarantined: {count:,} x {reason}")
     for job, rows in summary.gold_rows.items():
         lines.append(f"  gold/{job}: {rows:,} rows")
+    lines += recon_lines(summary)
+    return "\n".join(lines)
+
+
+def recon_lines(summary: Summary) -> list[str]:
+    """The latest reconciliation of every job, and the closing line."""
+    lines = []
     for job, r in summary.recon.items():
         classes = ", ".join(f"{c} {r[c + '_rows']:,}" for c in RECON_CLASSES)
         lines.append(f"  recon {job}: {classes}")
         lines.append(f"      late events: {r['late_events_replayed']:,} found by batch replay, "
                      f"{r['late_events_reported']:,} dropped by the stream; watermark "
-                     f"{r['stream_watermark']}")
+                     f"{r['stream_watermark']}; reconciled {r['reconciled_at']}")
     if not summary.recon:
         lines.append("  no reconciliation has run yet")
     lines.append(f"reconciliation: {summary.compared} rows compared, "
                  f"{summary.unexplained} unexplained")
-    return "\n".join(lines)
+    return lines

@@ -78,7 +78,8 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
     recon_row = {"rows_compared": 10, "unexplained_rows": 2, "match_rows": 5, "window_open_rows": 2,
                  "late_dropped_rows": 1, "value_mismatch_rows": 1, "missing_in_stream_rows": 1,
                  "missing_in_batch_rows": 0, "late_events_replayed": 3, "late_events_reported": 3,
-                 "stream_watermark": "2026-01-01 01:00:00"}
+                 "stream_watermark": "2026-01-01 01:00:00",
+                 "reconciled_at": "2026-01-01 02:00:00"}
     summary = Summary(landing_lines={"transactions": 100, "rides": 7},
                       bronze_rows={"transactions": 95, "rides": 5},
                       quarantine_rows={"transactions": 5, "rides": 1},
@@ -91,6 +92,20 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
     assert any("rides: 7 landing lines = 5 bronze rows + 1 quarantined (DOES NOT HOLD)" in t for t in text)
     assert any("5 x invalid JSON" in t for t in text)
     assert text[-1] == "reconciliation: 14 rows compared, 2 unexplained"
+    assert any("reconciled 2026-01-01 02:00:00" in t for t in text)
+
+
+def test_recon_metadata_gives_numbers_to_plot_and_a_table():
+    from orchestration.recon_report import recon_metadata
+
+    counts = {"match": 6, "window_open": 2, "late_dropped": 1, "value_mismatch": 1,
+              "missing_in_stream": 0, "missing_in_batch": 0}
+    meta = recon_metadata(counts)
+    assert meta["rows_compared"].value == 10 and meta["unexplained_rows"].value == 1
+    assert meta["late_dropped_rows"].value == 1 and meta["missing_in_batch_rows"].value == 0
+    table = meta["recon_classes"].value.splitlines()
+    assert "| match | 6 | 60.0% | yes |" in table
+    assert "| value_mismatch | 1 | 10.0% | no |" in table
 
 
 def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatch):

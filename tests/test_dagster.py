@@ -113,6 +113,14 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
         "job = 'failed_txn_velocity'")
     assert gold["checkpoint_batch_id"] == progress.agg({"batch_id": "max"}).collect()[0][0]
 
+    recon = metadata(result, ["recon", "recon_failed_txn_velocity"])
+    classes = {r.recon_class: r["count"] for r in read_table(
+        spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity"))
+        .groupBy("recon_class").count().collect()}
+    assert recon["rows_compared"] == sum(classes.values()) > 0
+    assert recon["match_rows"] == classes.get("match", 0) and recon["unexplained_rows"] == 0
+    assert "| late_dropped |" in recon["recon_classes"]
+
     evaluations = [e.event_specific_data for e in result.all_events
                    if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     assert evaluations and all(ev.passed for ev in evaluations)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import pytest
 
 import scenarios
-from conftest import dbt
+from conftest import dbt, land, txn
+from streaming_jobs.runner import run_bronze
 from streaming_jobs.lake import read_table
 
 
 @pytest.mark.slow
 def test_recon_classifies_late_and_open_windows(spark, cfg):
     reported_late, _ = scenarios.run_waves(spark, cfg)
+    # Bronze moves on before the job runs again (as on a schedule): reconciliation is as of the
+    # stream's position, so these rows change nothing and are counted as not yet read.
+    land(cfg, "wave-3.jsonl", [txn("n1", "u1", 40), txn("n2", "u4", 1700), txn("n3", "u2", 126)])
+    run_bronze(spark, cfg, "transactions")
 
     result = dbt("build")
     assert result.returncode == 0, result.stdout[-3000:]
@@ -27,6 +32,9 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
     row = summary[0]
     assert row.unexplained_rows == 0 and row.rows_compared == len(expected)
     assert row.late_events_replayed == row.late_events_reported == reported_late == 1
+    late = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
+        "job = 'failed_txn_velocity'").collect()[0]
+    assert late.events_not_yet_read == 3
 
     # A second reconciliation appends to the history instead of replacing it.
     assert dbt("build", "--select", "recon_summary").returncode == 0

@@ -6,8 +6,10 @@
   in it (the previous batch's watermark). A bronze row carries its commit version (row
   tracking), so the batch side can replay the stream's decision row by row. `source` is the
   stream the events come from (a join reads several); its event time is the stream's own.
+  read_only keeps only the rows the stream has read: reconciliation is as of the stream's
+  position, so a recon that runs while bronze is ahead of the job explains nothing away.
 #}
-{% macro classify_lateness(job, events_ref, source=none) -%}
+{% macro classify_lateness(job, events_ref, source=none, read_only=true) -%}
     {%- set source = source or var('jobs')[job]['source'] -%}
     {%- set event_time = var('jobs')[job]['sources'][source] -%}
     select
@@ -15,14 +17,23 @@
         batches.batch_id is not null as seen_by_stream,
         coalesce(events.{{ event_time }} <= batches.late_threshold, false) as is_late
     from {{ events_ref }} as events
-    left join (
+    left join ({{ batches_read(job, source) }}) as batches
+        on events.bronze_version > batches.version_from
+        and events.bronze_version <= batches.version_to
+    {% if read_only -%}
+    -- as of the stream's position: bronze rows it has not read yet are no part of either side
+    where events.bronze_version <= (
+        select coalesce(max(version_to), -1) from ({{ batches_read(job, source) }})
+    )
+    {%- endif %}
+{%- endmacro %}
+
+{# Each committed batch of a job: the versions of one source it read, and its late threshold. #}
+{% macro batches_read(job, source) -%}
         select progress.batch_id, progress.late_threshold, read.version_from, read.version_to
         from {{ ref('stg_stream_progress') }} as progress
         lateral view inline(progress.source_versions) read
         where progress.job = '{{ job }}' and read.source_table = '{{ source }}'
-    ) as batches
-        on events.bronze_version > batches.version_from
-        and events.bronze_version <= batches.version_to
 {%- endmacro %}
 
 {#

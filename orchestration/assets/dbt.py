@@ -4,14 +4,16 @@
 import os
 from typing import Any, Mapping, Optional
 
-from dagster import AssetExecutionContext, AssetKey, AssetSelection, AutomationCondition
+from dagster import AssetExecutionContext, AssetKey, AssetSelection, AutomationCondition, Output
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
 from streaming_jobs.config import TidemarkConfig
 
 from orchestration.assets.streaming import STREAM_PROGRESS
+from orchestration.dbt_models import reconciled_jobs
 from orchestration.project import dbt_project, ensure_manifest
-from orchestration.resources import TidemarkResource
+from orchestration.recon_report import recon_counts, recon_metadata
+from orchestration.resources import TidemarkResource, TidemarkSparkResource
 
 
 RECON_GROUP = "reconciliation"
@@ -40,15 +42,24 @@ class TidemarkTranslator(DagsterDbtTranslator):
 def build_dbt_assets(cfg: TidemarkConfig):
     manifest = ensure_manifest(cfg)  # first: it writes the data root's copy of the project
     project = dbt_project(cfg)
+    jobs = set(reconciled_jobs())
 
     @dbt_assets(manifest=manifest, project=project, dagster_dbt_translator=TidemarkTranslator(),
                 name="tidemark_dbt")
     def tidemark_dbt(context: AssetExecutionContext, dbt: DbtCliResource,
-                     tidemark: TidemarkResource):
+                     tidemark: TidemarkResource, pyspark: TidemarkSparkResource):
         run_cfg = tidemark.config()
         # The dbt subprocess inherits the environment: this is how it finds the run's data root.
         os.environ["TIDEMARK_DATA_ROOT"] = str(run_cfg.data_root)
         target = run_cfg.paths.dbt / "target" / f"run-{context.run.run_id[:8]}"
-        yield from dbt.cli(["build"], context=context, target_path=target).stream()
+        for event in dbt.cli(["build"], context=context, target_path=target).stream():
+            if isinstance(event, Output):
+                key = context.asset_key_for_output(event.output_name)
+                job = key.path[-1].removeprefix("recon_")
+                if key.path[0] == "recon" and job in jobs:
+                    # the recon table was just built: its classes, plotted run after run
+                    counts = recon_counts(pyspark.spark_session, run_cfg, job)
+                    event = event.with_metadata({**event.metadata, **recon_metadata(counts)})
+            yield event
 
     return tidemark_dbt

@@ -11,7 +11,7 @@ replay_{{ job }}__{{ source }} as (
         '{{ job }}' as job,
         count_if(is_late) as late_events_replayed,
         count_if(not seen_by_stream) as events_not_yet_read
-    from ({{ classify_lateness(job, ref('stg_' ~ source), source) }})
+    from ({{ classify_lateness(job, ref('stg_' ~ source), source, read_only=false) }})
 
 ),
 {% endfor %}
