@@ -34,6 +34,7 @@ def dbt_vars() -> dict:
     jobs = {}
     for name, spec in reconciled_jobs().items():
         params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
+                  "warn_share": spec.recon_warn_share,
                   "measures": list(spec.measures), "event_time": spec.event_time,
                   # each source stream with its own event-time column (lateness replay)
                   "sources": {s: stream_schema(s).event_time for s in spec.sources}}

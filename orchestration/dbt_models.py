@@ -206,7 +206,11 @@ def job_models_yml(jobs: dict[str, JobSpec]) -> str:
             "name": f"recon_{name}",
             "description": f"Streamed {name} rows against the batch recomputation, joined on "
                            f"({', '.join(spec.keys)}), each row in exactly one recon_class.",
-            "data_tests": [{"no_unexplained_rows": {"config": {"severity": "error"}}}],
+            "data_tests": [
+                {"no_unexplained_rows": {"config": {"severity": "error"}}},
+                {"explained_share_at_most": {"arguments": {"job": name},
+                                             "config": {"severity": "warn"}}},
+            ],
             "columns": [{"name": "recon_class", "description": "the one class of the row",
                          "data_tests": ["not_null", {"accepted_values": {"arguments": {
                              "values": list(RECON_CLASSES)}}}]}],

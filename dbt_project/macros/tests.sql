@@ -19,3 +19,15 @@
     group by {{ columns | join(', ') }}
     having count(*) > 1
 {% endtest %}
+
+{# Warns (severity warn) when more of the rows compared are explained than the job's
+   recon_warn_share: many windows still open or many events late. Not a defect; a signal. #}
+{% test explained_share_at_most(model, job) %}
+    {%- set share = var('jobs')[job]['warn_share'] -%}
+    select
+        count(*) as rows_compared,
+        count_if(recon_class in ('window_open', 'late_dropped')) as explained_rows,
+        {{ share }} as warn_share
+    from {{ model }}
+    having count_if(recon_class in ('window_open', 'late_dropped')) > {{ share }} * count(*)
+{% endtest %}

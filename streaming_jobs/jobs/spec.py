@@ -40,6 +40,9 @@ class JobSpec:
     params: dict = field(default_factory=dict)  # plain values handed to build(df, **params)
     thresholds: StateThresholds = field(default_factory=StateThresholds)
     tolerance: float = 0.0  # numeric tolerance for reconciliation of measures
+    # Reconciliation warns (a non-blocking check) when more than this share of the rows
+    # compared is explained (window_open + late_dropped): many open windows or late events.
+    recon_warn_share: float = 0.5
     # More registered streams for jobs that join: build(source, *joins, **params).
     joins: tuple[str, ...] = ()
     # The gold table's layout: partition columns and Delta table properties (append jobs).
