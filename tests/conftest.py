@@ -71,6 +71,17 @@ def click(event_id: str, user: str, minute: float, amount: float = 0.0) -> dict:
             "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"}
 
 
+def clicks_per_user(events) -> dict[str, list[tuple[datetime, float]]]:
+    """Distinct clicks (first copy of each event id) per user, as sorted (time, amount)."""
+    seen, by_user = set(), {}
+    for e in events:
+        if e["event_id"] not in seen:
+            seen.add(e["event_id"])
+            by_user.setdefault(e["user_id"], []).append(
+                (datetime.fromisoformat(e["event_time"][:-1]), e["amount"]))
+    return {user: sorted(clicks) for user, clicks in by_user.items()}
+
+
 @pytest.fixture
 def sample(cfg) -> tuple[GeneratorConfig, list[list[str]]]:
     """A small generated sample (not yet written)."""

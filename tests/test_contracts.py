@@ -121,3 +121,14 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 1
     finally:
         instance.dispose()
+
+
+def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):
+    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(tmp_path / "data")}
+    tidemark = str(Path(sys.executable).with_name("tidemark"))
+    result = subprocess.run([tidemark, "recon"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2:] == ["  no reconciliation has run yet",
+                          "reconciliation: 0 rows compared, 0 unexplained"]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import click, dbt, land
+from conftest import click, clicks_per_user, dbt, land
 from streaming_jobs.jobs import get_job
 from streaming_jobs.lake import read_table
 from streaming_jobs.runner import run_bronze, run_job
@@ -18,15 +18,8 @@ TTL = timedelta(minutes=30)
 
 def profiles(events) -> dict:
     """Per user: the last run of sorted distinct clicks with no pause longer than the TTL."""
-    seen, by_user = set(), {}
-    for e in events:
-        if e["event_id"] not in seen:
-            seen.add(e["event_id"])
-            by_user.setdefault(e["user_id"], []).append(
-                (datetime.fromisoformat(e["event_time"][:-1]), e["amount"]))
     out = {}
-    for user, clicks in by_user.items():
-        clicks.sort()
+    for user, clicks in clicks_per_user(events).items():
         current = [clicks[0]]
         for t, amount in clicks[1:]:
             if t - current[-1][0] > TTL:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from pyspark.testing import assertDataFrameEqual
 
-from conftest import click, land
+from conftest import click, clicks_per_user, land
 from streaming_jobs.jobs import get_job
 from streaming_jobs.lake import read_table
 from streaming_jobs.runner import run_bronze, run_job
@@ -17,15 +17,8 @@ GAP = timedelta(minutes=5)
 
 def sessions(events) -> dict:
     """Plain Python: per user, split sorted distinct clicks where the pause exceeds the gap."""
-    seen, by_user = set(), {}
-    for e in events:
-        if e["event_id"] not in seen:
-            seen.add(e["event_id"])
-            by_user.setdefault(e["user_id"], []).append(
-                (datetime.fromisoformat(e["event_time"][:-1]), e["amount"]))
     out = {}
-    for user, clicks in by_user.items():
-        clicks.sort()
+    for user, clicks in clicks_per_user(events).items():
         groups = [[clicks[0]]]
         for t, amount in clicks[1:]:
             if t - groups[-1][-1][0] > GAP:
