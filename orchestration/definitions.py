@@ -9,6 +9,7 @@ from streaming_jobs.config import TidemarkConfig
 
 from orchestration.assets.dbt import RECON_GROUP, build_dbt_assets
 from orchestration.assets.streaming import STREAM_PROGRESS, STREAMING_GROUP, streaming_assets
+from orchestration.continuous import continuous_streaming_job
 from orchestration.resources import build_resources
 
 # One process for a run's steps: every Spark step shares one SparkSession (one JVM).
@@ -50,7 +51,7 @@ def build_definitions(cfg: TidemarkConfig | None = None) -> Definitions:
     cfg = cfg or TidemarkConfig.from_env()
     return Definitions(
         assets=[*streaming_assets(), build_dbt_assets(cfg), STREAM_PROGRESS],
-        jobs=[tidemark_all_job, streaming_job, reconciliation_job],
+        jobs=[tidemark_all_job, streaming_job, reconciliation_job, continuous_streaming_job],
         schedules=[reconciliation_schedule(cfg)],
         resources=build_resources(cfg),
     )

@@ -21,11 +21,14 @@ from streaming_jobs.gold import gold_writer
 from streaming_jobs.ingestion import bronze_writer, query_name
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake import rows_written_since, table_version
+from streaming_jobs.operations.failures import record_failure
+from streaming_jobs.operations.locks import checkpoint_lock
 from streaming_jobs.progress import progress_log
 from streaming_jobs.schemas import stream_schema
 
 
 LOG = logging.getLogger(__name__)
+INCREMENTAL = "an incremental run"
 
 
 class StreamRunError(RuntimeError):
@@ -52,7 +55,14 @@ class RunMetrics:
 
 
 def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
-                       writer: DataStreamWriter) -> tuple[list[dict], float]:
+                       writer: DataStreamWriter, holder: str) -> tuple[list[dict], float]:
+    checkpoint = cfg.paths.checkpoint(name)
+    with checkpoint_lock(checkpoint, holder):
+        return _available_now(spark, cfg, name, writer)
+
+
+def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
+                   writer: DataStreamWriter) -> tuple[list[dict], float]:
     log = progress_log(spark)
     checkpoint = cfg.paths.checkpoint(name)
     started = time.monotonic()
@@ -61,6 +71,7 @@ def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
     try:
         query.awaitTermination()
     except Exception as exc:  # noqa: BLE001 - re-raised with the query named
+        record_failure(spark, cfg, name, run_id, str(exc))
         raise StreamRunError(
             f"streaming query {name} failed (checkpoint {checkpoint}): {exc}. "
             "Fix the cause and run it again: it resumes from its last committed batch."
@@ -74,7 +85,7 @@ def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
     return rows, time.monotonic() - started
 
 
-def _metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int | None,
+def metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int | None,
              output_rows: int | None = None, quarantined: int = 0) -> RunMetrics:
     data = [r for r in rows if r["num_input_rows"] is not None]
     last = rows[-1] if rows else {}
@@ -96,23 +107,25 @@ def _metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int 
     )
 
 
-def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str) -> RunMetrics:
+def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
+               holder: str = INCREMENTAL) -> RunMetrics:
     """Ingest everything in ``landing/<stream>`` not yet ingested."""
     name = query_name(stream)
     writer, sink = bronze_writer(spark, cfg, stream_schema(stream))
-    rows, seconds = _run_available_now(spark, cfg, name, writer)
-    return _metrics(
+    rows, seconds = _run_available_now(spark, cfg, name, writer, holder)
+    return metrics(
         name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)),
         output_rows=sum(good for good, _ in sink.written.values()),
         quarantined=sum(bad for _, bad in sink.written.values()),
     )
 
 
-def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> RunMetrics:
+def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
+            holder: str = INCREMENTAL) -> RunMetrics:
     """Process every bronze row the job has not seen yet, then stop."""
     writer = gold_writer(spark, cfg, spec)
     target = cfg.paths.table("gold", spec.name)
     before = table_version(spark, target)
-    rows, seconds = _run_available_now(spark, cfg, spec.name, writer)
-    return _metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
+    rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder)
+    return metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
                     output_rows=rows_written_since(spark, target, before))

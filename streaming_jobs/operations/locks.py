@@ -1,0 +1,60 @@
+"""Checkpoint ownership: exactly one run at a time may drive a job's checkpoint.
+
+The lock is an ``flock`` on ``checkpoints/<job>.lock``. The operating system releases it when
+its holder exits, however it exits, so a crashed run never leaves a stale lock behind. The file
+also says who holds it (run, process, host, since when), for the refusal message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+class CheckpointBusy(RuntimeError):
+    """Another run owns the checkpoint; the message says which and what to do."""
+
+
+def lock_path(checkpoint: Path) -> Path:
+    return checkpoint.with_name(f"{checkpoint.name}.lock")
+
+
+def owner(checkpoint: Path) -> dict | None:
+    """Who holds (or last held) the lock, as written by the holder."""
+    try:
+        return json.loads(lock_path(checkpoint).read_text() or "null")
+    except (OSError, ValueError):
+        return None
+
+
+@contextmanager
+def checkpoint_lock(checkpoint: Path, holder: str):
+    """Hold ``checkpoint``'s lock for the block, or raise `CheckpointBusy` at once."""
+    path = lock_path(checkpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held for the block
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held = owner(checkpoint) or {}
+            raise CheckpointBusy(
+                f"checkpoint {checkpoint} is owned by {held.get('holder', 'another run')} "
+                f"(pid {held.get('pid', '?')} on {held.get('host', '?')}, since "
+                f"{held.get('since', '?')}); exactly one run may drive a job's checkpoint. "
+                "Stop that run first (terminate it in Dagster, or Ctrl-C the command), then "
+                "start this one again."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"holder": holder, "pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the flock
