@@ -10,7 +10,10 @@ from streaming_jobs.config import TidemarkConfig
 from orchestration.assets.dbt import RECON_GROUP, build_dbt_assets
 from orchestration.assets.streaming import STREAM_PROGRESS, STREAMING_GROUP, streaming_assets
 from orchestration.continuous import continuous_streaming_job
+from orchestration.recovery import recovery_job, savepoint_job, savepoint_schedule
 from orchestration.resources import build_resources
+from orchestration.sensors import (checkpoint_health_sensor, ops_checks, state_size_sensor,
+                                   streaming_restart_sensor)
 
 # One process for a run's steps: every Spark step shares one SparkSession (one JVM).
 tidemark_all_job = define_asset_job(
@@ -21,7 +24,8 @@ tidemark_all_job = define_asset_job(
 )
 streaming_job = define_asset_job(
     "streaming_job",
-    selection=AssetSelection.groups(STREAMING_GROUP),
+    # the ops checks run in the sensors (and the whole-graph job), not after every wave
+    selection=AssetSelection.groups(STREAMING_GROUP).without_checks(),
     executor_def=in_process_executor,
     description="Ingest and run every streaming job incrementally (no reconciliation).",
 )
@@ -51,8 +55,11 @@ def build_definitions(cfg: TidemarkConfig | None = None) -> Definitions:
     cfg = cfg or TidemarkConfig.from_env()
     return Definitions(
         assets=[*streaming_assets(), build_dbt_assets(cfg), STREAM_PROGRESS],
-        jobs=[tidemark_all_job, streaming_job, reconciliation_job, continuous_streaming_job],
-        schedules=[reconciliation_schedule(cfg)],
+        asset_checks=ops_checks(),
+        jobs=[tidemark_all_job, streaming_job, reconciliation_job, continuous_streaming_job,
+              recovery_job, savepoint_job],
+        schedules=[reconciliation_schedule(cfg), savepoint_schedule(cfg)],
+        sensors=[checkpoint_health_sensor, state_size_sensor, streaming_restart_sensor],
         resources=build_resources(cfg),
     )
 

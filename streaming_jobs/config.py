@@ -14,6 +14,15 @@ Environment variables (all optional):
 - ``TIDEMARK_EXTRA_PACKAGES``   more Maven coordinates for Spark, comma-separated (e.g. Kafka)
 - ``TIDEMARK_SHUFFLE_PARTITIONS`` shuffle partitions (default 4: two cores, a little headroom)
 - ``TIDEMARK_RECON_CRON``       when the reconciliation schedule runs (default hourly, UTC)
+- ``TIDEMARK_SAVEPOINT_CRON``   when savepoints of every job are taken (default hourly at :30)
+- ``TIDEMARK_SAVEPOINTS_KEEP``  savepoints kept per job (default 3)
+- ``TIDEMARK_STALL_SECONDS``    a batch in flight longer than this is stalled (default 900)
+- ``TIDEMARK_IDLE_SECONDS``     no commit for this long while the source has data (default 3600)
+- ``TIDEMARK_GROWTH_HORIZON_HOURS`` warn when state reaches critical within this (default 6)
+- ``TIDEMARK_RESTART_ATTEMPTS`` restarts of a failed streaming run before giving up (default 3)
+- ``TIDEMARK_RESTART_BACKOFF_SECONDS`` wait before the first restart; doubles each time (default 60)
+- ``TIDEMARK_ALERT_WEBHOOK_URL`` / ``TIDEMARK_ALERT_WEBHOOK_TOKEN`` where alerts are POSTed
+  (read at delivery time only, never stored or logged; see `operations.alerts`)
 """
 
 from __future__ import annotations
@@ -104,13 +113,55 @@ class SparkSettings:
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
-def _parse_cron(raw: str) -> str:
+def _parse_cron(raw: str, name: str = "TIDEMARK_RECON_CRON") -> str:
     fields = raw.split()
     if len(fields) != 5:
         raise ConfigError(
-            f"TIDEMARK_RECON_CRON={raw!r} is not a cron string; write five fields, e.g. "
+            f"{name}={raw!r} is not a cron string; write five fields, e.g. "
             "'0 * * * *' (hourly) or '*/15 * * * *' (every 15 minutes)")
     return " ".join(fields)
+
+
+@dataclass(frozen=True)
+class OpsSettings:
+    """Operating limits: sensors, savepoints, restarts."""
+
+    savepoint_cron: str = "30 * * * *"
+    savepoints_keep: int = 3
+    stall_seconds: float = 900.0
+    idle_seconds: float = 3600.0
+    growth_horizon_hours: float = 6.0
+    restart_attempts: int = 3
+    restart_backoff_seconds: float = 60.0
+
+
+def _number(env: dict, name: str, default, kind=float):
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+        if value < 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a non-negative "
+                          f"{'whole number' if kind is int else 'number'}") from None
+    return value
+
+
+def _ops_settings(env: dict) -> OpsSettings:
+    d = OpsSettings()
+    return OpsSettings(
+        savepoint_cron=_parse_cron(env.get("TIDEMARK_SAVEPOINT_CRON", d.savepoint_cron),
+                                   "TIDEMARK_SAVEPOINT_CRON"),
+        savepoints_keep=_number(env, "TIDEMARK_SAVEPOINTS_KEEP", d.savepoints_keep, int),
+        stall_seconds=_number(env, "TIDEMARK_STALL_SECONDS", d.stall_seconds),
+        idle_seconds=_number(env, "TIDEMARK_IDLE_SECONDS", d.idle_seconds),
+        growth_horizon_hours=_number(env, "TIDEMARK_GROWTH_HORIZON_HOURS", d.growth_horizon_hours),
+        restart_attempts=_number(env, "TIDEMARK_RESTART_ATTEMPTS", d.restart_attempts, int),
+        restart_backoff_seconds=_number(env, "TIDEMARK_RESTART_BACKOFF_SECONDS",
+                                        d.restart_backoff_seconds),
+    )
 
 
 @dataclass(frozen=True)
@@ -118,6 +169,7 @@ class TidemarkConfig:
     data_root: Path
     spark: SparkSettings = field(default_factory=SparkSettings)
     recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
+    ops: OpsSettings = field(default_factory=OpsSettings)
 
     @property
     def paths(self) -> Paths:
@@ -150,4 +202,5 @@ class TidemarkConfig:
         )
         root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
         return cls(data_root=root, spark=spark,
-                   recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")))
+                   recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
+                   ops=_ops_settings(env))

@@ -41,15 +41,18 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
         if spec.partition_by:
             writer = writer.partitionBy(*spec.partition_by)
         return writer.format("delta").outputMode("append").option("path", str(target))
-    return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target))
+    return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
 
 
 class UpsertBatch:
     """foreachBatch for update-mode jobs: MERGE the batch's rows on the job's keys."""
 
-    def __init__(self, spec: JobSpec, target) -> None:
+    def __init__(self, spec: JobSpec, target, cfg: TidemarkConfig) -> None:
+        from streaming_jobs.operations.savepoints import restore_epoch
+
         self.keys, self.target = spec.keys, target
-        self.app_id = f"tidemark.gold.{spec.name}"
+        epoch = restore_epoch(cfg, spec.name)  # a restored checkpoint replays under new keys
+        self.app_id = f"tidemark.gold.{spec.name}" + (f".restore{epoch}" if epoch else "")
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()

@@ -1,0 +1,152 @@
+"""Checkpoint health, read from the checkpoint's files and ``ops/*`` (no query is started).
+
+`check_checkpoint` returns the findings for one query's checkpoint:
+
+- ``checkpoint_corrupt`` (critical): ``metadata``, an ``offsets/N`` or ``commits/N`` file, or
+  the state files of the last committed batch, missing or unreadable. The query cannot restart
+  (or would restart as a new query and lose its exactly-once bookkeeping): restore a savepoint.
+- ``query_failed`` (critical): the query's latest run ended with an error (``ops/stream_failures``),
+  after its last commit.
+- ``batch_stalled`` (warning): a run owns the checkpoint and its batch in flight was planned
+  (``offsets/N``) more than ``stall_seconds`` ago without a commit.
+- ``falling_behind`` (warning): its source has bronze versions it has not read, and its last
+  commit is older than ``idle_seconds``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.lake import read_table, table_exists, table_version
+from streaming_jobs.operations.locks import lock_path
+
+CRITICAL, WARNING = "critical", "warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    severity: str
+    message: str
+
+
+def _ids(folder: Path) -> list[int]:
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+def _log_file_error(path: Path) -> str | None:
+    """Why a checkpoint log file (``v1`` then JSON lines) cannot be read, or None."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path.name}: unreadable ({type(exc).__name__})"
+    if not lines or not lines[0].startswith("v"):
+        return f"{path.parent.name}/{path.name}: no version header (truncated or overwritten)"
+    try:
+        for line in lines[1:]:
+            json.loads(line)
+    except ValueError:
+        return f"{path.parent.name}/{path.name}: not valid JSON"
+    return None
+
+
+def is_running(checkpoint: Path) -> bool:
+    """True when a run holds the checkpoint's lock (see `locks`)."""
+    path = lock_path(checkpoint)
+    if not path.exists():
+        return False
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def structural_findings(checkpoint: Path) -> list[Finding]:
+    """Missing or unreadable checkpoint files (the part that needs no Spark)."""
+    if not checkpoint.exists():
+        return []  # never ran: nothing to check
+    problems = []
+    metadata = checkpoint / "metadata"
+    try:
+        json.loads(metadata.read_text())["id"]
+    except (OSError, ValueError, KeyError):
+        problems.append("metadata: missing or unreadable (the query's id is lost)")
+    offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
+    for folder, ids in (("offsets", offsets), ("commits", commits)):
+        for batch in ids:
+            error = _log_file_error(checkpoint / folder / str(batch))
+            if error:
+                problems.append(error)
+    if commits and commits[-1] not in offsets:
+        problems.append(f"offsets/{commits[-1]}: missing for committed batch {commits[-1]}")
+    state = checkpoint / "state"
+    if commits and state.is_dir():
+        version = commits[-1] + 1  # batch N commits state version N + 1
+        for partition in sorted(p for op in state.iterdir() if op.name.isdigit()
+                                for p in op.iterdir() if p.name.isdigit()):
+            names = {p.name for p in partition.iterdir()}
+            if not {f"{version}.changelog", f"{version}.zip", f"{version}.delta",
+                    f"{version}.snapshot"} & names:
+                problems.append(f"state/{partition.parent.name}/{partition.name}: no files for "
+                                f"version {version} (last committed batch {commits[-1]})")
+    return [Finding("checkpoint_corrupt", CRITICAL, f"checkpoint {checkpoint}: {p}") for p in problems]
+
+
+def check_checkpoint(spark: SparkSession, cfg: TidemarkConfig, query: str,
+                     sources: tuple[str, ...] = (), *, stall_seconds: float = 900.0,
+                     idle_seconds: float = 3600.0, now: float | None = None) -> list[Finding]:
+    """Every finding for ``query``'s checkpoint (``sources``: the bronze tables it reads)."""
+    now = time.time() if now is None else now
+    checkpoint = cfg.paths.checkpoint(query)
+    findings = structural_findings(checkpoint)
+    if not checkpoint.exists() or findings:
+        return findings
+    offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
+    last_commit_at = (checkpoint / "commits" / str(commits[-1])).stat().st_mtime if commits else 0.0
+    running = is_running(checkpoint)
+    if running and offsets and (not commits or offsets[-1] > commits[-1]):
+        planned_at = (checkpoint / "offsets" / str(offsets[-1])).stat().st_mtime
+        if now - planned_at > stall_seconds:
+            findings.append(Finding("batch_stalled", WARNING,
+                                    f"{query}: batch {offsets[-1]} planned {now - planned_at:.0f}s "
+                                    f"ago and not committed (limit {stall_seconds:.0f}s)"))
+    failures = cfg.paths.table("ops", "stream_failures")
+    if table_exists(spark, failures):
+        last = (read_table(spark, failures).where(f"job = '{query}'")
+                .orderBy("failed_at", ascending=False).limit(1).collect())
+        if last and last[0].failed_at.timestamp() > last_commit_at and not running:
+            findings.append(Finding("query_failed", CRITICAL,
+                                    f"{query}: its last run failed at {last[0].failed_at}Z: "
+                                    f"{last[0].error[:500]}"))
+    behind = _unread_sources(spark, cfg, query, sources)
+    if behind and now - last_commit_at > idle_seconds:
+        findings.append(Finding("falling_behind", WARNING,
+                                f"{query}: no commit for {now - last_commit_at:.0f}s while "
+                                f"{', '.join(behind)} has new data (limit {idle_seconds:.0f}s)"))
+    return findings
+
+
+def _unread_sources(spark, cfg, query: str, sources) -> list[str]:
+    """Sources whose bronze table has versions the query's last batch had not read."""
+    progress = cfg.paths.table("ops", "stream_progress")
+    if not sources or not table_exists(spark, progress):
+        return []
+    last = (read_table(spark, progress).where(f"job = '{query}'")
+            .orderBy("batch_id", ascending=False).limit(1).collect())
+    read = {s.source_table: s.version_to for s in (last[0].source_versions or [])} if last else {}
+    behind = []
+    for source in sources:
+        bronze = cfg.paths.table("bronze", source)
+        if table_exists(spark, bronze) and table_version(spark, bronze) > read.get(source, -1):
+            behind.append(f"bronze/{source}")
+    return behind

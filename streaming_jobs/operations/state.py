@@ -1,0 +1,164 @@
+"""State size: readings from ``ops/stream_progress``, thresholds with hysteresis, growth, inspection.
+
+A *reading* is a job's latest micro-batch: per stateful operator its rows, memory and on-disk
+bytes (RocksDB's SST file size). `level` compares a reading with the job's `StateThresholds`:
+rows and bytes (the larger of memory and disk) each against warn and critical. The level only
+falls when the reading is ``hysteresis`` (10 %) under the threshold it crossed, so a reading
+hovering at the line does not flap.
+
+`growth` fits a line through the job's recent readings (rows against wall time) and says when,
+at that rate, state reaches the critical row threshold.
+
+`inspect` reads the checkpoint itself through Spark's ``state-metadata`` and ``statestore``
+readers: per operator its store, partitions and batch range, rows, and the largest keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.jobs.spec import StateThresholds
+from streaming_jobs.lake import read_table, table_exists
+
+LEVELS = ("ok", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class OperatorReading:
+    operator: str
+    rows: int
+    memory_bytes: int
+    disk_bytes: int
+
+
+@dataclass(frozen=True)
+class Reading:
+    job: str
+    batch_id: int
+    ts: datetime
+    operators: tuple[OperatorReading, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(o.rows for o in self.operators)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(o.memory_bytes for o in self.operators)
+
+    @property
+    def disk_bytes(self) -> int:
+        return sum(o.disk_bytes for o in self.operators)
+
+
+def _reading(row) -> Reading:
+    ops = tuple(OperatorReading(o.operator, o.rows or 0, o.memory_bytes or 0,
+                                (o.custom or {}).get("rocksdbSstFileSize", 0))
+                for o in (row.state_operators or []))
+    return Reading(row.job, row.batch_id, row.ts, ops)
+
+
+def history(spark: SparkSession, cfg: TidemarkConfig, job: str, last: int = 20) -> list[Reading]:
+    """The job's last ``last`` readings (batches with state operators), oldest first."""
+    progress = cfg.paths.table("ops", "stream_progress")
+    if not table_exists(spark, progress):
+        return []
+    rows = (read_table(spark, progress)
+            .where(F.col("job") == job).where(F.size("state_operators") > 0)
+            .orderBy(F.col("ts").desc(), F.col("batch_id").desc()).limit(last).collect())
+    return [_reading(r) for r in reversed(rows)]
+
+
+def level(reading: Reading, limits: StateThresholds, previous: str = "ok",
+          hysteresis: float = 0.1) -> tuple[str, str]:
+    """The reading's level and why, given the level it had (for hysteresis)."""
+    size = max(reading.memory_bytes, reading.disk_bytes)
+    checks = (("critical", reading.rows, limits.critical_rows, "rows"),
+              ("critical", size, limits.critical_bytes, "bytes"),
+              ("warning", reading.rows, limits.warn_rows, "rows"),
+              ("warning", size, limits.warn_bytes, "bytes"))
+    for name, value, limit, unit in checks:
+        # Above the line: this level. Held at a level already: stay until clearly under it.
+        held = LEVELS.index(previous) >= LEVELS.index(name)
+        if value > limit or (held and value > limit * (1 - hysteresis)):
+            return name, (f"state {unit} {value:,} {'>' if value > limit else 'still near'} "
+                          f"{name} threshold {limit:,} (batch {reading.batch_id})")
+    return "ok", (f"state rows {reading.rows:,} / bytes {size:,} under warn thresholds "
+                  f"{limits.warn_rows:,} rows / {limits.warn_bytes:,} bytes")
+
+
+@dataclass(frozen=True)
+class Growth:
+    rows_per_hour: float
+    hours_to_critical: float | None  # None: not growing
+
+
+def growth(readings: list[Reading], limits: StateThresholds) -> Growth | None:
+    """Least-squares rows/hour over the readings; None with fewer than 3 spread in time."""
+    points = [(r.ts.timestamp() / 3600.0, float(r.rows)) for r in readings]
+    if len(points) < 3 or points[-1][0] - points[0][0] <= 0:
+        return None
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_r = sum(r for _, r in points) / n
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return None
+    slope = sum((t - mean_t) * (r - mean_r) for t, r in points) / spread
+    current = points[-1][1]
+    if slope <= 0 or current >= limits.critical_rows:
+        return Growth(slope, None)
+    return Growth(slope, (limits.critical_rows - current) / slope)
+
+
+@dataclass
+class OperatorState:
+    operator_id: int
+    operator: str
+    store: str
+    partitions: int
+    min_batch: int
+    max_batch: int
+    variables: list[str] = field(default_factory=list)
+    rows: int = 0
+    largest: list[tuple[str, int]] = field(default_factory=list)  # (key as JSON, value bytes)
+
+
+def _state_variables(properties: str | None) -> list[str]:
+    import json
+
+    try:
+        info = json.loads(properties or "{}")
+    except ValueError:
+        return []
+    return [v.get("stateName") for v in info.get("stateVariables", []) if v.get("stateName")]
+
+
+def inspect(spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5) -> list[OperatorState]:
+    """Per stateful operator of the job's checkpoint: what it holds, and its largest keys."""
+    checkpoint = str(cfg.paths.checkpoint(job))
+    if not (cfg.paths.checkpoint(job) / "state").is_dir():
+        return []
+    meta = spark.read.format("state-metadata").load(checkpoint).collect()
+    out = []
+    for m in meta:
+        props = m.asDict().get("operatorProperties")
+        variables = _state_variables(props)
+        op = OperatorState(m.operatorId, m.operatorName, m.stateStoreName, m.numPartitions,
+                           m.minBatchId, m.maxBatchId, variables)
+        reads = [{"stateVarName": v} for v in variables] or [{"storeName": m.stateStoreName}]
+        for options in reads:
+            state = (spark.read.format("statestore").option("operatorId", m.operatorId)
+                     .options(**options).load(checkpoint))
+            sized = state.select(F.to_json(F.struct("key")).alias("key"),
+                                 F.length(F.to_json(F.struct("value"))).alias("bytes"))
+            op.rows += state.count()
+            op.largest += [(r.key, r.bytes) for r in sized.orderBy(F.col("bytes").desc()).limit(top).collect()]
+        op.largest = sorted(op.largest, key=lambda kv: -kv[1])[:top]
+        out.append(op)
+    return out
