@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test dev summary recon dbt bench clean
+.PHONY: setup run test dev summary recon dbt bench bench-recon clean
 
 setup: $(JARS)
 
@@ -45,6 +45,11 @@ dbt: setup
 EVENTS ?= 2000000
 bench: setup
 	$(BIN)/python tests/benchmarks/sliding_window.py --events $(EVENTS)
+
+# The reconciliation benchmark (BENCHMARKS.md): dbt build against the same SQL run plainly.
+RECON_EVENTS ?= 10000000
+bench-recon: setup
+	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS)
 
 clean:
 	rm -rf .tidemark/data

@@ -5,6 +5,13 @@
     tidemark summary           rows per table and the latest reconciliation, for the data root
     tidemark recon             the latest reconciliation report of every job (exit 1 if unexplained)
     tidemark dev               the Dagster UI on 127.0.0.1:3000 (PORT to change)
+    tidemark continuous        run jobs continuously until Ctrl-C (a clean stop)
+    tidemark health            checkpoint findings of every job (exit 1 if any is critical)
+    tidemark state JOB         a job's state per operator, and its largest keys
+    tidemark alerts            recent alerts; --deliver sends the pending ones
+    tidemark savepoint JOB     take a savepoint (--all: every job)
+    tidemark restore JOB       put the latest (or --savepoint NAME) back
+    tidemark rescale JOB N     repartition a stopped job's state into N partitions
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
 """
 
@@ -20,6 +27,7 @@ from streaming_jobs.generator import GeneratorConfig, generate, write_files
 from streaming_jobs.spark import SparkStartupError, get_spark
 
 from orchestration.instance import prepare_dagster_home
+from orchestration.operate import OPERATIONS, OperationError
 
 DEMO_MARKER = ".tidemark-demo"
 # The streams the registered jobs read; the main job generates a sample of each.
@@ -135,6 +143,25 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("recon", help="the latest reconciliation report of every job")
     dev_p = sub.add_parser("dev", help="the Dagster UI and daemon on 127.0.0.1")
     dev_p.add_argument("--port", type=int, default=3000)
+    cont = sub.add_parser("continuous", help="run jobs continuously until Ctrl-C")
+    cont.add_argument("--jobs", default="", help="comma-separated (default: every job)")
+    cont.add_argument("--trigger", type=float, default=10.0, help="trigger interval, seconds")
+    cont.add_argument("--max-seconds", type=float, default=None)
+    sub.add_parser("health", help="checkpoint findings of every job")
+    state_p = sub.add_parser("state", help="a job's state per operator and its largest keys")
+    state_p.add_argument("job")
+    state_p.add_argument("--top", type=int, default=5)
+    alerts_p = sub.add_parser("alerts", help="recent alerts")
+    alerts_p.add_argument("--deliver", action="store_true", help="send the pending ones now")
+    save_p = sub.add_parser("savepoint", help="take a savepoint of a job (between batches)")
+    save_p.add_argument("job", nargs="?")
+    save_p.add_argument("--all", action="store_true")
+    restore_p = sub.add_parser("restore", help="restore a job's savepoint")
+    restore_p.add_argument("job")
+    restore_p.add_argument("--savepoint", help="its folder name (default: the latest)")
+    rescale_p = sub.add_parser("rescale", help="repartition a stopped job's state")
+    rescale_p.add_argument("job")
+    rescale_p.add_argument("partitions", type=int)
     sub.add_parser("generate", help="write landing files", add_help=False)
     args, rest = parser.parse_known_args(argv)
     try:
@@ -158,10 +185,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if summary.unexplained else 0
         if args.command == "dev":
             return dev(cfg, args.port)
+        if args.command in OPERATIONS:
+            from orchestration import operate
+
+            return getattr(operate, args.command)(cfg, args)
         from streaming_jobs.generator import main as generator_main
 
         return generator_main(rest)
-    except (ConfigError, SparkStartupError) as exc:
+    except (ConfigError, SparkStartupError, OperationError) as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
         return 2
 

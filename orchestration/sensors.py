@@ -99,31 +99,33 @@ def checkpoint_health_sensor(context: SensorEvaluationContext):
     return SensorResult(asset_events=events, run_requests=requests)
 
 
-def ops_checks() -> list:
-    """The checks the sensors report, declared on every job's gold asset (also runnable)."""
+def _checks_for(spec: JobSpec) -> list:
     from dagster import AssetCheckResult, asset_check
 
     from orchestration.resources import TidemarkResource, TidemarkSparkResource
 
-    checks = []
-    for spec in registry().values():
-        def _health(pyspark: TidemarkSparkResource, tidemark: TidemarkResource, spec=spec):
-            _, evaluation = checkpoint_health(pyspark.spark_session, tidemark.config(), spec)
-            return AssetCheckResult(passed=evaluation.passed, severity=evaluation.severity,
-                                    metadata=evaluation.metadata)
+    def result(evaluation: AssetCheckEvaluation) -> AssetCheckResult:
+        return AssetCheckResult(passed=evaluation.passed, severity=evaluation.severity,
+                                metadata=evaluation.metadata)
 
-        def _state(pyspark: TidemarkSparkResource, tidemark: TidemarkResource, spec=spec):
-            evaluation = state_evaluation(pyspark.spark_session, tidemark.config(), spec)
-            return AssetCheckResult(passed=evaluation.passed, severity=evaluation.severity,
-                                    metadata=evaluation.metadata)
+    @asset_check(asset=_gold(spec), name=CHECKPOINT_CHECK, blocking=False,
+                 description="checkpoint files readable, batches committing, query not failed "
+                             "(also reported by checkpoint_health_sensor)")
+    def health(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> AssetCheckResult:
+        return result(checkpoint_health(pyspark.spark_session, tidemark.config(), spec)[1])
 
-        checks.append(asset_check(asset=_gold(spec), name=CHECKPOINT_CHECK, blocking=False,
-                                  description="checkpoint files readable, batches committing, "
-                                              "query not failed (checkpoint_health_sensor)")(_health))
-        checks.append(asset_check(asset=_gold(spec), name=STATE_CHECK, blocking=False,
-                                  description="state under the job's warn/critical thresholds "
-                                              "(state_size_sensor)")(_state))
-    return checks
+    @asset_check(asset=_gold(spec), name=STATE_CHECK, blocking=False,
+                 description="state under the job's warn/critical thresholds (also reported "
+                             "by state_size_sensor)")
+    def state(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> AssetCheckResult:
+        return result(state_evaluation(pyspark.spark_session, tidemark.config(), spec))
+
+    return [health, state]
+
+
+def ops_checks() -> list:
+    """The checks the sensors report, declared on every job's gold asset (also runnable)."""
+    return [check for spec in registry().values() for check in _checks_for(spec)]
 
 
 # -- state size -------------------------------------------------------------------------------

@@ -57,7 +57,15 @@ def test_definitions_load_with_assets_checks_and_jobs(cfg):
     assert not graph.get_check_spec(warning).blocking  # a signal, never a stop
     not_null = next(c for c in graph.asset_check_keys if c.name == "not_null_recon_summary_job")
     assert graph.get_check_spec(not_null).blocking  # dbt's default severity is error too
-    assert {j.name for j in defs.resolve_all_job_defs()} >= {"tidemark_all_job", "streaming_job"}
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {
+        "tidemark_all_job", "streaming_job", "reconciliation_job", "continuous_streaming_job",
+        "recovery_job", "savepoint_job"}
+    # the operations sensors report a check per job, declared on its gold asset
+    for job in ("failed_txn_velocity", "events_by_type", "order_payment_match"):
+        assert {(f"gold/{job}", "checkpoint_health"), (f"gold/{job}", "state_size")} <= checks
+    for name in ("checkpoint_health_sensor", "state_size_sensor", "streaming_restart_sensor"):
+        assert defs.resolve_sensor_def(name).name == name
+    assert defs.resolve_schedule_def("savepoint_schedule").cron_schedule == "30 * * * *"
 
 
 @pytest.mark.slow
@@ -115,6 +123,17 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     progress = read_table(spark, cfg.paths.table("ops", "stream_progress")).where(
         "job = 'failed_txn_velocity'")
     assert gold["checkpoint_batch_id"] == progress.agg({"batch_id": "max"}).collect()[0][0]
+    # the state per operator, as Spark's state reader sees it in the checkpoint
+    checkpoint = str(cfg.paths.checkpoint("failed_txn_velocity"))
+    ids = {r.operatorName: r.operatorId
+           for r in spark.read.format("state-metadata").load(checkpoint).collect()}
+    tws, dedup_id = ids["transformWithStateInPandasExec"], ids["dedupeWithinWatermark"]
+    panes = spark.read.format("statestore").option("operatorId", tws).option(
+        "stateVarName", "panes").load(checkpoint).count()
+    dedup = spark.read.format("statestore").option("operatorId", dedup_id).load(checkpoint).count()
+    assert f"| {dedup_id} dedupeWithinWatermark | default | {dedup:,} | 4 |" in gold["state"]
+    assert f"| {tws} transformWithStateInPandasExec | panes" in gold["state"]
+    assert f" | {panes:,} | 4 |" in gold["state"]
 
     recon = metadata(result, ["recon", "recon_failed_txn_velocity"])
     classes = {r.recon_class: r["count"] for r in read_table(

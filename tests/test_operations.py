@@ -219,3 +219,98 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
 
     with pytest.raises(savepoints.SavepointError, match="no savepoint"):
         savepoints.restore(spark, cfg, "user_sessions")
+
+
+@pytest.mark.slow
+def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
+    from argparse import Namespace
+
+    from orchestration import operate
+    from streaming_jobs.operations.rescale import state_partitions
+
+    spec = get_job("events_by_type")
+    first = [click(f"a{i}", f"u{i % 3}", i / 2) for i in range(12)]
+    land(cfg, "a.jsonl", first, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    assert state_partitions(spark, cfg, spec.name) == {4}
+    held = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+
+    # Spark 4.2.0's offline repartitioning leaves the checkpoint as it was: rescale says so
+    # (instead of reporting a success) and the job goes on untouched.
+    with pytest.raises(operate.OperationError, match="returned without rewriting the state"):
+        operate.rescale(cfg, Namespace(job=spec.name, partitions=2))
+    assert state_partitions(spark, cfg, spec.name) == {4}
+    assert len(savepoints.savepoints(cfg, spec.name)) == 1  # taken before the attempt
+    assert spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count() == held
+
+    second = [click(f"b{i}", f"u{i % 3}", 6 + i / 2) for i in range(6)] + [first[-1]]  # a duplicate
+    land(cfg, "b.jsonl", second, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    ids = sorted(r.event_id for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect())
+    assert ids == sorted({e["event_id"] for e in first + second})  # the duplicate was still known
+
+    capsys.readouterr()
+    assert operate.state(cfg, Namespace(job=spec.name, top=2)) == 0
+    out = capsys.readouterr().out
+    rows = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+    assert f"dedupeWithinWatermark (store default): {rows:,} rows, 4 partitions" in out
+    with pytest.raises(operate.OperationError, match="already has 4 partitions"):
+        operate.rescale(cfg, Namespace(job=spec.name, partitions=4))
+
+
+def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, cfg, instance,
+                                                                        monkeypatch):
+    from orchestration.continuous import continuous_streaming_job
+    from orchestration.sensors import ATTEMPT_TAG, streaming_restart_sensor
+
+    bad = {"ops": {"run_continuously": {"config": {"jobs": ["no_such_job"]}}}}
+    failed = continuous_streaming_job.execute_in_process(
+        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False)
+    assert not failed.success
+
+    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
+    waiting = streaming_restart_sensor(build_sensor_context(instance=instance))
+    assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
+    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
+    tick = streaming_restart_sensor(build_sensor_context(instance=instance, cursor=waiting.cursor))
+    [request] = tick.run_requests
+    assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == bad
+    again = streaming_restart_sensor(build_sensor_context(instance=instance, cursor=tick.cursor))
+    assert again.run_requests == []  # one restart per failed run
+
+    # The last allowed attempt failed too: no restart, one critical alert.
+    last = continuous_streaming_job.execute_in_process(
+        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False,
+        tags={ATTEMPT_TAG: "3", "tidemark/restart_of": failed.run_id})
+    assert not last.success
+    final = streaming_restart_sensor(build_sensor_context(instance=instance, cursor=again.cursor))
+    assert final.run_requests == []
+    [alert] = alerts.load(spark, cfg)
+    assert (alert["kind"], alert["severity"]) == ("restart_exhausted", "critical")
+    assert failed.run_id in alert["dedup_key"] and last.run_id in alert["message"]
+
+
+def test_health_finds_a_failed_query_and_a_job_falling_behind(spark, cfg):
+    from streaming_jobs.operations.failures import record_failure
+
+    spec = get_job("events_by_type")
+    land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(3)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    assert check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=0) == []
+    # Bronze moves on and the job does not follow.
+    land(cfg, "b.jsonl", [click("b1", "u1", 5)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    behind = check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=0)
+    assert [f.kind for f in behind] == ["falling_behind"] and "bronze/clicks" in behind[0].message
+    assert check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=3600) == []
+    # Its next run fails (recorded by the runner the same way).
+    record_failure(spark, cfg, spec.name, "run-x", "java.lang.OutOfMemoryError: Java heap space")
+    [failed] = check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=3600)
+    assert (failed.kind, failed.severity) == ("query_failed", "critical")
+    assert "OutOfMemoryError" in failed.message
+    # A successful run commits after the failure: the finding is gone.
+    run_job(spark, cfg, spec)
+    assert check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=0) == []

@@ -43,6 +43,25 @@ def run_metadata(metrics: RunMetrics, table_path: str) -> dict:
     }
 
 
+def state_markdown(spark, cfg, job: str) -> str:
+    """The job's state per operator, read from its checkpoint (`tidemark state JOB` in full)."""
+    from streaming_jobs.operations.state import inspect
+
+    try:
+        operators = inspect(spark, cfg, job, top=3)
+    except Exception as exc:  # noqa: BLE001 - metadata must not fail the materialization
+        return f"state could not be read: {type(exc).__name__}: {str(exc)[:300]}"
+    if not operators:
+        return "no state (stateless, or not run yet)"
+    lines = ["| operator | store / variables | rows | partitions | batches | largest keys (bytes) |",
+             "|---|---|---:|---:|---|---|"]
+    for op in operators:
+        keys = "<br>".join(f"`{k}` ({b:,})" for k, b in op.largest)
+        lines.append(f"| {op.operator_id} {op.operator} | {', '.join(op.variables) or op.store} "
+                     f"| {op.rows:,} | {op.partitions} | {op.min_batch}..{op.max_batch} | {keys} |")
+    return "\n".join(lines)
+
+
 def bronze_asset(stream: str) -> AssetsDefinition:
     @asset(
         key=AssetKey(["bronze", stream]),
@@ -77,8 +96,10 @@ def job_asset(spec: JobSpec) -> AssetsDefinition:
     def _gold(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> MaterializeResult:
         cfg = tidemark.config()
         metrics = run_job(pyspark.spark_session, cfg, spec)
-        return MaterializeResult(
-            metadata=run_metadata(metrics, str(cfg.paths.table("gold", spec.name))))
+        return MaterializeResult(metadata={
+            **run_metadata(metrics, str(cfg.paths.table("gold", spec.name))),
+            "state": MetadataValue.md(state_markdown(pyspark.spark_session, cfg, spec.name)),
+        })
 
     return _gold
 

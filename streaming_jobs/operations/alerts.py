@@ -82,7 +82,12 @@ class DeliverySettings:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    # Naive local time, as PySpark hands timestamps back: comparisons stay in one convention.
+    return datetime.now()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(timezone.utc).isoformat(timespec="seconds") if value else None
 
 
 def _table(cfg: TidemarkConfig):
@@ -194,9 +199,9 @@ def payload(row: dict, event: str) -> dict:
         "kind": row["kind"],
         "severity": row["severity"],
         "message": row["message"],
-        "first_seen": row["first_seen"].isoformat() + "Z",
-        "last_seen": row["last_seen"].isoformat() + "Z",
-        "resolved_at": row["resolved_at"].isoformat() + "Z" if row["resolved_at"] else None,
+        "first_seen": _iso(row["first_seen"]),
+        "last_seen": _iso(row["last_seen"]),
+        "resolved_at": _iso(row["resolved_at"]),
         "resolution": row["resolution"],
     }
 

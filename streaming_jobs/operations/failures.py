@@ -19,6 +19,6 @@ FAILURE_SCHEMA = T.StructType([
 
 def record_failure(spark: SparkSession, cfg: TidemarkConfig, job: str, run_id: str,
                    error: str) -> None:
-    row = (job, run_id, datetime.now(timezone.utc).replace(tzinfo=None), error[:4000])
+    row = (job, run_id, datetime.now(timezone.utc), error[:4000])
     (spark.createDataFrame([row], FAILURE_SCHEMA).write.format("delta").mode("append")
      .save(str(cfg.paths.table("ops", "stream_failures"))))

@@ -94,11 +94,16 @@ def structural_findings(checkpoint: Path) -> list[Finding]:
         version = commits[-1] + 1  # batch N commits state version N + 1
         for partition in sorted(p for op in state.iterdir() if op.name.isdigit()
                                 for p in op.iterdir() if p.name.isdigit()):
-            names = {p.name for p in partition.iterdir()}
-            if not {f"{version}.changelog", f"{version}.zip", f"{version}.delta",
-                    f"{version}.snapshot"} & names:
-                problems.append(f"state/{partition.parent.name}/{partition.name}: no files for "
-                                f"version {version} (last committed batch {commits[-1]})")
+            # a join keeps several stores per partition, one folder each
+            stores = [d for d in partition.iterdir() if d.is_dir()
+                      and not d.name.startswith(("_", ".")) and d.name != "SSTs"]
+            for store in stores or [partition]:
+                names = {p.name for p in store.iterdir()}
+                if not {f"{version}.changelog", f"{version}.zip", f"{version}.delta",
+                        f"{version}.snapshot"} & names:
+                    where = store.relative_to(state)
+                    problems.append(f"state/{where}: no files for version {version} "
+                                    f"(last committed batch {commits[-1]})")
     return [Finding("checkpoint_corrupt", CRITICAL, f"checkpoint {checkpoint}: {p}") for p in problems]
 
 
@@ -126,7 +131,7 @@ def check_checkpoint(spark: SparkSession, cfg: TidemarkConfig, query: str,
                 .orderBy("failed_at", ascending=False).limit(1).collect())
         if last and last[0].failed_at.timestamp() > last_commit_at and not running:
             findings.append(Finding("query_failed", CRITICAL,
-                                    f"{query}: its last run failed at {last[0].failed_at}Z: "
+                                    f"{query}: its last run failed at {last[0].failed_at}: "
                                     f"{last[0].error[:500]}"))
     behind = _unread_sources(spark, cfg, query, sources)
     if behind and now - last_commit_at > idle_seconds:

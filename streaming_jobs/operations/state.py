@@ -136,7 +136,9 @@ def _state_variables(properties: str | None) -> list[str]:
         info = json.loads(properties or "{}")
     except ValueError:
         return []
-    return [v.get("stateName") for v in info.get("stateVariables", []) if v.get("stateName")]
+    # "$..." variables are Spark's own bookkeeping (timers, TTL indexes), not the job's state
+    return [v["stateName"] for v in info.get("stateVariables", [])
+            if v.get("stateName") and not v["stateName"].startswith("$")]
 
 
 def inspect(spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5) -> list[OperatorState]:
@@ -155,8 +157,9 @@ def inspect(spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5) ->
         for options in reads:
             state = (spark.read.format("statestore").option("operatorId", m.operatorId)
                      .options(**options).load(checkpoint))
+            held = [c for c in state.columns if c not in ("key", "partition_id")]
             sized = state.select(F.to_json(F.struct("key")).alias("key"),
-                                 F.length(F.to_json(F.struct("value"))).alias("bytes"))
+                                 F.length(F.to_json(F.struct(*held))).alias("bytes"))
             op.rows += state.count()
             op.largest += [(r.key, r.bytes) for r in sized.orderBy(F.col("bytes").desc()).limit(top).collect()]
         op.largest = sorted(op.largest, key=lambda kv: -kv[1])[:top]

@@ -15,10 +15,12 @@ tables, checkpoints and progress rows are real. Then, in the same process and Sp
    ``CREATE OR REPLACE VIEW``, tables as ``CREATE OR REPLACE TABLE ... USING delta AS``, the
    incremental summary as ``INSERT INTO``, each test as a count of its failing rows.
 
-Each is run ``--repeat`` times, alternating. Both must produce the same recon classes per job
-(checked). The ratio is dbt's wall time over plain Spark SQL's; dbt's wall time is also split
-into the time its nodes' SQL ran (``execution_time`` in run_results.json) and the rest (parse,
-metadata queries, scheduling). It prints a markdown table (paste it into BENCHMARKS.md).
+Both get the same parallelism (dbt's profile threads, or ``--threads``); the plain run keeps
+dbt's dependencies between models and nothing else. Each pair is run ``--repeat`` times and the
+order alternates (dbt first, then plain first), because whoever runs first in the fresh JVM
+pays its warm-up. Both must produce the same recon classes per job (checked). The ratio is
+dbt's wall time over plain Spark SQL's. It prints a markdown table (paste it into
+BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -72,12 +74,12 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int) -> dict[str,
     return times
 
 
-def dbt_build(cfg) -> tuple[float, float, int]:
+def dbt_build(cfg, threads: int) -> tuple[float, float, int]:
     """One `dbt build` in this process: wall seconds, seconds in node SQL, nodes run."""
     from orchestration.dbt_cli import main as dbt_main
 
     t0 = time.monotonic()
-    code = dbt_main(["build", "--quiet"])
+    code = dbt_main(["build", "--quiet", "--threads", str(threads)])
     wall = time.monotonic() - t0
     if code != 0:
         raise SystemExit(f"dbt build failed (exit {code}); see {cfg.paths.dbt / 'logs'}")
@@ -161,9 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--waves", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2, help="runs; the order alternates")
     parser.add_argument("--data-root", help="reuse a data root kept by an earlier --keep run")
     parser.add_argument("--keep", action="store_true", help="keep the data root")
+    parser.add_argument("--serial", action="store_true",
+                        help="also time the plain SQL on one thread")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="dbt's and the plain run's threads (default: dbt's profile)")
     args = parser.parse_args(argv)
 
     reuse = bool(args.data_root)
@@ -183,19 +189,27 @@ def main(argv: list[str] | None = None) -> int:
     for name in registry():
         gold[name] = read_table(spark, cfg.paths.table("gold", name)).count()
 
-    threads = dbt_threads(cfg)
+    threads = args.threads or dbt_threads(cfg)
     runs = []
     for attempt in range(args.repeat):
-        wall, in_sql, nodes = dbt_build(cfg)
+        # Whoever runs first in a fresh JVM pays its warm-up (JIT, Spark's code generation
+        # cache, Delta snapshots): the order alternates, and each run is reported.
+        plain_first = attempt % 2 == 1
+        if plain_first and args.repeat > 1:
+            parallel_s, failing = plain_sql(spark, compiled_nodes(cfg), threads)
+            plain_counts = recon_classes(spark)
+        wall, in_sql, nodes = dbt_build(cfg, threads)
         dbt_counts = recon_classes(spark)
-        compiled = compiled_nodes(cfg)
-        parallel_s, failing = plain_sql(spark, compiled, threads)
-        same = dbt_counts == recon_classes(spark)
-        serial_s, _ = plain_sql(spark, compiled, 1)
-        runs.append((wall, nodes, parallel_s, serial_s, failing, same))
-        print(f"run {attempt + 1}: dbt build {wall:.1f}s ({nodes} nodes, {in_sql:.1f}s of node "
-              f"SQL over {threads} threads), plain Spark SQL {parallel_s:.1f}s ({threads} threads)"
-              f" / {serial_s:.1f}s (1 thread), same classes: {same}", flush=True)
+        if not (plain_first and args.repeat > 1):
+            parallel_s, failing = plain_sql(spark, compiled_nodes(cfg), threads)
+            plain_counts = recon_classes(spark)
+        same = dbt_counts == plain_counts
+        serial_s = plain_sql(spark, compiled_nodes(cfg), 1)[0] if args.serial else None
+        order = "plain, then dbt" if plain_first and args.repeat > 1 else "dbt, then plain"
+        runs.append((wall, nodes, parallel_s, serial_s, failing, same, order))
+        print(f"run {attempt + 1} ({order}): dbt build {wall:.1f}s ({nodes} nodes, {in_sql:.1f}s "
+              f"of node SQL over {threads} threads), plain Spark SQL {parallel_s:.1f}s, "
+              f"same classes: {same}", flush=True)
 
     compared = sum(dbt_counts.values())
     unexplained = sum(n for (_, c), n in dbt_counts.items()
@@ -209,13 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         + (f" Setup: generate {phases['generate']:.0f}s, ingest {phases['ingest']:.0f}s, "
            f"stream {phases['stream']:.0f}s." if phases else ""),
         "",
-        f"| run | dbt build (s) | plain Spark SQL, {threads} threads (s) | ratio dbt / plain "
+        f"| run | order | dbt build (s) | plain Spark SQL (s) | ratio dbt / plain "
         "| plain Spark SQL, 1 thread (s) | same recon classes |",
-        "|---|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
-    for i, (wall, _, parallel_s, serial_s, failing, same) in enumerate(runs, 1):
-        lines.append(f"| {i} | {wall:.1f} | {parallel_s:.1f} | {wall / parallel_s:.2f} | "
-                     f"{serial_s:.1f} | {'yes' if same else 'NO'} |")
+    for i, (wall, _, parallel_s, serial_s, failing, same, order) in enumerate(runs, 1):
+        serial = f"{serial_s:.1f}" if serial_s is not None else "-"
+        lines.append(f"| {i} | {order} | {wall:.1f} | {parallel_s:.1f} | {wall / parallel_s:.2f} "
+                     f"| {serial} | {'yes' if same else 'NO'} |")
     print("\n".join(lines))
     spark.stop()
     if not args.keep and not reuse:

@@ -1,0 +1,170 @@
+"""The operating commands of `tidemark` (see README, "Operating tidemark")."""
+
+from __future__ import annotations
+
+import json
+
+from streaming_jobs.config import TidemarkConfig
+
+OPERATIONS = ("continuous", "health", "state", "alerts", "savepoint", "restore", "rescale")
+
+
+class OperationError(RuntimeError):
+    """An operating command could not do what was asked; the message says what to do."""
+
+
+def _spark(cfg: TidemarkConfig):
+    from streaming_jobs.spark import get_spark
+
+    return get_spark(cfg)
+
+
+def _known(job: str):
+    from streaming_jobs.jobs import get_job
+
+    try:
+        return get_job(job)
+    except KeyError as exc:
+        raise OperationError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def continuous(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.jobs import registry
+    from streaming_jobs.operations.continuous import run_continuous
+
+    names = [j for j in args.jobs.split(",") if j] or list(registry())
+    specs = [_known(n) for n in names]
+    streams = sorted({s for spec in specs for s in spec.sources})
+    print(f"continuous: {', '.join(names)} (ingesting {', '.join(streams)}), trigger "
+          f"{args.trigger:g}s; Ctrl-C stops cleanly", flush=True)
+    try:
+        result = run_continuous(_spark(cfg), cfg, streams=streams, jobs=names,
+                                trigger_seconds=args.trigger, max_seconds=args.max_seconds,
+                                holder="tidemark continuous (command line)")
+    except KeyboardInterrupt:
+        print("continuous: stopped by Ctrl-C, every query at a committed batch")
+        return 0
+    for name, m in result.metrics.items():
+        print(f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
+              f"{m.late_rows_dropped:,} late dropped")
+    print(f"continuous: stopped ({result.stopped_by})")
+    return 0
+
+
+def health(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.jobs import registry, streams
+    from streaming_jobs.operations.health import CRITICAL, check_checkpoint
+
+    spark, critical = _spark(cfg), 0
+    queries = [(f"bronze_{s}", ()) for s in streams()] + [
+        (spec.name, spec.sources) for spec in registry().values()]
+    for query, sources in queries:
+        findings = check_checkpoint(spark, cfg, query, sources, stall_seconds=cfg.ops.stall_seconds,
+                                    idle_seconds=cfg.ops.idle_seconds)
+        print(f"{query}: {'healthy' if not findings else ''}")
+        for f in findings:
+            critical += f.severity == CRITICAL
+            print(f"  [{f.severity}] {f.kind}: {f.message}")
+    if critical:
+        print("critical findings: restore the job's latest savepoint (tidemark restore JOB)")
+    return 1 if critical else 0
+
+
+def state(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations.state import history, inspect
+
+    spec = _known(args.job)
+    spark = _spark(cfg)
+    operators = inspect(spark, cfg, spec.name, top=args.top)
+    if not operators:
+        print(f"{spec.name}: no state in {cfg.paths.checkpoint(spec.name)} (never ran, or stateless)")
+        return 0
+    for op in operators:
+        print(f"{spec.name} operator {op.operator_id} {op.operator} (store {op.store}"
+              + (f", variables {', '.join(op.variables)}" if op.variables else "")
+              + f"): {op.rows:,} rows, {op.partitions} partitions, batches "
+                f"{op.min_batch}..{op.max_batch}")
+        for key, size in op.largest:
+            print(f"    {size:>10,} bytes  {key}")
+    readings = history(spark, cfg, spec.name, last=1)
+    if readings:
+        r = readings[-1]
+        print(f"latest reading (batch {r.batch_id}, {r.ts}): {r.rows:,} rows, "
+              f"{r.memory_bytes:,} bytes memory, {r.disk_bytes:,} bytes on disk; thresholds "
+              f"warn {spec.thresholds.warn_rows:,} / critical {spec.thresholds.critical_rows:,} rows")
+    return 0
+
+
+def alerts(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations import alerts as sink
+
+    spark = _spark(cfg)
+    if args.deliver:
+        d = sink.deliver(spark, cfg)
+        print(f"delivered {len(d.sent)}, failed {len(d.failed)}, backing off {d.waiting}")
+    rows = sink.load(spark, cfg)
+    if not rows:
+        print("no alerts")
+    for r in rows[-50:]:
+        state_ = "resolved" if r["resolved_at"] else "OPEN"
+        pending = sink.owed(r)
+        print(f"{r['last_seen']} {state_:8} [{r['severity']}] {r['alert_id']}: {r['message']}"
+              + (f"  (pending: {pending}; {r['last_error'] or 'not sent yet'})" if pending else ""))
+    return 0
+
+
+def savepoint(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.jobs import registry
+    from streaming_jobs.operations import savepoints
+
+    if not args.all and not args.job:
+        raise OperationError("tidemark savepoint: name a job, or --all")
+    names = list(registry()) if args.all else [_known(args.job).name]
+    spark = _spark(cfg)
+    for name in names:
+        try:
+            p = savepoints.take(spark, cfg, name, keep=cfg.ops.savepoints_keep,
+                                holder="tidemark savepoint (command line)")
+        except Exception as exc:  # noqa: BLE001 - reported per job
+            if not args.all:
+                raise OperationError(str(exc)) from None
+            print(f"{name}: skipped: {exc}")
+            continue
+        print(f"{name}: savepoint {p.path} (batch {p.batch_id}, gold version {p.gold_version})")
+    return 0
+
+
+def restore(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations import savepoints
+
+    spec = _known(args.job)
+    chosen = None
+    if args.savepoint:
+        chosen = next((p for p in savepoints.savepoints(cfg, spec.name)
+                       if p.path.name == args.savepoint), None)
+        if chosen is None:
+            raise OperationError(f"{spec.name} has no savepoint {args.savepoint!r}; "
+                                 f"see {cfg.paths.savepoints / spec.name}")
+    try:
+        p = savepoints.restore(_spark(cfg), cfg, spec.name, chosen,
+                               holder="tidemark restore (command line)")
+    except (savepoints.SavepointError, RuntimeError) as exc:
+        raise OperationError(str(exc)) from None
+    print(json.dumps({"restored": str(p.path), "batch_id": p.batch_id,
+                      "gold_version": p.gold_version}))
+    print(f"next: run {spec.name} (make run, the Dagster UI, or tidemark continuous) to catch up")
+    return 0
+
+
+def rescale(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations.rescale import RescaleError, rescale as run_rescale
+
+    spec = _known(args.job)
+    try:
+        p = run_rescale(_spark(cfg), cfg, spec.name, args.partitions,
+                        holder="tidemark rescale (command line)")
+    except (RescaleError, RuntimeError) as exc:
+        raise OperationError(str(exc)) from None
+    print(f"{spec.name}: state repartitioned into {args.partitions} partitions "
+          f"(savepoint {p.path.name} taken first)")
+    return 0
