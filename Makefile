@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test dev summary recon dbt bench bench-recon clean
+.PHONY: setup run test dev live summary recon dbt bench bench-recon bench-live clean
 
 setup: $(JARS)
 
@@ -31,6 +31,12 @@ test: setup
 dev: setup
 	$(BIN)/tidemark dev --port $(PORT)
 
+# The always-on setup for MINUTES (default 5): landing, the continuous run, reconciliation every
+# 2 minutes, savepoints, sensors and the UI on 127.0.0.1:$(PORT); then a clean stop and the summary.
+MINUTES ?= 5
+live: setup
+	$(BIN)/tidemark live --fresh --minutes $(MINUTES) --port $(PORT)
+
 summary: setup
 	$(BIN)/tidemark summary
 
@@ -50,6 +56,11 @@ bench: setup
 RECON_EVENTS ?= 10000000
 bench-recon: setup
 	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS)
+
+# Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
+LIVE_EVENTS ?= 2000000
+bench-live: setup
+	$(BIN)/python tests/benchmarks/always_on.py --events $(LIVE_EVENTS)
 
 clean:
 	rm -rf .tidemark/data

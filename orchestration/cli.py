@@ -4,7 +4,9 @@
     tidemark run               the main job on the embedded default (see `run`)
     tidemark summary           rows per table and the latest reconciliation, for the data root
     tidemark recon             the latest reconciliation report of every job (exit 1 if unexplained)
-    tidemark dev               the Dagster UI on 127.0.0.1:3000 (PORT to change)
+    tidemark dev               the SQL endpoint and the Dagster UI + daemon on 127.0.0.1:3000
+    tidemark live              the always-on setup for a bounded time, then the summary
+    tidemark sql start|stop|status   the SQL endpoint dbt uses (Spark's Thrift server)
     tidemark continuous        run jobs continuously until Ctrl-C (a clean stop)
     tidemark health            checkpoint findings of every job (exit 1 if any is critical)
     tidemark state JOB         a job's state per operator, and its largest keys
@@ -25,9 +27,11 @@ import time
 from streaming_jobs.config import ConfigError, TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, write_files
 from streaming_jobs.spark import SparkStartupError, get_spark
+from streaming_jobs.sql_endpoint import EndpointError
 
 from orchestration.instance import prepare_dagster_home
 from orchestration.operate import OPERATIONS, OperationError
+from orchestration.services import ServiceError
 
 DEMO_MARKER = ".tidemark-demo"
 # The streams the registered jobs read; the main job generates a sample of each.
@@ -41,10 +45,13 @@ DATA_BEARING = ("landing", "lake", "checkpoints", "savepoints")
 
 
 def setup(cfg: TidemarkConfig) -> None:
+    from streaming_jobs import ops_tables
+
     from orchestration.project import ensure_manifest
 
     started = time.monotonic()
     get_spark(cfg)  # first start resolves the jars into the cache and records them
+    ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
     prepare_dagster_home(cfg)
     ensure_manifest(cfg)
     print(f"setup done in {time.monotonic() - started:.0f}s: jars cached in "
@@ -114,19 +121,45 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
 
 
 def dev(cfg: TidemarkConfig, port: int) -> int:
-    """Run `dagster dev` on loopback with the data root's Dagster home."""
-    import os
-    from pathlib import Path
-
-    from streaming_jobs.config import CHECKOUT
+    """The SQL endpoint, then `dagster dev` (webserver + daemon) on loopback, until Ctrl-C."""
+    from orchestration.live import DagsterDev
+    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
 
     prepare_dagster_home(cfg)
-    os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)
-    dagster = str(Path(sys.executable).with_name("dagster"))
-    print(f"Dagster UI: http://127.0.0.1:{port} (Ctrl-C to stop)", flush=True)
-    os.chdir(CHECKOUT)
-    os.execv(dagster, [dagster, "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"])
-    return 0  # not reached
+    endpoint = start_sql_endpoint(cfg)
+    print(f"SQL endpoint: 127.0.0.1:{endpoint.port} (log {cfg.paths.logs / 'sql_endpoint.log'})",
+          flush=True)
+    dagster = DagsterDev(cfg, port)
+    try:
+        dagster.start()
+        print(f"Dagster UI: http://127.0.0.1:{port} (daemon running; log "
+              f"{dagster.log_path}); Ctrl-C to stop", flush=True)
+        dagster.wait()
+    except KeyboardInterrupt:
+        print("stopping...", flush=True)
+    finally:
+        dagster.stop()
+        stop_sql_endpoint(cfg)
+    return 0
+
+
+def sql(cfg: TidemarkConfig, action: str) -> int:
+    from streaming_jobs.sql_endpoint import discover
+
+    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+
+    if action == "start":
+        found = start_sql_endpoint(cfg, owned=False)
+        print(f"SQL endpoint on 127.0.0.1:{found.port} (pid {found.pid}); log "
+              f"{cfg.paths.logs / 'sql_endpoint.log'}")
+    elif action == "stop":
+        print("SQL endpoint stopped" if stop_sql_endpoint(cfg) else "no SQL endpoint was running")
+    else:
+        found = discover(cfg)
+        print(f"SQL endpoint on 127.0.0.1:{found.port} (pid {found.pid})" if found
+              else f"no SQL endpoint runs for {cfg.data_root}")
+        return 0 if found else 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,8 +174,18 @@ def main(argv: list[str] | None = None) -> int:
                        help="clear the data root's run state first (keeps Dagster history)")
     sub.add_parser("summary", help="rows per table and the latest reconciliation")
     sub.add_parser("recon", help="the latest reconciliation report of every job")
-    dev_p = sub.add_parser("dev", help="the Dagster UI and daemon on 127.0.0.1")
+    dev_p = sub.add_parser("dev", help="the SQL endpoint, Dagster UI and daemon on 127.0.0.1")
     dev_p.add_argument("--port", type=int, default=3000)
+    live_p = sub.add_parser("live", help="the always-on setup for a bounded time, then the summary")
+    live_p.add_argument("--minutes", type=float, default=5.0, help="how long it runs (default 5)")
+    live_p.add_argument("--rate", type=float, default=40.0,
+                        help="events landed per second per stream (default 40)")
+    live_p.add_argument("--port", type=int, default=3000)
+    live_p.add_argument("--recon-every", type=int, default=2,
+                        help="minutes between scheduled reconciliations (default 2)")
+    live_p.add_argument("--fresh", action="store_true", help="clear the data root's run state first")
+    sql_p = sub.add_parser("sql", help="the SQL endpoint dbt uses (Spark's Thrift server)")
+    sql_p.add_argument("action", choices=("start", "stop", "status"))
     cont = sub.add_parser("continuous", help="run jobs continuously until Ctrl-C")
     cont.add_argument("--jobs", default="", help="comma-separated (default: every job)")
     cont.add_argument("--trigger", type=float, default=10.0, help="trigger interval, seconds")
@@ -185,6 +228,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if summary.unexplained else 0
         if args.command == "dev":
             return dev(cfg, args.port)
+        if args.command == "sql":
+            return sql(cfg, args.action)
+        if args.command == "live":
+            from orchestration.live import live
+
+            if args.fresh:
+                _reset(cfg)
+            return live(cfg, minutes=args.minutes, rate=args.rate, port=args.port,
+                        recon_every_minutes=args.recon_every)
         if args.command in OPERATIONS:
             from orchestration import operate
 
@@ -192,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         from streaming_jobs.generator import main as generator_main
 
         return generator_main(rest)
-    except (ConfigError, SparkStartupError, OperationError) as exc:
+    except (ConfigError, SparkStartupError, OperationError, ServiceError, EndpointError) as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
         return 2
 

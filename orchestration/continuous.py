@@ -1,24 +1,36 @@
 """``continuous_streaming_job``: one long-running Dagster run hosting streaming queries.
 
-Launch it from the Dagster UI (or `tidemark continuous`); terminate it from the UI to stop.
+Launch it from the Dagster UI (or `tidemark continuous`, or `make live`); terminate it from the
+UI to stop. While it runs it is live in the UI: at every flush each query that committed
+batches, or that is caught up with its source, reports a materialization of its asset with the
+real counts, state and watermark (so the asset stays fresh; a stalled query stops reporting and
+goes stale). It also answers savepoint requests for the jobs it hosts (`savepoint_job`).
+
 Termination reaches the op two ways and both stop the queries gracefully: the run turns
 CANCELING (polled every half second), or the run worker is interrupted. The op then reports a
-materialization per query with what the run did.
+final materialization per query.
+
+The run carries a checkpoint tag for every query it can host (`concurrency`), so the queue
+holds an incremental run of the same checkpoints until it ends, and the continuous tag, so its
+reports do not trigger a reconciliation each (the schedule reconciles continuous jobs).
 """
 
+import time
 
-from dagster import (AssetKey, AssetMaterialization, Config, DagsterRunStatus, OpExecutionContext,
-                     in_process_executor, job, op)
+from dagster import (AssetKey, AssetMaterialization, Config, DagsterRunStatus, JobDefinition,
+                     OpExecutionContext, in_process_executor, job, op)
 from dagster._core.errors import DagsterExecutionInterruptedError
 from pydantic import Field
 
 from streaming_jobs.jobs import get_job, registry
-from streaming_jobs.operations.continuous import run_continuous
+from streaming_jobs.operations.continuous import QueryReport, run_continuous
 
 from orchestration.assets.streaming import run_metadata
+from orchestration.concurrency import CONTINUOUS_TAG, all_queries, checkpoint_tags
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
 
 STOPPING = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
+JOB_NAME = "continuous_streaming_job"
 
 
 class ContinuousConfig(Config):
@@ -26,8 +38,19 @@ class ContinuousConfig(Config):
                             description="jobs to host (default: every registered job)")
     ingest: bool = Field(True, description="also run the bronze ingestion of their sources")
     trigger_seconds: float = Field(10.0, description="processing-time trigger interval")
-    flush_seconds: float = Field(30.0, description="how often progress reaches ops/stream_progress")
+    flush_seconds: float = Field(30.0, description="how often progress reaches ops/stream_progress "
+                                                   "and the UI")
+    heartbeat_seconds: float = Field(
+        300.0, description="how often a query that is caught up and commits nothing reports "
+                           "anyway (keeps its asset fresh in the UI)")
     max_seconds: float = Field(0.0, description="stop after this long (0: run until terminated)")
+
+
+def asset_of(query: str) -> tuple[AssetKey, str]:
+    """The asset a query writes, and its lake layer."""
+    if query.startswith("bronze_"):
+        return AssetKey(["bronze", query.removeprefix("bronze_")]), "bronze"
+    return AssetKey(["gold", query]), "gold"
 
 
 @op(out={}, description="Run streaming queries continuously until the run is terminated.")
@@ -43,10 +66,29 @@ def run_continuously(context: OpExecutionContext, config: ContinuousConfig,
         run = context.instance.get_run_by_id(run_id)
         return run is not None and run.status in STOPPING
 
-    def on_flush(metrics) -> None:
+    def report(name: str, metrics, description: str) -> AssetMaterialization:
+        key, layer = asset_of(name)
+        table = key.path[-1]
+        return AssetMaterialization(asset_key=key, description=description,
+                                    metadata=run_metadata(metrics, str(cfg.paths.table(layer, table))))
+
+    last_report: dict[str, float] = {}
+
+    def on_flush(reports: dict[str, QueryReport]) -> None:
+        now = time.monotonic()
+        for name, r in reports.items():
+            # Committing: report. Nothing to commit and caught up: a heartbeat now and then
+            # (the asset stays fresh). Stalled (not caught up, nothing committed): silence, so
+            # the asset goes stale in the UI.
+            heartbeat = r.caught_up and now - last_report.get(name, 0.0) >= config.heartbeat_seconds
+            if r.new_batches or heartbeat:
+                last_report[name] = now
+                context.log_event(report(name, r.metrics, (
+                    f"continuous run {run_id[:8]}: {r.new_batches} new batches"
+                    + (", caught up" if r.caught_up else ""))))
         context.log.info("continuous: " + ", ".join(
-            f"{name} batch {m.checkpoint_batch_id} ({m.input_rows} rows in)"
-            for name, m in metrics.items()))
+            f"{n} batch {r.metrics.checkpoint_batch_id} (+{r.new_batches})"
+            for n, r in reports.items()))
 
     context.log.info(f"continuous run hosting {', '.join(names)}"
                      + (f" and ingesting {', '.join(streams)}" if streams else ""))
@@ -56,15 +98,12 @@ def run_continuously(context: OpExecutionContext, config: ContinuousConfig,
         pyspark.spark_session, cfg, streams=streams, jobs=names,
         trigger_seconds=config.trigger_seconds, should_stop=should_stop,
         holder=f"Dagster run {run_id}", flush_seconds=config.flush_seconds,
-        max_seconds=config.max_seconds or None, on_flush=on_flush)
-    context.log.info(f"continuous run stopped ({result.stopped_by}); checkpoints committed")
+        max_seconds=config.max_seconds or None, on_flush=on_flush,
+        savepoints_keep=cfg.ops.savepoints_keep)
+    context.log.info(f"continuous run stopped ({result.stopped_by}); checkpoints committed; "
+                     f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}")
     for name, metrics in result.metrics.items():
-        layer, table = (("bronze", name.removeprefix("bronze_")) if name.startswith("bronze_")
-                        else ("gold", name))
-        yield AssetMaterialization(
-            asset_key=AssetKey([layer, table]),
-            description=f"continuous run {run_id[:8]}: {result.stopped_by}",
-            metadata=run_metadata(metrics, str(cfg.paths.table(layer, table))))
+        yield report(name, metrics, f"continuous run {run_id[:8]}: {result.stopped_by}")
     if should_stop():
         # Terminated from Dagster: end as CANCELED (after the clean stop and the report above).
         raise DagsterExecutionInterruptedError(
@@ -72,7 +111,16 @@ def run_continuously(context: OpExecutionContext, config: ContinuousConfig,
             "cleanly at a committed batch")
 
 
-@job(executor_def=in_process_executor,
-     description="Host streaming queries continuously (processing-time trigger) until terminated.")
-def continuous_streaming_job():
-    run_continuously()
+def continuous_streaming_job(queries: list[str] | None = None) -> JobDefinition:
+    """The job, tagged as the owner of ``queries`` (default: every registered query)."""
+    owned = all_queries() if queries is None else queries
+
+    @job(name=JOB_NAME, executor_def=in_process_executor,
+         tags={CONTINUOUS_TAG: "1", **checkpoint_tags(owned)},
+         description="Host streaming queries continuously (processing-time trigger) until "
+                     "terminated.")
+    def _continuous():
+        run_continuously()
+
+    return _continuous
+

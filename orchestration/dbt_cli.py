@@ -1,10 +1,21 @@
-"""``tidemark-dbt``: the dbt command line with tidemark's SparkSession and job parameters.
+"""``tidemark-dbt``: the dbt command line with tidemark's Spark and job parameters.
 
-dbt-spark's session method calls ``SparkSession.builder.getOrCreate()``; starting the session
-here first, from `streaming_jobs.spark`, gives dbt the same Delta, time-zone and jar settings as
-the streaming jobs, plus the Derby metastore under the data root (this process is the only one
-that opens it). The job registry is passed as ``--vars`` so batch models use the very window,
-slide and tolerance the stream uses. Dagster's DbtCliResource runs this instead of ``dbt``.
+Where dbt's SQL runs (``TIDEMARK_DBT_TARGET``: ``auto``, ``endpoint`` or ``session``):
+
+- ``endpoint``: the data root's SQL endpoint (`streaming_jobs.sql_endpoint`), a warm Spark
+  process that owns the metastore; this process starts no JVM. ``auto`` picks it when it runs.
+- ``session``: a SparkSession in this process, created first from `streaming_jobs.spark` (the
+  same Delta, time-zone and jar settings as the streaming jobs, plus the Derby metastore under
+  the data root) and reused by dbt-spark's session method. The metastore lock is held for the
+  whole invocation, so two of these never open Derby at once (the second waits).
+
+The job registry is passed as ``--vars`` (the batch models use the very window, slide and
+tolerance the stream uses), with one snapshot of the streams' position for the whole
+invocation: ``progress_version`` (the version of ``ops/stream_progress`` every model reads)
+and ``gold_versions`` (each job's gold table as of the last batch that snapshot records).
+Streams that keep running while dbt reads cannot make the models disagree with each other.
+Dagster's DbtCliResource runs this instead of ``dbt`` (with ``--data-root PATH`` first: the
+run's data root, from its resource).
 """
 
 from __future__ import annotations
@@ -12,7 +23,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
+from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.jobs.intervals import interval_seconds
 from streaming_jobs.schemas import stream_schema
@@ -20,19 +33,19 @@ from streaming_jobs.schemas import stream_schema
 # Commands that run SQL need Spark; parse, ls, clean, debug do not.
 NEEDS_SPARK = {"build", "run", "test", "seed", "snapshot", "show", "compile", "docs", "run-operation"}
 TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
+TARGETS = ("auto", "endpoint", "session")
+MISSING_TABLES_WAIT_SECONDS = 60.0
 
 
-def dbt_vars() -> dict:
-    """The jobs dbt reconciles (`reconciled_jobs`), with their spec as plain values.
+def job_vars(jobs: dict) -> dict:
+    """The jobs dbt reconciles, with their spec as plain values (a pure function of the specs).
 
     A job with neither hand-written recon models nor a ``batch_sql`` still streams; it is just
     not reconciled (dbt's loops over ``var('jobs')`` would otherwise ref a model that is not
     there).
     """
-    from orchestration.dbt_models import reconciled_jobs
-
-    jobs = {}
-    for name, spec in reconciled_jobs().items():
+    out = {}
+    for name, spec in jobs.items():
         params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
                   "warn_share": spec.recon_warn_share,
                   "measures": list(spec.measures), "event_time": spec.event_time,
@@ -43,19 +56,116 @@ def dbt_vars() -> dict:
             seconds = interval_seconds(value) if isinstance(value, str) else None
             params[f"{key}_seconds" if seconds is not None else key] = (
                 seconds if seconds is not None else value)
-        jobs[name] = params
-    return {"jobs": jobs}
+        out[name] = params
+    return out
 
 
-def with_vars(args: list[str]) -> list[str]:
+def last_batches(progress_rows: list[dict]) -> dict[str, dict]:
+    """Per job: its last recorded batch that has a gold version (a pure function of the rows).
+
+    Only the job's current lineage counts (the query id of its newest row): a job rebuilt from
+    scratch has a new gold table, whose versions start again.
+    """
+    newest: dict[str, dict] = {}
+    for row in progress_rows:
+        job = row["job"]
+        if job not in newest or (row["ts"], row["batch_id"]) > (newest[job]["ts"],
+                                                                newest[job]["batch_id"]):
+            newest[job] = row
+    out = {}
+    for job, last in newest.items():
+        lineage = [r for r in progress_rows if r["job"] == job
+                   and r["query_id"] == last["query_id"] and r["sink_version"] is not None]
+        if lineage:
+            out[job] = max(lineage, key=lambda r: (r["batch_id"], r["sink_version"]))
+    return out
+
+
+def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
+    """The streams' committed position, pinned for one dbt invocation (see the module doc)."""
+    from streaming_jobs.checkpoints import query_id
+    from streaming_jobs.delta_log import version_as_of_batch
+    from streaming_jobs.gold import sink_app_id
+
+    version = ops_tables.version(cfg, "stream_progress")
+    if version is None:
+        return {}
+    rows = ops_tables.read(cfg, "stream_progress", as_of=version,
+                           where=f"job in ({', '.join(map(ops_tables.literal, jobs))})"
+                           if jobs else "false",
+                           columns=["job", "query_id", "batch_id", "ts", "sink_version"])
+    recorded = last_batches(rows)
+    gold = {}
+    for job, spec in jobs.items():
+        current = query_id(cfg.paths.checkpoint(job))
+        if current is None:
+            continue  # never ran: its gold table holds nothing written by a stream
+        last = recorded.get(job)
+        if last is None or last["query_id"] != current:
+            # no batch of this checkpoint recorded yet: gold as it was before its first batch
+            last = {"batch_id": -1, "sink_version": -1}
+        pinned = version_as_of_batch(cfg.paths.table("gold", job), sink_app_id(spec, current),
+                                     last["batch_id"], last["sink_version"])
+        if pinned >= 0:
+            gold[job] = pinned
+    return {"progress_version": version, "gold_versions": gold}
+
+
+def dbt_vars(cfg: TidemarkConfig | None = None) -> dict:
+    from orchestration.dbt_models import reconciled_jobs
+
+    jobs = reconciled_jobs()
+    out = {"jobs": job_vars(jobs)}
+    if cfg is not None:
+        out.update(position_vars(cfg, jobs))
+    return out
+
+
+def with_vars(args: list[str], variables: dict) -> list[str]:
     command_at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
     if command_at is None or args[command_at] not in TAKES_VARS or "--vars" in args:
         return args
-    return [*args[:command_at + 1], "--vars", json.dumps(dbt_vars()), *args[command_at + 1:]]
+    return [*args[:command_at + 1], "--vars", json.dumps(variables), *args[command_at + 1:]]
+
+
+def choose_target(cfg: TidemarkConfig, wanted: str) -> tuple[str, object]:
+    """('endpoint', its address) or ('session', None), as ``wanted`` and the endpoint allow."""
+    from streaming_jobs.sql_endpoint import discover
+
+    if wanted not in TARGETS:
+        raise SystemExit(f"tidemark-dbt: TIDEMARK_DBT_TARGET={wanted!r}; use one of "
+                         f"{', '.join(TARGETS)}")
+    endpoint = discover(cfg) if wanted in ("auto", "endpoint") else None
+    if wanted == "endpoint" and endpoint is None:
+        raise SystemExit("tidemark-dbt: TIDEMARK_DBT_TARGET=endpoint but no SQL endpoint runs "
+                         f"for {cfg.data_root}; start it with 'tidemark sql start'")
+    return ("endpoint", endpoint) if endpoint else ("session", None)
+
+
+def _wait_for_lake(cfg: TidemarkConfig) -> None:
+    """The endpoint creates missing lake tables within seconds; wait for them."""
+    from streaming_jobs.tables import missing
+
+    deadline = time.monotonic() + MISSING_TABLES_WAIT_SECONDS
+    while (absent := missing(cfg)) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    if absent:
+        raise SystemExit(f"tidemark-dbt: lake tables {', '.join(absent)} do not exist and the "
+                         "SQL endpoint did not create them; see its log under "
+                         f"{cfg.paths.logs}")
+
+
+def split_data_root(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--data-root PATH`` (tidemark's, before the dbt command) and the rest, for dbt."""
+    if len(args) >= 2 and args[0] == "--data-root":
+        return args[1], args[2:]
+    return None, args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    root, args = split_data_root(list(sys.argv[1:] if argv is None else argv))
+    if root:
+        os.environ["TIDEMARK_DATA_ROOT"] = root  # this process's own environment, and dbt's
     cfg = TidemarkConfig.from_env()
     os.environ.setdefault("TIDEMARK_DATA_ROOT", str(cfg.data_root))
     from orchestration.project import run_project_dir
@@ -68,15 +178,31 @@ def main(argv: list[str] | None = None) -> int:
 
     sync(cfg)  # the data root's copy of the project, with the models generated from the registries
     command = next((a for a in args if not a.startswith("-")), None)
+    metastore = None
     if command in NEEDS_SPARK:
-        from streaming_jobs.spark import get_spark
-        from streaming_jobs.tables import ensure_lake
+        target, endpoint = choose_target(cfg, os.environ.get("TIDEMARK_DBT_TARGET", "auto"))
+        if "--target" not in args and "-t" not in args:
+            args = [*args, "--target", target]
+        if endpoint is not None:
+            os.environ["TIDEMARK_SQL_HOST"], os.environ["TIDEMARK_SQL_PORT"] = (
+                endpoint.host, str(endpoint.port))
+            _wait_for_lake(cfg)
+        else:
+            from streaming_jobs.spark import get_spark
+            from streaming_jobs.sql_endpoint import hold_metastore
+            from streaming_jobs.tables import ensure_lake
 
-        # Models read every lake table: a stream that never ran yet has an empty one.
-        ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
+            metastore = hold_metastore(cfg, "a tidemark-dbt session", wait=True)
+            # Models read every lake table: a stream that never ran yet has an empty one.
+            ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
     from dbt.cli.main import dbtRunner
 
-    result = dbtRunner().invoke(with_vars(args))
+    try:
+        result = dbtRunner().invoke(with_vars(args, dbt_vars(cfg if command in NEEDS_SPARK
+                                                             else None)))
+    finally:
+        if metastore is not None:
+            metastore.close()
     if result.exception is not None:
         return 2
     return 0 if result.success else 1

@@ -55,11 +55,11 @@ def health(cfg: TidemarkConfig, args) -> int:
     from streaming_jobs.jobs import registry, streams
     from streaming_jobs.operations.health import CRITICAL, check_checkpoint
 
-    spark, critical = _spark(cfg), 0
+    critical = 0
     queries = [(f"bronze_{s}", ()) for s in streams()] + [
         (spec.name, spec.sources) for spec in registry().values()]
     for query, sources in queries:
-        findings = check_checkpoint(spark, cfg, query, sources, stall_seconds=cfg.ops.stall_seconds,
+        findings = check_checkpoint(cfg, query, sources, stall_seconds=cfg.ops.stall_seconds,
                                     idle_seconds=cfg.ops.idle_seconds)
         print(f"{query}: {'healthy' if not findings else ''}")
         for f in findings:
@@ -86,7 +86,7 @@ def state(cfg: TidemarkConfig, args) -> int:
                 f"{op.min_batch}..{op.max_batch}")
         for key, size in op.largest:
             print(f"    {size:>10,} bytes  {key}")
-    readings = history(spark, cfg, spec.name, last=1)
+    readings = history(cfg, spec.name, last=1)
     if readings:
         r = readings[-1]
         print(f"latest reading (batch {r.batch_id}, {r.ts}): {r.rows:,} rows, "
@@ -98,11 +98,10 @@ def state(cfg: TidemarkConfig, args) -> int:
 def alerts(cfg: TidemarkConfig, args) -> int:
     from streaming_jobs.operations import alerts as sink
 
-    spark = _spark(cfg)
     if args.deliver:
-        d = sink.deliver(spark, cfg)
+        d = sink.deliver(cfg)
         print(f"delivered {len(d.sent)}, failed {len(d.failed)}, backing off {d.waiting}")
-    rows = sink.load(spark, cfg)
+    rows = sink.load(cfg)
     if not rows:
         print("no alerts")
     for r in rows[-50:]:
@@ -120,15 +119,13 @@ def savepoint(cfg: TidemarkConfig, args) -> int:
     if not args.all and not args.job:
         raise OperationError("tidemark savepoint: name a job, or --all")
     names = list(registry()) if args.all else [_known(args.job).name]
-    spark = _spark(cfg)
-    for name in names:
-        try:
-            p = savepoints.take(spark, cfg, name, keep=cfg.ops.savepoints_keep,
-                                holder="tidemark savepoint (command line)")
-        except Exception as exc:  # noqa: BLE001 - reported per job
+    results = savepoints.take_all(cfg, names, keep=cfg.ops.savepoints_keep,
+                                  holder="tidemark savepoint (command line)")
+    for name, p in results.items():
+        if not isinstance(p, savepoints.Savepoint):
             if not args.all:
-                raise OperationError(str(exc)) from None
-            print(f"{name}: skipped: {exc}")
+                raise OperationError(p)
+            print(f"{name}: skipped: {p}")
             continue
         print(f"{name}: savepoint {p.path} (batch {p.batch_id}, gold version {p.gold_version})")
     return 0

@@ -1,25 +1,29 @@
 """The reconciliation classes, and what one recon table says, as Dagster metadata.
 
 A recon model's materialization carries its class counts as numeric metadata (Dagster plots
-them over time, run after run) and as a markdown table.
+them over time, run after run) and as a markdown table. The counts are read from the recon
+table with delta-rs: the reconciliation run itself starts no JVM.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dagster import MetadataValue
-from pyspark.sql import SparkSession
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.lake import read_table
 
 RECON_CLASSES = ("match", "window_open", "late_dropped", "value_mismatch",
                  "missing_in_stream", "missing_in_batch")
 UNEXPLAINED = ("value_mismatch", "missing_in_stream", "missing_in_batch")
 
 
-def recon_counts(spark: SparkSession, cfg: TidemarkConfig, job: str) -> dict[str, int]:
-    table = read_table(spark, cfg.paths.dbt_table("recon", f"recon_{job}"))
-    found = {r["recon_class"]: r["count"] for r in table.groupBy("recon_class").count().collect()}
+def recon_counts(cfg: TidemarkConfig, job: str) -> dict[str, int]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(cfg.paths.dbt_table("recon", f"recon_{job}")))
+    classes = table.to_pyarrow_dataset().to_table(columns=["recon_class"]).column(0)
+    found = Counter(classes.to_pylist())
     return {c: int(found.get(c, 0)) for c in RECON_CLASSES}
 
 

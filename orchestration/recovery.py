@@ -3,21 +3,31 @@
 ``recovery_job`` is what the checkpoint-health sensor requests for a broken checkpoint: it
 restores the job's latest savepoint and runs the job incrementally so it catches up from the
 savepoint's batch. With ``restore: false`` it only re-runs the job (a failed query whose
-checkpoint is sound).
+checkpoint is sound). Its runs carry the checkpoint tags of the job and its sources.
+
+``savepoint_job`` takes a savepoint of every job: itself for a job nobody runs, and by asking
+the continuous run that hosts a job otherwise (`savepoints.request`). It needs no JVM and no
+checkpoint tag, so it runs next to a continuous run instead of queueing behind it.
 """
 
 from dagster import (AssetKey, AssetMaterialization, Config, DefaultScheduleStatus,
-                     OpExecutionContext, ScheduleDefinition, in_process_executor, job, op)
+                     OpExecutionContext, RunRequest, ScheduleDefinition,
+                     ScheduleEvaluationContext, SkipReason, in_process_executor, job, op, schedule)
 from pydantic import Field
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.jobs import get_job, registry
 from streaming_jobs.operations import savepoints
-from streaming_jobs.operations.locks import CheckpointBusy
 from streaming_jobs.runner import run_bronze, run_job
 
 from orchestration.assets.streaming import run_metadata
+from orchestration.concurrency import job_tags, run_in_flight
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
+
+
+def recovery_tags(spec) -> dict[str, str]:
+    """The tags of a recovery run of ``spec``: the checkpoints it drives."""
+    return {"tidemark/recovers": spec.name, **job_tags(spec)}
 
 
 class RecoverConfig(Config):
@@ -58,31 +68,41 @@ class SavepointConfig(Config):
     jobs: list[str] = Field(default_factory=list, description="default: every registered job")
 
 
-@op(out={}, description="Take a savepoint of each job that is not running.")
+@op(out={}, description="Take a savepoint of every job, running or not.")
 def take_savepoints(context: OpExecutionContext, config: SavepointConfig,
-                    pyspark: TidemarkSparkResource, tidemark: TidemarkResource):
+                    tidemark: TidemarkResource):
     cfg = tidemark.config()
-    for name in config.jobs or list(registry()):
-        try:
-            point = savepoints.take(pyspark.spark_session, cfg, name, keep=cfg.ops.savepoints_keep,
-                                    holder=f"Dagster run {context.run_id} (savepoint)")
-        except CheckpointBusy as busy:
-            context.log.warning(f"{name}: no savepoint this time: {busy}")
-        except savepoints.SavepointError as exc:
-            context.log.warning(str(exc))
+    names = config.jobs or list(registry())
+    results = savepoints.take_all(cfg, names, keep=cfg.ops.savepoints_keep,
+                                  holder=f"Dagster run {context.run_id} (savepoint)")
+    for name, result in results.items():
+        if isinstance(result, savepoints.Savepoint):
+            context.log.info(f"{name}: savepoint {result.path.name} (batch {result.batch_id})")
         else:
-            context.log.info(f"{name}: savepoint {point.path.name} (batch {point.batch_id})")
+            context.log.warning(f"{name}: no savepoint this time: {result}")
+    taken = [n for n, r in results.items() if isinstance(r, savepoints.Savepoint)]
+    context.log.info(f"savepoints taken: {', '.join(taken) or 'none'}; not taken: "
+                     f"{', '.join(n for n in results if n not in taken) or 'none'}")
 
 
 @job(executor_def=in_process_executor,
-     description="Savepoint every job between batches (jobs owned by a running run are skipped).")
+     description="Savepoint every job between batches; a continuous run takes its jobs' own.")
 def savepoint_job():
     take_savepoints()
 
 
 def savepoint_schedule(cfg: TidemarkConfig) -> ScheduleDefinition:
-    return ScheduleDefinition(
-        name="savepoint_schedule", job=savepoint_job, cron_schedule=cfg.ops.savepoint_cron,
-        execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
-        description=f"Savepoints of every job ({cfg.ops.savepoint_cron}), "
-                    f"{cfg.ops.savepoints_keep} kept per job.")
+    """Savepoints on a cron; a tick is skipped while the previous savepoint run is not done."""
+
+    @schedule(name="savepoint_schedule", job=savepoint_job, cron_schedule=cfg.ops.savepoint_cron,
+              execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
+              description=f"Savepoints of every job ({cfg.ops.savepoint_cron}), "
+                          f"{cfg.ops.savepoints_keep} kept per job.")
+    def _savepoint_schedule(context: ScheduleEvaluationContext):
+        busy = run_in_flight(context.instance, job_name="savepoint_job")
+        if busy is not None:
+            return SkipReason(f"savepoint run {busy.run_id[:8]} is still "
+                              f"{busy.status.value.lower()}; this tick is skipped")
+        return RunRequest()
+
+    return _savepoint_schedule

@@ -5,6 +5,10 @@ asset (``checkpoint_health``, ``state_size``), asset observations (state size, p
 time), and alerts (`streaming_jobs.operations.alerts`: Delta first, then the log and the
 webhook). Alerts are per incident: a condition that persists over many evaluations is one alert,
 and its end is one resolution.
+
+Sensors are light: they read checkpoint files and the ops tables (delta-rs) and never start a
+JVM, so a tick takes seconds, the first one after start included. They get the data root
+through the ``tidemark`` resource, as checks and assets do.
 """
 
 import json
@@ -20,14 +24,13 @@ from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.operations import alerts
 from streaming_jobs.operations.health import CRITICAL, check_checkpoint
 from streaming_jobs.operations.state import growth, history, level
-from streaming_jobs.spark import get_spark
 
-from orchestration.continuous import continuous_streaming_job
-from orchestration.recovery import recovery_job
+from orchestration.continuous import JOB_NAME as CONTINUOUS_JOB
+from orchestration.recovery import recovery_job, recovery_tags
+from orchestration.resources import TidemarkResource
 
 CHECKPOINT_CHECK = "checkpoint_health"
 STATE_CHECK = "state_size"
-RESTARTED_JOBS = ("streaming_job", "continuous_streaming_job")
 ATTEMPT_TAG = "tidemark/restart_attempt"
 RESTART_OF_TAG = "tidemark/restart_of"
 
@@ -36,25 +39,25 @@ def _gold(spec: JobSpec) -> AssetKey:
     return AssetKey(["gold", spec.name])
 
 
-def _sync_alerts(spark, cfg, job: str, prefix: str, firing: dict[str, tuple[str, str]],
-                 resolution: str) -> list[alerts.Change]:
+def _sync_alerts(cfg, job: str, prefix: str, firing: dict[str, tuple[str, str]],
+                 resolution: str, open_rows: list[dict]) -> list[alerts.Change]:
     """Open (or refresh) an alert per firing kind; resolve the prefix's other open alerts."""
     changes = []
     for kind, (severity, message) in firing.items():
-        changes.append(alerts.raise_alert(spark, cfg, job=job, kind=kind, severity=severity,
+        changes.append(alerts.raise_alert(cfg, job=job, kind=kind, severity=severity,
                                           message=message, dedup_key=f"{prefix}:{job}:{kind}"))
-    for row in alerts.open_alerts(spark, cfg, job):
-        if row["dedup_key"].startswith(f"{prefix}:{job}:") and \
+    for row in open_rows:
+        if row["job"] == job and row["dedup_key"].startswith(f"{prefix}:{job}:") and \
                 row["dedup_key"].rsplit(":", 1)[1] not in firing:
-            alerts.resolve(spark, cfg, row["dedup_key"], resolution)
+            alerts.resolve(cfg, row["dedup_key"], resolution)
     return changes
 
 
 # -- checkpoint health -----------------------------------------------------------------------
 
-def checkpoint_health(spark, cfg: TidemarkConfig, spec: JobSpec):
+def checkpoint_health(cfg: TidemarkConfig, spec: JobSpec):
     """The job's findings and their asset check evaluation."""
-    findings = check_checkpoint(spark, cfg, spec.name, spec.sources,
+    findings = check_checkpoint(cfg, spec.name, spec.sources,
                                 stall_seconds=cfg.ops.stall_seconds,
                                 idle_seconds=cfg.ops.idle_seconds)
     critical = any(f.severity == CRITICAL for f in findings)
@@ -73,27 +76,27 @@ def checkpoint_health(spark, cfg: TidemarkConfig, spec: JobSpec):
         description="Per job: checkpoint files readable, batches committing, the query not "
                     "failed, not falling behind. Alerts, and restores a broken checkpoint from "
                     "its latest savepoint.")
-def checkpoint_health_sensor(context: SensorEvaluationContext):
-    cfg = TidemarkConfig.from_env()
-    spark = get_spark(cfg)
+def checkpoint_health_sensor(context: SensorEvaluationContext, tidemark: TidemarkResource):
+    cfg = tidemark.config()
     events, requests = [], []
+    open_rows = alerts.open_alerts(cfg)
     for spec in registry().values():
-        findings, evaluation = checkpoint_health(spark, cfg, spec)
+        findings, evaluation = checkpoint_health(cfg, spec)
         events.append(evaluation)
         firing = {}
         for f in findings:  # one alert per kind; messages of the same kind are joined
             severity, message = firing.get(f.kind, (f.severity, ""))
             firing[f.kind] = (severity, f"{message}; {f.message}" if message else f.message)
-        changes = _sync_alerts(spark, cfg, spec.name, "checkpoint", firing,
-                               "checkpoint healthy again")
+        changes = _sync_alerts(cfg, spec.name, "checkpoint", firing,
+                               "checkpoint healthy again", open_rows)
         if "checkpoint_corrupt" in firing:
             incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
             requests.append(RunRequest(
                 run_key=f"restore:{incident}",  # one restore per incident
                 job_name=recovery_job.name,
                 run_config={"ops": {"recover": {"config": {"job": spec.name, "restore": True}}}},
-                tags={"tidemark/recovers": spec.name}))
-    delivery = alerts.deliver(spark, cfg)
+                tags=recovery_tags(spec)))
+    delivery = alerts.deliver(cfg)
     context.log.info(f"checkpoint health: {len(requests)} restores requested; alerts sent "
                      f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}")
     return SensorResult(asset_events=events, run_requests=requests)
@@ -102,8 +105,6 @@ def checkpoint_health_sensor(context: SensorEvaluationContext):
 def _checks_for(spec: JobSpec) -> list:
     from dagster import AssetCheckResult, asset_check
 
-    from orchestration.resources import TidemarkResource, TidemarkSparkResource
-
     def result(evaluation: AssetCheckEvaluation) -> AssetCheckResult:
         return AssetCheckResult(passed=evaluation.passed, severity=evaluation.severity,
                                 metadata=evaluation.metadata)
@@ -111,14 +112,14 @@ def _checks_for(spec: JobSpec) -> list:
     @asset_check(asset=_gold(spec), name=CHECKPOINT_CHECK, blocking=False,
                  description="checkpoint files readable, batches committing, query not failed "
                              "(also reported by checkpoint_health_sensor)")
-    def health(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> AssetCheckResult:
-        return result(checkpoint_health(pyspark.spark_session, tidemark.config(), spec)[1])
+    def health(tidemark: TidemarkResource) -> AssetCheckResult:
+        return result(checkpoint_health(tidemark.config(), spec)[1])
 
     @asset_check(asset=_gold(spec), name=STATE_CHECK, blocking=False,
                  description="state under the job's warn/critical thresholds (also reported "
                              "by state_size_sensor)")
-    def state(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> AssetCheckResult:
-        return result(state_evaluation(pyspark.spark_session, tidemark.config(), spec))
+    def state(tidemark: TidemarkResource) -> AssetCheckResult:
+        return result(state_evaluation(tidemark.config(), spec))
 
     return [health, state]
 
@@ -130,20 +131,21 @@ def ops_checks() -> list:
 
 # -- state size -------------------------------------------------------------------------------
 
-def _open_level(spark, cfg, job: str) -> str:
+def _open_level(cfg, job: str, open_rows: list[dict] | None = None) -> str:
     key = f"state:{job}:state_size"
-    row = next((r for r in alerts.open_alerts(spark, cfg, job) if r["dedup_key"] == key), None)
+    rows = alerts.open_alerts(cfg, job) if open_rows is None else open_rows
+    row = next((r for r in rows if r["dedup_key"] == key), None)
     return row["severity"] if row else "ok"
 
 
-def state_evaluation(spark, cfg: TidemarkConfig, spec: JobSpec, readings=None,
+def state_evaluation(cfg: TidemarkConfig, spec: JobSpec, readings=None,
                      verdict=None) -> AssetCheckEvaluation:
-    readings = history(spark, cfg, spec.name) if readings is None else readings
+    readings = history(cfg, spec.name) if readings is None else readings
     if not readings:
         return AssetCheckEvaluation(asset_key=_gold(spec), check_name=STATE_CHECK, passed=True,
                                     metadata={"why": MetadataValue.text("no state readings yet")})
     latest = readings[-1]
-    name, why = verdict or level(latest, spec.thresholds, _open_level(spark, cfg, spec.name))
+    name, why = verdict or level(latest, spec.thresholds, _open_level(cfg, spec.name))
     return AssetCheckEvaluation(
         asset_key=_gold(spec), check_name=STATE_CHECK, passed=name == "ok",
         severity=AssetCheckSeverity.ERROR if name == "critical" else AssetCheckSeverity.WARN,
@@ -157,13 +159,13 @@ def state_evaluation(spark, cfg: TidemarkConfig, spec: JobSpec, readings=None,
         default_status=DefaultSensorStatus.RUNNING,
         description="Per job and stateful operator: state rows, memory and disk against the "
                     "job's thresholds (with hysteresis), and growth that will reach critical soon.")
-def state_size_sensor(context: SensorEvaluationContext):
-    cfg = TidemarkConfig.from_env()
-    spark = get_spark(cfg)
+def state_size_sensor(context: SensorEvaluationContext, tidemark: TidemarkResource):
+    cfg = tidemark.config()
     seen = json.loads(context.cursor or "{}")
     events = []
+    open_rows = alerts.open_alerts(cfg)
     for spec in registry().values():
-        readings = history(spark, cfg, spec.name)
+        readings = history(cfg, spec.name)
         if not readings:
             continue
         latest = readings[-1]
@@ -177,8 +179,8 @@ def state_size_sensor(context: SensorEvaluationContext):
                 "batch_id": MetadataValue.int(latest.batch_id),
                 **{f"rows.{o.operator}": MetadataValue.int(o.rows) for o in latest.operators},
             }))
-        verdict, why = level(latest, limits, _open_level(spark, cfg, spec.name))
-        events.append(state_evaluation(spark, cfg, spec, readings, (verdict, why)))
+        verdict, why = level(latest, limits, _open_level(cfg, spec.name, open_rows))
+        events.append(state_evaluation(cfg, spec, readings, (verdict, why)))
         firing = {}
         if verdict != "ok":
             firing["state_size"] = (verdict, f"{spec.name}: {why}")
@@ -189,37 +191,36 @@ def state_size_sensor(context: SensorEvaluationContext):
             firing["state_growth"] = ("warning", (
                 f"{spec.name}: state grows {trend.rows_per_hour:,.0f} rows/h and reaches "
                 f"critical ({limits.critical_rows:,} rows) in {trend.hours_to_critical:.1f} h"))
-        _sync_alerts(spark, cfg, spec.name, "state", firing, f"{spec.name}: {why}")
-    alerts.deliver(spark, cfg)
+        _sync_alerts(cfg, spec.name, "state", firing, f"{spec.name}: {why}", open_rows)
+    alerts.deliver(cfg)
     return SensorResult(asset_events=events, cursor=json.dumps(seen, sort_keys=True))
 
 
 # -- restarts ---------------------------------------------------------------------------------
 
-@sensor(name="streaming_restart_sensor", jobs=[continuous_streaming_job],
+@sensor(name="streaming_restart_sensor", job_name=CONTINUOUS_JOB,
         minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
         description="Restarts a failed streaming run with backoff; after the last attempt, a "
                     "critical alert.")
-def streaming_restart_sensor(context: SensorEvaluationContext):
-    cfg = TidemarkConfig.from_env()
+def streaming_restart_sensor(context: SensorEvaluationContext, tidemark: TidemarkResource):
+    cfg = tidemark.config()
     handled = set(json.loads(context.cursor or "[]"))
     requests, now = [], time.time()
     failed = context.instance.get_runs(
-        filters=RunsFilter(job_name="continuous_streaming_job",
+        filters=RunsFilter(job_name=CONTINUOUS_JOB,
                            statuses=[DagsterRunStatus.FAILURE]), limit=50)
     for run in failed:
         if run.run_id in handled:
             continue
         attempt = int(run.tags.get(ATTEMPT_TAG, "0")) + 1
         if attempt > cfg.ops.restart_attempts:
-            spark = get_spark(cfg)
             alerts.raise_alert(
-                spark, cfg, job=run.job_name, kind="restart_exhausted", severity="critical",
+                cfg, job=run.job_name, kind="restart_exhausted", severity="critical",
                 dedup_key=f"restart:{run.tags.get(RESTART_OF_TAG, run.run_id)}",
                 message=(f"{run.job_name}: run {run.run_id} failed after "
                          f"{cfg.ops.restart_attempts} restarts; giving up. Look at the run's "
                          "error, fix the cause, then launch it again."))
-            alerts.deliver(spark, cfg)
+            alerts.deliver(cfg)
             handled.add(run.run_id)
             continue
         stats = context.instance.get_run_stats(run.run_id)

@@ -21,6 +21,9 @@ Environment variables (all optional):
 - ``TIDEMARK_GROWTH_HORIZON_HOURS`` warn when state reaches critical within this (default 6)
 - ``TIDEMARK_RESTART_ATTEMPTS`` restarts of a failed streaming run before giving up (default 3)
 - ``TIDEMARK_RESTART_BACKOFF_SECONDS`` wait before the first restart; doubles each time (default 60)
+- ``TIDEMARK_MAX_CONCURRENT_RUNS`` runs the Dagster instance runs at once (default 8)
+- ``TIDEMARK_SQL_PORT``         the SQL endpoint's port on 127.0.0.1 (default 10000)
+- ``TIDEMARK_SQL_MEMORY``       the SQL endpoint's driver memory (default 3g)
 - ``TIDEMARK_ALERT_WEBHOOK_URL`` / ``TIDEMARK_ALERT_WEBHOOK_TOKEN`` where alerts are POSTed
   (read at delivery time only, never stored or logged; see `operations.alerts`)
 """
@@ -88,6 +91,11 @@ class Paths:
     def dagster_home(self) -> Path:
         return self.root / "dagster_home"
 
+    @property
+    def logs(self) -> Path:
+        """Full logs of long commands and background services (the terminal gets a summary)."""
+        return self.root / "logs"
+
     def dbt_table(self, schema: str, name: str) -> Path:
         """A dbt model materialized as a Delta table, e.g. dbt_table('recon', 'recon_summary')."""
         return self.warehouse / f"{schema}.db" / name
@@ -133,6 +141,7 @@ class OpsSettings:
     growth_horizon_hours: float = 6.0
     restart_attempts: int = 3
     restart_backoff_seconds: float = 60.0
+    max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
 
 
 def _number(env: dict, name: str, default, kind=float):
@@ -161,7 +170,26 @@ def _ops_settings(env: dict) -> OpsSettings:
         restart_attempts=_number(env, "TIDEMARK_RESTART_ATTEMPTS", d.restart_attempts, int),
         restart_backoff_seconds=_number(env, "TIDEMARK_RESTART_BACKOFF_SECONDS",
                                         d.restart_backoff_seconds),
+        max_concurrent_runs=_number(env, "TIDEMARK_MAX_CONCURRENT_RUNS", d.max_concurrent_runs,
+                                    int),
     )
+
+
+@dataclass(frozen=True)
+class SqlEndpointSettings:
+    """The SQL endpoint dbt talks to (Spark's Thrift server, always on 127.0.0.1)."""
+
+    port: int = 10000
+    driver_memory: str = "3g"
+
+
+def _sql_settings(env: dict) -> SqlEndpointSettings:
+    d = SqlEndpointSettings()
+    port = _number(env, "TIDEMARK_SQL_PORT", d.port, int)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_SQL_PORT={port} is not a TCP port (1-65535)")
+    return SqlEndpointSettings(port=port,
+                               driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory))
 
 
 @dataclass(frozen=True)
@@ -170,6 +198,7 @@ class TidemarkConfig:
     spark: SparkSettings = field(default_factory=SparkSettings)
     recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
     ops: OpsSettings = field(default_factory=OpsSettings)
+    sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
 
     @property
     def paths(self) -> Paths:
@@ -203,4 +232,4 @@ class TidemarkConfig:
         root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
         return cls(data_root=root, spark=spark,
                    recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
-                   ops=_ops_settings(env))
+                   ops=_ops_settings(env), sql=_sql_settings(env))

@@ -9,7 +9,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
+from streaming_jobs.checkpoints import query_id
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.delta_log import version_of_batch
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake import ensure_table, merge_once, table_exists
 
@@ -44,23 +46,47 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
     return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
 
 
+def merge_app_id(query_id: str) -> str:
+    """The idempotency key of an update-mode job's MERGEs: its checkpoint's identity."""
+    return f"tidemark.gold.{query_id}"
+
+
+def sink_app_id(spec: JobSpec, query_id: str) -> str:
+    """Who marks the job's commits in its gold table's log: the Delta sink marks them with the
+    query id, an update-mode job's MERGE with `merge_app_id`."""
+    return query_id if spec.output_mode == "append" else merge_app_id(query_id)
+
+
+def sink_version_of(cfg: TidemarkConfig, spec: JobSpec):
+    """For a progress row of ``spec``: the gold version holding its batch (see `delta_log`)."""
+    target = cfg.paths.table("gold", spec.name)
+
+    def resolve(row: dict) -> int | None:
+        if row.get("query_id") is None or row.get("batch_id") is None:
+            return None
+        return version_of_batch(target, sink_app_id(spec, row["query_id"]), row["batch_id"])
+
+    return resolve
+
+
 class UpsertBatch:
     """foreachBatch for update-mode jobs: MERGE the batch's rows on the job's keys."""
 
     def __init__(self, spec: JobSpec, target, cfg: TidemarkConfig) -> None:
-        from streaming_jobs.operations.savepoints import restore_epoch
-
         self.keys, self.target = spec.keys, target
-        epoch = restore_epoch(cfg, spec.name)  # a restored checkpoint replays under new keys
-        self.app_id = f"tidemark.gold.{spec.name}" + (f".restore{epoch}" if epoch else "")
+        self.checkpoint = cfg.paths.checkpoint(spec.name)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # Keyed by the checkpoint's identity, read now (the query wrote it when it started):
+        # a restored or rebuilt checkpoint restarts its batch ids under a new key, so Delta
+        # never skips its writes as done.
+        app_id = merge_app_id(query_id(self.checkpoint))
         batch = batch.persist()
         try:
             # Evaluate the whole batch first: its state stores must commit even when Delta
             # skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose stateful
             # partitions never ran), and the MERGE then reads cached rows.
             batch.count()
-            merge_once(batch, self.target, self.keys, self.app_id, batch_id)
+            merge_once(batch, self.target, self.keys, app_id, batch_id)
         finally:
             batch.unpersist()

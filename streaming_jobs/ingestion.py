@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
+from streaming_jobs.checkpoints import query_id
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.lake import ROW_TRACKING, append_once, ensure_table
 from streaming_jobs.schemas import StreamSchema
@@ -46,7 +47,7 @@ class BronzeBatchWriter:
         paths = cfg.paths
         self.bronze = paths.table("bronze", schema.name)
         self.quarantine = paths.table("quarantine", schema.name)
-        self.app_id = f"tidemark.{query_name(schema.name)}"
+        self.checkpoint = paths.checkpoint(query_name(schema.name))
         self.written: dict[int, tuple[int, int]] = {}
         ensure_table(spark, self.bronze, bronze_schema(schema), ROW_TRACKING)
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
@@ -64,8 +65,10 @@ class BronzeBatchWriter:
             bad = parsed.where(F.col("_reason").isNotNull()).select(
                 F.col("value").alias("raw_line"), F.col("_reason").alias("reason"),
                 *[f.name for f in LINEAGE])
-            append_once(good, self.bronze, self.app_id, batch_id)
-            append_once(bad, self.quarantine, self.app_id, batch_id)
+            # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
+            app_id = f"tidemark.bronze.{query_id(self.checkpoint)}"
+            append_once(good, self.bronze, app_id, batch_id)
+            append_once(bad, self.quarantine, app_id, batch_id)
             self.written[batch_id] = (good.count(), bad.count())
         finally:
             parsed.unpersist()

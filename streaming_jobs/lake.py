@@ -8,7 +8,7 @@ as late.
 
 from __future__ import annotations
 
-import threading
+import time
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,15 +26,29 @@ def table_exists(spark: SparkSession, path: Path) -> bool:
 def ensure_table(spark: SparkSession, path: Path, schema: T.StructType,
                  properties: dict[str, str] | None = None,
                  partition_by: list[str] | None = None) -> None:
-    """Create an empty Delta table at ``path`` unless one is there."""
+    """Create an empty Delta table at ``path`` unless one is there.
+
+    Two processes may create the same table at once (a job's first run and the SQL endpoint's
+    lake check): the loser's commit conflicts, and its retry finds the table made.
+    """
     from delta.tables import DeltaTable
 
-    builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
-    for key, value in (properties or {}).items():
-        builder = builder.property(key, value)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    builder.execute()
+    for attempt in range(5):
+        builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+        for key, value in (properties or {}).items():
+            builder = builder.property(key, value)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        try:
+            builder.execute()
+            return
+        except Exception as exc:  # noqa: BLE001 - only a concurrent creation is retried
+            concurrent = any(word in str(exc) for word in (
+                "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED", "Concurrent",
+                "DELTA_CONCURRENT"))
+            if not concurrent or attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
@@ -48,32 +62,25 @@ def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
        .save(str(path)))
 
 
-# Delta takes the idempotency key of a MERGE from session settings; one MERGE at a time per
-# session keeps two queries in one SparkSession from seeing each other's key.
-_MERGE_LOCK = threading.Lock()
-
-
 def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, version: int) -> None:
     """Upsert ``df`` into the table on ``keys`` unless (app_id, version) was committed before.
 
     A micro-batch replayed after a crash then changes nothing twice, whatever the update does.
+    Delta takes a MERGE's idempotency key from session settings only, so the MERGE runs in a
+    session of its own (``newSession``: same context, its own settings): the key can never tag
+    another write, in this query or any other.
     """
     from delta.tables import DeltaTable
 
-    spark = df.sparkSession
+    session = df.sparkSession.newSession()
+    session.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    session.conf.set("spark.databricks.delta.write.txnVersion", str(version))
     condition = " and ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    with _MERGE_LOCK:
-        spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-        spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
-        try:
-            (DeltaTable.forPath(spark, str(path)).alias("t")
-             .merge(df.alias("s"), condition)
-             .whenMatchedUpdateAll()
-             .whenNotMatchedInsertAll()
-             .execute())
-        finally:
-            spark.conf.unset("spark.databricks.delta.write.txnAppId")
-            spark.conf.unset("spark.databricks.delta.write.txnVersion")
+    (DeltaTable.forPath(session, str(path)).alias("t")
+     .merge(df.alias("s"), condition)
+     .whenMatchedUpdateAll()
+     .whenNotMatchedInsertAll()
+     .execute())
 
 
 def read_table(spark: SparkSession, path: Path) -> DataFrame:

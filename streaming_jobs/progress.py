@@ -1,9 +1,11 @@
 """Stream progress, recorded: a StreamingQueryListener that keeps every progress event.
 
-Spark calls the listener on its listener-bus thread. Writing a Delta table from that thread
-would run Spark jobs inside a callback, so the listener only buffers rows; `ProgressLog.flush`
-appends them to ``lake/ops/stream_progress`` from the runner's thread (after each incremental
-run, and periodically in continuous mode).
+Spark calls the listener on its listener-bus thread, so the listener only buffers rows;
+`ProgressLog.flush` appends them to ``lake/ops/stream_progress`` (`ops_tables`: delta-rs, no
+Spark job) from the runner's thread, after each incremental run and periodically in continuous
+mode. Each row of a job also gets the version of its output table that the batch committed
+(``sink_version``, from the table's log), so readers can see the output exactly as of the
+recorded progress.
 
 For Delta sources each row also records the source's version range, normalised to
 "last fully read version" before and after the batch; with the batch's watermark this lets
@@ -18,54 +20,13 @@ import re
 import threading
 from collections import defaultdict
 from datetime import datetime
-from pathlib import Path
+from typing import Callable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import types as T
 from pyspark.sql.streaming import StreamingQueryListener
 
-OPERATOR = T.StructType([
-    T.StructField("operator", T.StringType()),
-    T.StructField("rows", T.LongType()),
-    T.StructField("rows_updated", T.LongType()),
-    T.StructField("rows_removed", T.LongType()),
-    T.StructField("memory_bytes", T.LongType()),
-    T.StructField("dropped_by_watermark", T.LongType()),
-    T.StructField("commit_ms", T.LongType()),
-    T.StructField("partitions", T.LongType()),
-    T.StructField("custom", T.MapType(T.StringType(), T.LongType())),
-])
-
-SOURCE_VERSIONS = T.StructType([
-    T.StructField("source_table", T.StringType()),  # the lake table's name, e.g. "orders"
-    T.StructField("version_from", T.LongType()),  # exclusive
-    T.StructField("version_to", T.LongType()),  # inclusive
-])
-
-PROGRESS_SCHEMA = T.StructType([
-    T.StructField("job", T.StringType()),
-    T.StructField("query_id", T.StringType()),
-    T.StructField("run_id", T.StringType()),
-    T.StructField("batch_id", T.LongType()),
-    T.StructField("ts", T.TimestampType()),
-    T.StructField("batch_duration_ms", T.LongType()),
-    T.StructField("num_input_rows", T.LongType()),
-    T.StructField("input_rows_per_second", T.DoubleType()),
-    T.StructField("processed_rows_per_second", T.DoubleType()),
-    T.StructField("num_output_rows", T.LongType()),
-    T.StructField("watermark", T.TimestampType()),
-    T.StructField("state_rows", T.LongType()),
-    T.StructField("state_memory_bytes", T.LongType()),
-    T.StructField("state_disk_bytes", T.LongType()),
-    T.StructField("rows_dropped_by_watermark", T.LongType()),
-    T.StructField("state_commit_ms", T.LongType()),
-    T.StructField("durations_ms", T.MapType(T.StringType(), T.LongType())),
-    T.StructField("state_operators", T.ArrayType(OPERATOR)),
-    T.StructField("source_version_from", T.LongType()),
-    T.StructField("source_version_to", T.LongType()),
-    T.StructField("source_versions", T.ArrayType(SOURCE_VERSIONS)),
-    T.StructField("progress_json", T.StringType()),
-])
+from streaming_jobs import ops_tables
+from streaming_jobs.config import TidemarkConfig
 
 
 def _ts(value: str | None) -> datetime | None:
@@ -199,12 +160,14 @@ class ProgressLog(StreamingQueryListener):
         with self._lock:
             return self._rows.pop(run_id, [])
 
-    def flush(self, spark: SparkSession, table: Path, rows: list[dict]) -> None:
-        if rows:
-            # mergeSchema: a data root written by an older tidemark gains the new columns
-            (spark.createDataFrame(rows, PROGRESS_SCHEMA)
-             .write.format("delta").mode("append").option("mergeSchema", "true")
-             .save(str(table)))
+    def flush(self, cfg: TidemarkConfig, rows: list[dict],
+              sink_version: Callable[[dict], int | None] | None = None) -> None:
+        """Append ``rows`` to ``ops/stream_progress``, each with its ``sink_version``."""
+        if sink_version:
+            for row in rows:
+                if row.get("sink_version") is None:
+                    row["sink_version"] = sink_version(row)
+        ops_tables.append(cfg, "stream_progress", rows)
 
 
 _LOGS: dict[int, ProgressLog] = {}

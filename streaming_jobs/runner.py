@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.gold import gold_writer
+from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake import rows_written_since, table_version
@@ -55,14 +55,15 @@ class RunMetrics:
 
 
 def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
-                       writer: DataStreamWriter, holder: str) -> tuple[list[dict], float]:
+                       writer: DataStreamWriter, holder: str,
+                       sink_version=None) -> tuple[list[dict], float]:
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
-        return _available_now(spark, cfg, name, writer)
+        return _available_now(spark, cfg, name, writer, sink_version)
 
 
 def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
-                   writer: DataStreamWriter) -> tuple[list[dict], float]:
+                   writer: DataStreamWriter, sink_version=None) -> tuple[list[dict], float]:
     log = progress_log(spark)
     checkpoint = cfg.paths.checkpoint(name)
     started = time.monotonic()
@@ -71,7 +72,7 @@ def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
     try:
         query.awaitTermination()
     except Exception as exc:  # noqa: BLE001 - re-raised with the query named
-        record_failure(spark, cfg, name, run_id, str(exc))
+        record_failure(cfg, name, run_id, str(exc))
         raise StreamRunError(
             f"streaming query {name} failed (checkpoint {checkpoint}): {exc}. "
             "Fix the cause and run it again: it resumes from its last committed batch."
@@ -81,15 +82,33 @@ def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
             LOG.warning("streaming query %s: no termination event within 30 s; recording the "
                         "progress received so far", name)
         rows = log.take(run_id)
-        log.flush(spark, cfg.paths.table("ops", "stream_progress"), rows)
+        log.flush(cfg, rows, sink_version)
     return rows, time.monotonic() - started
 
 
+def last_reading(cfg: TidemarkConfig, name: str) -> dict:
+    """The query's latest recorded batch (state, watermark), or {} if it never ran."""
+    from streaming_jobs import ops_tables
+
+    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(name)}",
+                           columns=["batch_id", "ts", "watermark", "state_rows",
+                                    "state_memory_bytes", "state_disk_bytes"])
+    return max(rows, key=lambda r: (r["batch_id"], r["ts"])) if rows else {}
+
+
 def metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int | None,
-             output_rows: int | None = None, quarantined: int = 0) -> RunMetrics:
+            output_rows: int | None = None, quarantined: int = 0,
+            previous: dict | None = None) -> RunMetrics:
+    """What a run did (rows in and out, late drops), and where the query stands after it.
+
+    A run with no batch (nothing new arrived) still reports the query's current state and
+    watermark, from ``previous`` (its latest recorded batch), never zeros.
+    """
     data = [r for r in rows if r["num_input_rows"] is not None]
-    last = rows[-1] if rows else {}
+    last = rows[-1] if rows else (previous or {})
     watermarks = [r["watermark"] for r in rows if r["watermark"] is not None]
+    if not watermarks and last.get("watermark") is not None:
+        watermarks = [last["watermark"]]
     return RunMetrics(
         query=name,
         batches=len(rows),
@@ -100,11 +119,16 @@ def metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int |
         state_memory_bytes=last.get("state_memory_bytes") or 0,
         state_disk_bytes=last.get("state_disk_bytes") or 0,
         late_rows_dropped=sum(r["rows_dropped_by_watermark"] or 0 for r in rows),
-        watermark=max(watermarks) if watermarks else None,
+        watermark=_naive(max(watermarks)) if watermarks else None,
         checkpoint_batch_id=checkpoint_batch,
         duration_seconds=round(seconds, 3),
         quarantined_rows=quarantined,
     )
+
+
+def _naive(ts: datetime) -> datetime:
+    """UTC wall time (ops tables read back aware datetimes; the listener's are naive UTC)."""
+    return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo else ts
 
 
 def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
@@ -117,6 +141,7 @@ def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
         name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)),
         output_rows=sum(good for good, _ in sink.written.values()),
         quarantined=sum(bad for _, bad in sink.written.values()),
+        previous=None if rows else last_reading(cfg, name),
     )
 
 
@@ -126,6 +151,8 @@ def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
     writer = gold_writer(spark, cfg, spec)
     target = cfg.paths.table("gold", spec.name)
     before = table_version(spark, target)
-    rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder)
+    rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
+                                       sink_version_of(cfg, spec))
     return metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
-                    output_rows=rows_written_since(spark, target, before))
+                   output_rows=rows_written_since(spark, target, before),
+                   previous=None if rows else last_reading(cfg, spec.name))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import QUARANTINE_SCHEMA, bronze_schema
 from streaming_jobs.jobs import registry, streams
 from streaming_jobs.lake import ROW_TRACKING, ensure_table, table_exists
-from streaming_jobs.progress import PROGRESS_SCHEMA
 
 
 def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
@@ -30,9 +30,24 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
     for name, stream in known.items():
         ensure("bronze", name, bronze_schema(stream), ROW_TRACKING)
         ensure("quarantine", name, QUARANTINE_SCHEMA)
-    ensure("ops", "stream_progress", PROGRESS_SCHEMA)
+    created += ops_tables.ensure_all(cfg)
     for name, spec in registry().items():
         empty = [spark.createDataFrame([], bronze_schema(known[s])) for s in spec.sources]
         ensure("gold", name, spec.apply(*empty).schema, spec.table_properties,
                list(spec.partition_by))
     return created
+
+
+def _present(path) -> bool:
+    log = path / "_delta_log"
+    return log.is_dir() and any(log.glob("*.json"))
+
+
+def missing(cfg: TidemarkConfig) -> list[str]:
+    """The lake tables `ensure_lake` would create (files only: no JVM), as layer/name."""
+    paths = cfg.paths
+    wanted = [("ops", name) for name in ops_tables.SCHEMAS]
+    for name in streams():
+        wanted += [("bronze", name), ("quarantine", name)]
+    wanted += [("gold", name) for name in registry()]
+    return [f"{layer}/{name}" for layer, name in wanted if not _present(paths.table(layer, name))]

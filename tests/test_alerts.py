@@ -57,38 +57,38 @@ def settings(monkeypatch):
 
 
 def test_alerts_stay_pending_while_the_webhook_is_down_and_are_delivered_once(
-        spark, cfg, settings, monkeypatch, caplog):
+        cfg, settings, monkeypatch, caplog):
     monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_TOKEN", TOKEN)
     # 1. Nothing listens: connection refused.
     monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{free_port()}{SECRET_URL_PATH}")
-    first = alerts.raise_alert(spark, cfg, job="job_a", kind="state_size", severity="warning",
+    first = alerts.raise_alert(cfg, job="job_a", kind="state_size", severity="warning",
                                message="state rows 120 > warn 100")
-    second = alerts.raise_alert(spark, cfg, job="job_b", kind="checkpoint", severity="critical",
+    second = alerts.raise_alert(cfg, job="job_b", kind="checkpoint", severity="critical",
                                 message="offsets/7 unreadable")
-    again = alerts.raise_alert(spark, cfg, job="job_a", kind="state_size", severity="warning",
+    again = alerts.raise_alert(cfg, job="job_a", kind="state_size", severity="warning",
                                message="state rows 130 > warn 100")
     assert first.opened and second.opened and not again.opened
     assert again.alert_id == first.alert_id
-    refused = alerts.deliver(spark, cfg, settings)
+    refused = alerts.deliver(cfg, settings)
     assert refused.sent == [] and len(refused.failed) == 2
 
     # 2. The server answers 503.
     hook = Hook()
     try:
         monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{hook.port}{SECRET_URL_PATH}")
-        unavailable = alerts.deliver(spark, cfg, settings)
+        unavailable = alerts.deliver(cfg, settings)
         assert unavailable.sent == [] and len(unavailable.failed) == 2
-        stored = {r["alert_id"]: r for r in alerts.load(spark, cfg)}
+        stored = {r["alert_id"]: r for r in alerts.load(cfg)}
         assert {r["attempts"] for r in stored.values()} == {2}
         assert {r["last_error"] for r in stored.values()} == {"webhook delivery failed: HTTP 503"}
         assert all(alerts.owed(r) == "firing" for r in stored.values())
 
         # 3. Back up: each pending alert is delivered once; later calls send nothing more.
         hook.down = False
-        delivered = alerts.deliver(spark, cfg, settings)
+        delivered = alerts.deliver(cfg, settings)
         assert sorted(delivered.sent) == sorted([f"{first.alert_id}:firing",
                                                  f"{second.alert_id}:firing"])
-        assert alerts.deliver(spark, cfg, settings).sent == []
+        assert alerts.deliver(cfg, settings).sent == []
         bodies = [body for body, _ in hook.received]
         assert sorted((b["alert_id"], b["event"]) for b in bodies) == sorted(
             [(first.alert_id, "firing"), (second.alert_id, "firing")])
@@ -100,30 +100,30 @@ def test_alerts_stay_pending_while_the_webhook_is_down_and_are_delivered_once(
                                                              f"{second.alert_id}:firing"}
 
         # 4. A resolution is one more notification, and the key can fire again later.
-        assert alerts.resolve(spark, cfg, "state_size:job_a", "state rows 40 < warn 100").resolved
-        assert alerts.resolve(spark, cfg, "state_size:job_a", "again") is None
-        assert alerts.deliver(spark, cfg, settings).sent == [f"{first.alert_id}:resolved"]
-        reopened = alerts.raise_alert(spark, cfg, job="job_a", kind="state_size",
+        assert alerts.resolve(cfg, "state_size:job_a", "state rows 40 < warn 100").resolved
+        assert alerts.resolve(cfg, "state_size:job_a", "again") is None
+        assert alerts.deliver(cfg, settings).sent == [f"{first.alert_id}:resolved"]
+        reopened = alerts.raise_alert(cfg, job="job_a", kind="state_size",
                                       severity="warning", message="state rows 150 > warn 100")
         assert reopened.opened and reopened.alert_id == "state_size:job_a#2"
-        assert alerts.deliver(spark, cfg, settings).sent == ["state_size:job_a#2:firing"]
+        assert alerts.deliver(cfg, settings).sent == ["state_size:job_a#2:firing"]
         assert [(b["alert_id"], b["event"]) for b, _ in hook.received[2:]] == [
             (first.alert_id, "resolved"), ("state_size:job_a#2", "firing")]
     finally:
         hook.close()
 
     # Secrets never reach the table or the logs.
-    table_text = json.dumps([{k: str(v) for k, v in r.items()} for r in alerts.load(spark, cfg)])
+    table_text = json.dumps([{k: str(v) for k, v in r.items()} for r in alerts.load(cfg)])
     assert SECRET_URL_PATH not in table_text and TOKEN not in table_text
     assert SECRET_URL_PATH not in caplog.text and TOKEN not in caplog.text
 
 
-def test_backoff_defers_a_failed_delivery(spark, cfg, monkeypatch):
+def test_backoff_defers_a_failed_delivery(cfg, monkeypatch):
     monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{free_port()}/x")
-    alerts.raise_alert(spark, cfg, job="j", kind="k", severity="info", message="m")
+    alerts.raise_alert(cfg, job="j", kind="k", severity="info", message="m")
     slow = alerts.DeliverySettings(retry_seconds=3600.0)
-    assert len(alerts.deliver(spark, cfg, slow).failed) == 1
-    retry = alerts.deliver(spark, cfg, slow)  # inside the backoff: not attempted
+    assert len(alerts.deliver(cfg, slow).failed) == 1
+    retry = alerts.deliver(cfg, slow)  # inside the backoff: not attempted
     assert retry.failed == [] and retry.sent == [] and retry.waiting == 1
     with pytest.raises(ValueError, match="severity must be one of"):
-        alerts.raise_alert(spark, cfg, job="j", kind="k", severity="loud", message="m")
+        alerts.raise_alert(cfg, job="j", kind="k", severity="loud", message="m")

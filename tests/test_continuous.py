@@ -14,9 +14,10 @@ from streaming_jobs.lake import read_table, table_exists
 from streaming_jobs.operations.locks import CheckpointBusy, checkpoint_lock
 from streaming_jobs.runner import run_bronze, run_job
 
-from orchestration.continuous import continuous_streaming_job
+from orchestration.continuous import continuous_streaming_job as continuous_job
+
+continuous_streaming_job = continuous_job()
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
-from streaming_jobs.spark import spark_conf
 from conftest import click, land
 
 pytestmark = pytest.mark.slow
@@ -47,8 +48,7 @@ def run_config(**extra):
 
 def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark, cfg, tmp_path):
     resources = {"tidemark": TidemarkResource(data_root=str(cfg.data_root)),
-                 "pyspark": TidemarkSparkResource(spark_config=spark_conf(cfg),
-                                                  data_root=str(cfg.data_root))}
+                 "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root))}
     (tmp_path / "dagster").mkdir()
     instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
     first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]

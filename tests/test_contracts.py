@@ -118,9 +118,24 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
     assert home == str(tmp_path / "dagster_home")
     instance = DagsterInstance.get()  # reads DAGSTER_HOME/dagster.yaml; raises if invalid
     try:
-        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 1
+        queue = instance.get_concurrency_config().run_queue_config
+        # several runs at once; one per checkpoint (every query: written out by hand here) and
+        # one reconciliation
+        assert queue.max_concurrent_runs == 8
+        queries = {"bronze_transactions", "bronze_rides", "bronze_orders", "bronze_payments",
+                   "bronze_clicks", "failed_txn_velocity", "zone_revenue_hourly",
+                   "user_sessions", "user_activity_profile", "order_payment_match",
+                   "events_by_type"}
+        assert sorted((l["key"], l["limit"]) for l in queue.tag_concurrency_limits) == sorted(
+            [("tidemark/reconciliation", 1)] + [(f"tidemark/checkpoint.{q}", 1) for q in queries])
+        assert instance.run_monitoring_enabled
     finally:
         instance.dispose()
+    # tidemark's file is rewritten at every start; once its header is removed, it is left alone
+    config = tmp_path / "dagster_home" / "dagster.yaml"
+    config.write_text("telemetry:\n  enabled: false\n")
+    prepare_dagster_home(TidemarkConfig.from_env().with_data_root(tmp_path))
+    assert config.read_text() == "telemetry:\n  enabled: false\n"
 
 
 def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):

@@ -214,6 +214,12 @@ def test_webserver_serves_every_asset_over_graphql(cfg, tmp_path):
         proc.wait(timeout=30)
 
 
+def _started(run):
+    from dagster import DagsterEvent, DagsterEventType
+
+    return DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name)
+
+
 def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatch):
     from dagster import build_schedule_context
 
@@ -223,9 +229,21 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     defs = build_definitions(cfg)
     schedule = defs.resolve_schedule_def("reconciliation_schedule")
     assert schedule.cron_schedule == "0 * * * *" and schedule.execution_timezone == "UTC"
-    tick = schedule.evaluate_tick(build_schedule_context())
+    (cfg.data_root / "instance").mkdir()
+    instance = DagsterInstance.local_temp(str(cfg.data_root / "instance"))
+    tick = schedule.evaluate_tick(build_schedule_context(instance=instance))
     assert len(tick.run_requests) == 1 and schedule.job_name == "reconciliation_job"
     assert tick.run_requests[0].job_name in (None, "reconciliation_job")  # None: the schedule's own
+    assert tick.run_requests[0].tags["tidemark/reconciliation"] == "1"
+    # A reconciliation still queued or running: the tick is skipped, runs never pile up.
+    from dagster import DagsterRunStatus
+
+    recon_job = defs.resolve_job_def("reconciliation_job")
+    run = instance.create_run_for_job(recon_job, status=DagsterRunStatus.NOT_STARTED,
+                                      tags=recon_job.tags)  # as the UI launches it
+    instance.run_storage.handle_run_event(run.run_id, _started(run))  # the run is now STARTED
+    skipped = schedule.evaluate_tick(build_schedule_context(instance=instance))
+    assert not skipped.run_requests and "is still started" in skipped.skip_message
     job = defs.resolve_job_def("reconciliation_job")
     selected = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
     assert "recon/recon_failed_txn_velocity" in selected
@@ -237,3 +255,66 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     monkeypatch.setenv("TIDEMARK_RECON_CRON", "hourly")
     with pytest.raises(ConfigError, match="TIDEMARK_RECON_CRON"):
         TidemarkConfig.from_env()
+
+
+def test_freshness_policies_schedules_and_sensors_are_on_in_a_fresh_instance(cfg):
+    from datetime import timedelta
+
+    from dagster import DefaultScheduleStatus, DefaultSensorStatus
+
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions(cfg)
+    graph = defs.resolve_asset_graph()
+    # derived from the spec: warn at the watermark delay (10 min), fail at three times that
+    policy = graph.get(AssetKey(["gold", "failed_txn_velocity"])).freshness_policy
+    assert (policy.warn_window.to_timedelta(), policy.fail_window.to_timedelta()) == (
+        timedelta(minutes=10), timedelta(minutes=30))
+    # the TTL job drops late events at its 10-minute watermark too: the lateness it tolerates
+    ttl_job = graph.get(AssetKey(["gold", "user_activity_profile"])).freshness_policy
+    assert ttl_job.warn_window.to_timedelta() == timedelta(minutes=10)
+    assert graph.get(AssetKey(["bronze", "clicks"])).freshness_policy is not None
+    # nothing to switch on by hand: every schedule and sensor runs in a new instance
+    for name in ("reconciliation_schedule", "savepoint_schedule"):
+        assert defs.resolve_schedule_def(name).default_status == DefaultScheduleStatus.RUNNING
+    for name in ("checkpoint_health_sensor", "state_size_sensor", "streaming_restart_sensor",
+                 "reconcile_on_update_sensor"):
+        assert defs.resolve_sensor_def(name).default_status == DefaultSensorStatus.RUNNING
+
+
+def test_incremental_updates_request_reconciliation_and_continuous_reports_do_not(cfg):
+    from dagster import AssetMaterialization, evaluate_automation_conditions, job, op
+
+    from orchestration.concurrency import CONTINUOUS_TAG
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions(cfg)
+    instance = DagsterInstance.ephemeral()
+
+    @op
+    def report(context):
+        context.log_event(AssetMaterialization(AssetKey(["gold", "events_by_type"])))
+
+    @job(tags={CONTINUOUS_TAG: "1"})
+    def like_a_continuous_run():
+        report()
+
+    @job
+    def like_an_incremental_run():
+        report()
+
+    # everything reconciled once (reported here rather than built: dbt is not what is tested)
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        if key.path[0] in ("staging", "batch", "recon"):
+            instance.report_runless_asset_event(AssetMaterialization(key))
+    first = evaluate_automation_conditions(defs=defs, instance=instance)
+    recon = AssetKey(["recon", "recon_events_by_type"])
+    assert like_a_continuous_run.execute_in_process(instance=instance).success
+    after_continuous = evaluate_automation_conditions(defs=defs, instance=instance,
+                                                      cursor=first.cursor)
+    assert after_continuous.get_num_requested(recon) == 0
+    assert like_an_incremental_run.execute_in_process(instance=instance).success
+    after_incremental = evaluate_automation_conditions(defs=defs, instance=instance,
+                                                       cursor=after_continuous.cursor)
+    assert after_incremental.get_num_requested(recon) == 1

@@ -22,7 +22,6 @@ from orchestration.recovery import recovery_job
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
 from orchestration.sensors import (CHECKPOINT_CHECK, STATE_CHECK, checkpoint_health_sensor,
                                    state_size_sensor)
-from streaming_jobs.spark import spark_conf
 
 VELOCITY = "failed_txn_velocity"
 
@@ -35,8 +34,7 @@ def instance(tmp_path):
 
 def resources(cfg):
     return {"tidemark": TidemarkResource(data_root=str(cfg.data_root)),
-            "pyspark": TidemarkSparkResource(spark_config=spark_conf(cfg),
-                                             data_root=str(cfg.data_root))}
+            "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root))}
 
 
 def evaluations(result, check: str) -> dict[str, object]:
@@ -45,7 +43,7 @@ def evaluations(result, check: str) -> dict[str, object]:
 
 
 def incidents(spark, cfg, prefix: str) -> list[dict]:
-    return [r for r in alerts.load(spark, cfg) if r["dedup_key"].startswith(prefix)]
+    return [r for r in alerts.load(cfg) if r["dedup_key"].startswith(prefix)]
 
 
 @pytest.mark.slow
@@ -55,14 +53,14 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     scenarios.land_wave(cfg, 1)
     run_bronze(spark, cfg, "transactions")
     late = run_job(spark, cfg, spec).late_rows_dropped
-    point = savepoints.take(spark, cfg, VELOCITY)
+    point = savepoints.take(cfg, VELOCITY)
     scenarios.land_wave(cfg, 2)
     run_bronze(spark, cfg, "transactions")
     second = run_job(spark, cfg, spec)
     late += second.late_rows_dropped
     assert second.checkpoint_batch_id > point.batch_id  # batches after the savepoint exist
     # A healthy system: the sensor finds nothing and requests nothing.
-    healthy = checkpoint_health_sensor(build_sensor_context(instance=instance))
+    healthy = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
     assert healthy.run_requests == []
     assert all(e.passed for e in evaluations(healthy, CHECKPOINT_CHECK).values())
 
@@ -71,7 +69,7 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
 
-    first = checkpoint_health_sensor(build_sensor_context(instance=instance))
+    first = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
     verdict = evaluations(first, CHECKPOINT_CHECK)[VELOCITY]
     assert not verdict.passed and f"offsets/{latest}" in verdict.metadata["details"].value
     assert [e.passed for j, e in evaluations(first, CHECKPOINT_CHECK).items() if j != VELOCITY] \
@@ -83,7 +81,7 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     assert [(r["kind"], r["severity"], r["resolved_at"]) for r in opened] == [
         ("checkpoint_corrupt", "critical", None)]
     # Evaluated again before recovery: the same incident (no second alert), the same run key.
-    again = checkpoint_health_sensor(build_sensor_context(instance=instance))
+    again = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
     assert [r.run_key for r in again.run_requests] == [request.run_key]
     assert len(incidents(spark, cfg, f"checkpoint:{VELOCITY}")) == 1
 
@@ -98,7 +96,7 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     replaced = list((cfg.paths.checkpoints / ".replaced").iterdir())
     assert len(replaced) == 1  # the broken checkpoint is kept for inspection
 
-    after = checkpoint_health_sensor(build_sensor_context(instance=instance))
+    after = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
     assert after.run_requests == [] and evaluations(after, CHECKPOINT_CHECK)[VELOCITY].passed
     [row] = incidents(spark, cfg, f"checkpoint:{VELOCITY}")
     assert row["resolved_at"] is not None and alerts.owed(row) is None  # resolution delivered
@@ -142,12 +140,12 @@ def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instanc
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, spec)
     assert dedup_rows() == 30
-    ticks = [state_size_sensor(build_sensor_context(instance=instance, cursor=None))]
+    ticks = [state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=None))]
     observed = [e for e in ticks[0].asset_events if e.asset_key.path[-1] == spec.name
                 and type(e).__name__ == "AssetObservation"]
     assert [o.metadata["state_rows"].value for o in observed] == [30]
     for _ in range(3):  # still over: more evaluations, no new alert, no repeated observation
-        ticks.append(state_size_sensor(build_sensor_context(instance=instance,
+        ticks.append(state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance,
                                                             cursor=ticks[-1].cursor)))
     assert not any(type(e).__name__ == "AssetObservation" and e.asset_key.path[-1] == spec.name
                    for t in ticks[1:] for e in t.asset_events)
@@ -162,14 +160,14 @@ def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instanc
     run_job(spark, cfg, spec)
     assert dedup_rows() == 5
     for _ in range(2):
-        ticks.append(state_size_sensor(build_sensor_context(instance=instance,
+        ticks.append(state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance,
                                                             cursor=ticks[-1].cursor)))
     assert evaluations(ticks[-1], STATE_CHECK)[spec.name].passed
     [row] = incidents(spark, cfg, f"state:{spec.name}:state_size")
     assert row["resolved_at"] is not None and alerts.owed(row) is None
     assert "under warn thresholds" in row["resolution"]
     # The built-in jobs never ran here: no readings, no alerts for them.
-    assert {r["job"] for r in alerts.load(spark, cfg)} == {spec.name}
+    assert {r["job"] for r in alerts.load(cfg)} == {spec.name}
 
 
 def reading(hour: float, rows: int) -> Reading:
@@ -203,12 +201,12 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
                                     for i in range(6)], stream="clicks")
         run_bronze(spark, cfg, "clicks")
         run_job(spark, cfg, spec)
-        savepoints.take(spark, cfg, spec.name, keep=2)
+        savepoints.take(cfg, spec.name, keep=2)
     kept = savepoints.savepoints(cfg, spec.name)
     assert len(kept) == 2 and kept[0].batch_id < kept[1].batch_id
     info = json.loads((kept[-1].path / "savepoint.json").read_text())
     assert info["gold_version"] == kept[-1].gold_version
-    assert check_checkpoint(spark, cfg, spec.name, spec.sources) == []
+    assert check_checkpoint(cfg, spec.name, spec.sources) == []
 
     [op] = inspect(spark, cfg, spec.name, top=3)
     assert op.operator == "dedupeWithinWatermark" and op.partitions == 4
@@ -262,7 +260,9 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
 
 def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, cfg, instance,
                                                                         monkeypatch):
-    from orchestration.continuous import continuous_streaming_job
+    from orchestration.continuous import continuous_streaming_job as make_job
+
+    continuous_streaming_job = make_job()
     from orchestration.sensors import ATTEMPT_TAG, streaming_restart_sensor
 
     bad = {"ops": {"run_continuously": {"config": {"jobs": ["no_such_job"]}}}}
@@ -271,13 +271,13 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, 
     assert not failed.success
 
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
-    waiting = streaming_restart_sensor(build_sensor_context(instance=instance))
+    waiting = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
     assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
-    tick = streaming_restart_sensor(build_sensor_context(instance=instance, cursor=waiting.cursor))
+    tick = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor))
     [request] = tick.run_requests
     assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == bad
-    again = streaming_restart_sensor(build_sensor_context(instance=instance, cursor=tick.cursor))
+    again = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor))
     assert again.run_requests == []  # one restart per failed run
 
     # The last allowed attempt failed too: no restart, one critical alert.
@@ -285,9 +285,9 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, 
         run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False,
         tags={ATTEMPT_TAG: "3", "tidemark/restart_of": failed.run_id})
     assert not last.success
-    final = streaming_restart_sensor(build_sensor_context(instance=instance, cursor=again.cursor))
+    final = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor))
     assert final.run_requests == []
-    [alert] = alerts.load(spark, cfg)
+    [alert] = alerts.load(cfg)
     assert (alert["kind"], alert["severity"]) == ("restart_exhausted", "critical")
     assert failed.run_id in alert["dedup_key"] and last.run_id in alert["message"]
 
@@ -299,18 +299,18 @@ def test_health_finds_a_failed_query_and_a_job_falling_behind(spark, cfg):
     land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(3)], stream="clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, spec)
-    assert check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=0) == []
+    assert check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=0) == []
     # Bronze moves on and the job does not follow.
     land(cfg, "b.jsonl", [click("b1", "u1", 5)], stream="clicks")
     run_bronze(spark, cfg, "clicks")
-    behind = check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=0)
+    behind = check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=0)
     assert [f.kind for f in behind] == ["falling_behind"] and "bronze/clicks" in behind[0].message
-    assert check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=3600) == []
+    assert check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=3600) == []
     # Its next run fails (recorded by the runner the same way).
-    record_failure(spark, cfg, spec.name, "run-x", "java.lang.OutOfMemoryError: Java heap space")
-    [failed] = check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=3600)
+    record_failure(cfg, spec.name, "run-x", "java.lang.OutOfMemoryError: Java heap space")
+    [failed] = check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=3600)
     assert (failed.kind, failed.severity) == ("query_failed", "critical")
     assert "OutOfMemoryError" in failed.message
     # A successful run commits after the failure: the finding is gone.
     run_job(spark, cfg, spec)
-    assert check_checkpoint(spark, cfg, spec.name, spec.sources, idle_seconds=0) == []
+    assert check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=0) == []

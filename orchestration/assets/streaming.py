@@ -6,7 +6,10 @@ did (Dagster plots the numeric values over time).
 """
 
 
-from dagster import AssetKey, AssetsDefinition, AssetSpec, MaterializeResult, MetadataValue, asset
+from datetime import datetime, timedelta, timezone
+
+from dagster import (AssetKey, AssetsDefinition, AssetSpec, FreshnessPolicy, MaterializeResult,
+                     MetadataValue, asset)
 
 from streaming_jobs.jobs import registry, streams
 from streaming_jobs.jobs.spec import JobSpec
@@ -25,7 +28,31 @@ STREAM_PROGRESS = AssetSpec(
 )
 
 
+BRONZE_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(minutes=30),
+                                               warn_window=timedelta(minutes=10))
+
+
+def readable_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def job_freshness(spec: JobSpec) -> FreshnessPolicy:
+    warn, fail = spec.freshness_seconds
+    return FreshnessPolicy.time_window(fail_window=timedelta(seconds=fail),
+                                       warn_window=timedelta(seconds=warn))
+
+
 def run_metadata(metrics: RunMetrics, table_path: str) -> dict:
+    """A run's metadata: what it did, and where the query stands (state and watermark are the
+    query's current ones even when the run found nothing new)."""
+    lag = None
+    if metrics.watermark is not None:
+        lag = (datetime.now(timezone.utc).replace(tzinfo=None) - metrics.watermark).total_seconds()
     return {
         "table_path": MetadataValue.path(table_path),
         "input_rows": MetadataValue.int(metrics.input_rows),
@@ -35,7 +62,13 @@ def run_metadata(metrics: RunMetrics, table_path: str) -> dict:
         "state_memory_bytes": MetadataValue.int(metrics.state_memory_bytes),
         "state_disk_bytes": MetadataValue.int(metrics.state_disk_bytes),
         "late_rows_dropped": MetadataValue.int(metrics.late_rows_dropped),
-        "watermark": MetadataValue.text(str(metrics.watermark) if metrics.watermark else "none"),
+        "state_size": MetadataValue.text(
+            f"{metrics.state_rows:,} rows, {readable_bytes(metrics.state_memory_bytes)} in "
+            f"memory, {readable_bytes(metrics.state_disk_bytes)} on disk"),
+        "watermark": MetadataValue.text(str(metrics.watermark) if metrics.watermark
+                                        else "none yet"),
+        **({"watermark_lag_seconds": MetadataValue.float(round(lag, 1))} if lag is not None
+           else {}),
         "batches": MetadataValue.int(metrics.batches),
         "checkpoint_batch_id": MetadataValue.int(
             -1 if metrics.checkpoint_batch_id is None else metrics.checkpoint_batch_id),
@@ -67,6 +100,7 @@ def bronze_asset(stream: str) -> AssetsDefinition:
         key=AssetKey(["bronze", stream]),
         group_name=STREAMING_GROUP,
         kinds={"spark", "delta"},
+        freshness_policy=BRONZE_FRESHNESS,
         description=f"Landing JSON lines of {stream} ingested into Delta (malformed lines go to "
                     f"quarantine/{stream} with their reason). Exactly-once across restarts.",
     )
@@ -86,6 +120,7 @@ def job_asset(spec: JobSpec) -> AssetsDefinition:
         group_name=STREAMING_GROUP,
         kinds={"spark", "delta"},
         description=spec.description,
+        freshness_policy=job_freshness(spec),
         metadata={
             "keys": ", ".join(spec.keys),
             "output_mode": spec.output_mode,

@@ -67,6 +67,25 @@ class JobSpec:
         return "false"
 
     @property
+    def bound_seconds(self) -> int:
+        """How far behind the input its state may lag: the watermark delay, or the TTL."""
+        from streaming_jobs.jobs.intervals import interval_seconds
+
+        return interval_seconds(self.state.watermark or self.state.ttl) or 0
+
+    @property
+    def freshness_seconds(self) -> tuple[int, int]:
+        """(warn, fail): how old the job's last report may be before it is stale.
+
+        A job that has not committed for longer than the lateness it tolerates (its watermark
+        or TTL, at least 2 minutes) is behind by more than its own definition allows: warn;
+        three times that: fail. A continuous run reports every flush while the job commits or
+        is caught up, so only a stalled or stopped job goes stale.
+        """
+        warn = max(self.bound_seconds, 120)
+        return warn, 3 * warn
+
+    @property
     def sources(self) -> tuple[str, ...]:
         return (self.source, *self.joins)
 

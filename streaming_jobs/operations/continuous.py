@@ -1,9 +1,20 @@
 """Continuous mode: a group of queries in one SparkSession, on a processing-time trigger.
 
 `run_continuous` owns every checkpoint of the group for its whole life (a second run on any of
-them is refused, see `locks`), starts the queries, flushes their progress to
-``ops/stream_progress`` every ``flush_seconds`` (so sensors see fresh state sizes) and runs
-until ``should_stop()`` says so, a query fails, or ``max_seconds`` pass.
+them is refused, see `locks`), starts the queries and runs until ``should_stop()`` says so, a
+query fails, or ``max_seconds`` pass. Every ``flush_seconds`` it
+
+- appends the queries' progress to ``ops/stream_progress`` (so sensors see fresh state sizes
+  and reconciliation sees the committed position), and
+- calls ``on_flush`` with a `QueryReport` per query: what it did since the previous report and
+  where it stands (state, watermark, caught up or not), which Dagster shows live.
+
+Savepoints: the run answers the savepoint requests of the jobs it hosts (`savepoints.request`),
+within about a second: it stops that one query when no micro-batch is in flight, copies its
+checkpoint, restarts it and answers. The other queries go on meanwhile.
+
+Memory stays bounded however long it runs: per query it keeps running totals and the latest
+progress row, not the rows themselves.
 
 Stopping is graceful: each query is stopped when no micro-batch is in flight, so the last
 batch is committed and the next run, incremental or continuous, starts after it. Were a query
@@ -16,24 +27,65 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from pyspark.sql import SparkSession
 
 from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.gold import gold_writer
+from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
 from streaming_jobs.jobs import get_job
+from streaming_jobs.operations import savepoints
 from streaming_jobs.operations.failures import record_failure
 from streaming_jobs.operations.locks import checkpoint_lock
 from streaming_jobs.progress import progress_log
-from streaming_jobs.runner import RunMetrics, StreamRunError, metrics
+from streaming_jobs.runner import RunMetrics, StreamRunError, last_reading, metrics
 from streaming_jobs.schemas import stream_schema
 
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
+REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
+
+
+@dataclass
+class Totals:
+    """A query's progress since the run started, folded: constant memory however long it runs."""
+
+    batches: int = 0
+    input_rows: int = 0
+    output_rows: int = 0
+    late_rows: int = 0
+    last: dict = field(default_factory=dict)
+    watermark: object = None
+
+    def add(self, rows: list[dict]) -> None:
+        for row in rows:
+            self.batches += 1
+            self.input_rows += row["num_input_rows"] or 0
+            self.output_rows += row["num_output_rows"] or 0
+            self.late_rows += row["rows_dropped_by_watermark"] or 0
+            self.last = row
+            if row["watermark"] is not None and (self.watermark is None
+                                                 or row["watermark"] > self.watermark):
+                self.watermark = row["watermark"]
+
+    def summary_row(self) -> dict:
+        """One synthetic progress row carrying the totals, for `runner.metrics`."""
+        return {**self.last, "num_input_rows": self.input_rows,
+                "num_output_rows": self.output_rows, "rows_dropped_by_watermark": self.late_rows,
+                "watermark": self.watermark}
+
+
+@dataclass
+class QueryReport:
+    """One query at a flush: its run so far, and whether it is keeping up."""
+
+    name: str
+    metrics: RunMetrics  # since the run started; state and watermark are current
+    new_batches: int  # committed since the previous report
+    caught_up: bool  # no batch in flight and no data waiting at its source
 
 
 @dataclass
@@ -42,49 +94,112 @@ class ContinuousRun:
 
     metrics: dict[str, RunMetrics] = field(default_factory=dict)
     stopped_by: str = ""
+    savepoints_taken: list[str] = field(default_factory=list)
 
 
-def _writers(spark: SparkSession, cfg: TidemarkConfig, streams, jobs) -> dict:
-    writers = {}
-    for stream in streams:
-        writers[query_name(stream)] = bronze_writer(spark, cfg, stream_schema(stream))[0]
-    for job in jobs:
-        writers[job] = gold_writer(spark, cfg, get_job(job))
-    return writers
+class _Host:
+    """The queries of one continuous run, their totals, and their savepoint requests."""
 
+    def __init__(self, spark: SparkSession, cfg: TidemarkConfig, streams, jobs,
+                 trigger_seconds: float) -> None:
+        self.spark, self.cfg, self.trigger = spark, cfg, f"{trigger_seconds} seconds"
+        self.log = progress_log(spark)
+        self.streams = {query_name(s): s for s in streams}
+        self.jobs = list(jobs)
+        self.names = [*self.streams, *self.jobs]
+        self.queries: dict = {}
+        self.totals = {name: Totals() for name in self.names}
+        self.reported = {name: 0 for name in self.names}
+        self.previous = {name: last_reading(cfg, name) for name in self.names}
+        self.resolvers = {job: sink_version_of(cfg, get_job(job)) for job in self.jobs}
+        self.started = time.monotonic()
 
-def _stop_gracefully(query) -> None:
-    deadline = time.monotonic() + IDLE_WAIT_SECONDS
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    query.stop()
+    def writer(self, name: str):
+        if name in self.streams:
+            return bronze_writer(self.spark, self.cfg, stream_schema(self.streams[name]))[0]
+        return gold_writer(self.spark, self.cfg, get_job(name))
+
+    def start(self, name: str) -> None:
+        self.queries[name] = self.writer(name).trigger(processingTime=self.trigger).start()
+
+    def flush(self, names=None) -> None:
+        for name in names or list(self.queries):
+            rows = self.log.take(str(self.queries[name].runId))
+            if rows:
+                self.log.flush(self.cfg, rows, self.resolvers.get(name))
+                self.totals[name].add(rows)
+
+    def metrics(self, name: str) -> RunMetrics:
+        totals = self.totals[name]
+        rows = [totals.summary_row()] if totals.batches else []
+        folded = metrics(name, rows, time.monotonic() - self.started,
+                         last_committed_batch(self.cfg.paths.checkpoint(name)),
+                         previous=self.previous[name])
+        return replace(folded, batches=totals.batches)
+
+    def reports(self) -> dict[str, QueryReport]:
+        out = {}
+        for name, query in self.queries.items():
+            status = query.status if query.isActive else {}
+            new = self.totals[name].batches - self.reported[name]
+            self.reported[name] = self.totals[name].batches
+            out[name] = QueryReport(
+                name, self.metrics(name), new,
+                caught_up=bool(query.isActive) and not status.get("isTriggerActive")
+                and not status.get("isDataAvailable"))
+        return out
+
+    def stop(self, name: str) -> None:
+        query = self.queries[name]
+        deadline = time.monotonic() + IDLE_WAIT_SECONDS
+        while query.isActive and query.status.get("isTriggerActive") \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        query.stop()
+        self.log.wait_terminated(str(query.runId))
+        self.flush([name])
+
+    def answer_savepoint_requests(self, keep: int, out: ContinuousRun) -> None:
+        for job in self.jobs:
+            for request_id in savepoints.pending(self.cfg, job):
+                try:
+                    self.stop(job)  # between batches: nothing in flight, all committed
+                    point = savepoints.take_locked(self.cfg, job, keep=keep)
+                except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
+                    savepoints.answer(self.cfg, job, request_id, error=str(exc)[:1000])
+                    LOG.warning("continuous: savepoint of %s failed: %s", job, exc)
+                else:
+                    savepoints.answer(self.cfg, job, request_id, savepoint=point)
+                    out.savepoints_taken.append(point.path.name)
+                    LOG.info("continuous: savepoint %s of %s taken", point.path.name, job)
+                finally:
+                    if not self.queries[job].isActive:
+                        self.start(job)
 
 
 def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs=(),
                    trigger_seconds: float = 10.0, should_stop: Callable[[], bool] = lambda: False,
                    holder: str = "a continuous run", flush_seconds: float = 10.0,
                    max_seconds: float | None = None,
-                   on_flush: Callable[[dict[str, RunMetrics]], None] | None = None) -> ContinuousRun:
+                   on_flush: Callable[[dict[str, QueryReport]], None] | None = None,
+                   savepoints_keep: int = 3) -> ContinuousRun:
     """Run ``streams`` (bronze ingestion) and ``jobs`` until told to stop; see the module doc."""
     names = [query_name(s) for s in streams] + list(jobs)
     if not names:
         raise ValueError("run_continuous: name at least one stream or job to run")
-    log = progress_log(spark)
     out = ContinuousRun()
     with ExitStack() as locks:
         for name in names:  # all or nothing: refuse before starting any query
-            locks.enter_context(checkpoint_lock(cfg.paths.checkpoint(name), holder))
-        writers = _writers(spark, cfg, streams, jobs)
-        started = time.monotonic()
-        queries = {}
-        rows: dict[str, list[dict]] = {name: [] for name in names}
+            locks.enter_context(checkpoint_lock(cfg.paths.checkpoint(name), holder,
+                                                takes_savepoint_requests=name in jobs))
+        host = _Host(spark, cfg, streams, jobs, trigger_seconds)
         failure: tuple[str, Exception] | None = None
         try:
-            for name, writer in writers.items():
-                queries[name] = writer.trigger(processingTime=f"{trigger_seconds} seconds").start()
-            last_flush = time.monotonic()
+            for name in host.names:
+                host.start(name)
+            last_flush = last_poll = time.monotonic()
             while True:
-                failed = [(n, q.exception()) for n, q in queries.items() if q.exception()]
+                failed = [(n, q.exception()) for n, q in host.queries.items() if q.exception()]
                 if failed:
                     failure = failed[0]
                     out.stopped_by = f"query {failure[0]} failed"
@@ -92,46 +207,31 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
                 if should_stop():
                     out.stopped_by = "stop requested"
                     break
-                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                if max_seconds is not None and time.monotonic() - host.started >= max_seconds:
                     out.stopped_by = f"max_seconds={max_seconds:g} reached"
                     break
+                if time.monotonic() - last_poll >= REQUEST_POLL_SECONDS:
+                    host.answer_savepoint_requests(savepoints_keep, out)
+                    last_poll = time.monotonic()
                 if time.monotonic() - last_flush >= flush_seconds:
-                    _flush(spark, cfg, log, queries, rows)
+                    host.flush()
                     last_flush = time.monotonic()
                     if on_flush:
-                        on_flush(_all_metrics(cfg, rows, started))
+                        on_flush(host.reports())
                 time.sleep(0.5)
         except BaseException:  # a Dagster termination (interrupt) lands here: stop cleanly
             out.stopped_by = out.stopped_by or "interrupted"
             raise
         finally:
-            for query in queries.values():
-                _stop_gracefully(query)
-            for query in queries.values():
-                log.wait_terminated(str(query.runId))
-            _flush(spark, cfg, log, queries, rows)
-            out.metrics = _all_metrics(cfg, rows, started)
+            for name in list(host.queries):
+                host.stop(name)
+            out.metrics = {name: host.metrics(name) for name in host.names}
         if failure:
             name, exc = failure
-            record_failure(spark, cfg, name, str(queries[name].runId), str(exc))
+            record_failure(cfg, name, str(host.queries[name].runId), str(exc))
             raise StreamRunError(
                 f"continuous run: streaming query {name} failed (checkpoint "
                 f"{cfg.paths.checkpoint(name)}): {exc}. The other queries were stopped cleanly. "
                 "Fix the cause and start the run again: every query resumes from its last "
                 "committed batch.")
     return out
-
-
-def _flush(spark, cfg, log, queries, rows) -> None:
-    fresh = []
-    for name, query in queries.items():
-        taken = log.take(str(query.runId))
-        rows[name].extend(taken)
-        fresh.extend(taken)
-    log.flush(spark, cfg.paths.table("ops", "stream_progress"), fresh)
-
-
-def _all_metrics(cfg, rows, started) -> dict[str, RunMetrics]:
-    seconds = time.monotonic() - started
-    return {name: metrics(name, batch_rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)))
-            for name, batch_rows in rows.items()}

@@ -15,17 +15,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
+from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.lake import read_table, table_exists, table_version
-from streaming_jobs.operations.locks import lock_path
+from streaming_jobs.delta_log import latest_version
+from streaming_jobs.operations.locks import is_running
 
 CRITICAL, WARNING = "critical", "warning"
 
@@ -55,20 +53,6 @@ def _log_file_error(path: Path) -> str | None:
     except ValueError:
         return f"{path.parent.name}/{path.name}: not valid JSON"
     return None
-
-
-def is_running(checkpoint: Path) -> bool:
-    """True when a run holds the checkpoint's lock (see `locks`)."""
-    path = lock_path(checkpoint)
-    if not path.exists():
-        return False
-    with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
 
 
 def structural_findings(checkpoint: Path) -> list[Finding]:
@@ -107,17 +91,22 @@ def structural_findings(checkpoint: Path) -> list[Finding]:
     return [Finding("checkpoint_corrupt", CRITICAL, f"checkpoint {checkpoint}: {p}") for p in problems]
 
 
-def check_checkpoint(spark: SparkSession, cfg: TidemarkConfig, query: str,
-                     sources: tuple[str, ...] = (), *, stall_seconds: float = 900.0,
-                     idle_seconds: float = 3600.0, now: float | None = None) -> list[Finding]:
-    """Every finding for ``query``'s checkpoint (``sources``: the bronze tables it reads)."""
+def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = (), *,
+                     stall_seconds: float = 900.0, idle_seconds: float = 3600.0,
+                     now: float | None = None) -> list[Finding]:
+    """Every finding for ``query``'s checkpoint (``sources``: the bronze tables it reads).
+
+    Reads files and the ops tables only (no JVM): a sensor tick stays a few seconds.
+    """
     now = time.time() if now is None else now
     checkpoint = cfg.paths.checkpoint(query)
     findings = structural_findings(checkpoint)
     if not checkpoint.exists() or findings:
         return findings
     offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
-    last_commit_at = (checkpoint / "commits" / str(commits[-1])).stat().st_mtime if commits else 0.0
+    # No commit yet: the query is as old as its checkpoint (not behind since 1970).
+    last_commit_at = ((checkpoint / "commits" / str(commits[-1])) if commits
+                      else (checkpoint / "metadata")).stat().st_mtime
     running = is_running(checkpoint)
     if running and offsets and (not commits or offsets[-1] > commits[-1]):
         planned_at = (checkpoint / "offsets" / str(offsets[-1])).stat().st_mtime
@@ -125,15 +114,15 @@ def check_checkpoint(spark: SparkSession, cfg: TidemarkConfig, query: str,
             findings.append(Finding("batch_stalled", WARNING,
                                     f"{query}: batch {offsets[-1]} planned {now - planned_at:.0f}s "
                                     f"ago and not committed (limit {stall_seconds:.0f}s)"))
-    failures = cfg.paths.table("ops", "stream_failures")
-    if table_exists(spark, failures):
-        last = (read_table(spark, failures).where(f"job = '{query}'")
-                .orderBy("failed_at", ascending=False).limit(1).collect())
-        if last and last[0].failed_at.timestamp() > last_commit_at and not running:
+    failures = ops_tables.read(cfg, "stream_failures", where=f"job = {ops_tables.literal(query)}")
+    if failures and not running:
+        last = max(failures, key=lambda r: r["failed_at"])
+        if last["failed_at"].timestamp() > last_commit_at:
             findings.append(Finding("query_failed", CRITICAL,
-                                    f"{query}: its last run failed at {last[0].failed_at}: "
-                                    f"{last[0].error[:500]}"))
-    behind = _unread_sources(spark, cfg, query, sources)
+                                    f"{query}: its last run failed at "
+                                    f"{last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: "
+                                    f"{(last['error'] or '')[:500]}"))
+    behind = _unread_sources(cfg, query, sources)
     if behind and now - last_commit_at > idle_seconds:
         findings.append(Finding("falling_behind", WARNING,
                                 f"{query}: no commit for {now - last_commit_at:.0f}s while "
@@ -141,17 +130,18 @@ def check_checkpoint(spark: SparkSession, cfg: TidemarkConfig, query: str,
     return findings
 
 
-def _unread_sources(spark, cfg, query: str, sources) -> list[str]:
-    """Sources whose bronze table has versions the query's last batch had not read."""
-    progress = cfg.paths.table("ops", "stream_progress")
-    if not sources or not table_exists(spark, progress):
+def _unread_sources(cfg: TidemarkConfig, query: str, sources) -> list[str]:
+    """Sources whose bronze table has versions the query's last recorded batch had not read."""
+    if not sources:
         return []
-    last = (read_table(spark, progress).where(f"job = '{query}'")
-            .orderBy("batch_id", ascending=False).limit(1).collect())
-    read = {s.source_table: s.version_to for s in (last[0].source_versions or [])} if last else {}
+    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(query)}",
+                           columns=["batch_id", "source_versions"])
+    last = max(rows, key=lambda r: r["batch_id"]) if rows else {}
+    read = {s["source_table"]: s["version_to"] for s in (last.get("source_versions") or [])}
     behind = []
     for source in sources:
-        bronze = cfg.paths.table("bronze", source)
-        if table_exists(spark, bronze) and table_version(spark, bronze) > read.get(source, -1):
+        version = latest_version(cfg.paths.table("bronze", source))
+        if version is not None and version > (read.get(source) if read.get(source) is not None
+                                              else -1):
             behind.append(f"bronze/{source}")
     return behind

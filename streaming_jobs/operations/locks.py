@@ -32,9 +32,33 @@ def owner(checkpoint: Path) -> dict | None:
         return None
 
 
+def is_running(checkpoint: Path) -> bool:
+    """True when a run holds the checkpoint's lock (see `locks`)."""
+    path = lock_path(checkpoint)
+    if not path.exists():
+        return False
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def takes_savepoint_requests(checkpoint: Path) -> bool:
+    """True when the checkpoint's current owner answers savepoint requests (a continuous run)."""
+    held = owner(checkpoint) or {}
+    return bool(held.get("takes_savepoint_requests")) and is_running(checkpoint)
+
+
 @contextmanager
-def checkpoint_lock(checkpoint: Path, holder: str):
-    """Hold ``checkpoint``'s lock for the block, or raise `CheckpointBusy` at once."""
+def checkpoint_lock(checkpoint: Path, holder: str, *, takes_savepoint_requests: bool = False):
+    """Hold ``checkpoint``'s lock for the block, or raise `CheckpointBusy` at once.
+
+    ``takes_savepoint_requests``: the holder answers savepoint requests while it holds the lock
+    (recorded in the lock file, for `savepoints.request`'s callers).
+    """
     path = lock_path(checkpoint)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")  # noqa: SIM115 - held for the block
@@ -53,7 +77,8 @@ def checkpoint_lock(checkpoint: Path, holder: str):
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({"holder": holder, "pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+                                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 "takes_savepoint_requests": takes_savepoint_requests}))
         handle.flush()
         yield
     finally:

@@ -48,7 +48,7 @@ def rescale(spark: SparkSession, cfg: TidemarkConfig, job: str, partitions: int,
                            "state (never ran, or a stateless job): nothing to rescale")
     if current == {partitions}:
         raise RescaleError(f"rescale {job}: its state already has {partitions} partitions")
-    point = savepoints.take(spark, cfg, job, keep=cfg.ops.savepoints_keep + 1, holder=holder)
+    point = savepoints.take(cfg, job, keep=cfg.ops.savepoints_keep + 1, holder=holder)
     with checkpoint_lock(cfg.paths.checkpoint(job), holder):
         try:
             spark._streamingCheckpointManager.repartition(  # noqa: SLF001 - Spark 4.2's API

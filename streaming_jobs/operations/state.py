@@ -21,9 +21,9 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.jobs.spec import StateThresholds
-from streaming_jobs.lake import read_table, table_exists
 
 LEVELS = ("ok", "warning", "critical")
 
@@ -56,22 +56,23 @@ class Reading:
         return sum(o.disk_bytes for o in self.operators)
 
 
-def _reading(row) -> Reading:
-    ops = tuple(OperatorReading(o.operator, o.rows or 0, o.memory_bytes or 0,
-                                (o.custom or {}).get("rocksdbSstFileSize", 0))
-                for o in (row.state_operators or []))
-    return Reading(row.job, row.batch_id, row.ts, ops)
+def _reading(row: dict) -> Reading:
+    ops = tuple(OperatorReading(o["operator"], o["rows"] or 0, o["memory_bytes"] or 0,
+                                dict(o["custom"] or {}).get("rocksdbSstFileSize", 0))
+                for o in (row["state_operators"] or []))
+    return Reading(row["job"], row["batch_id"], row["ts"], ops)
 
 
-def history(spark: SparkSession, cfg: TidemarkConfig, job: str, last: int = 20) -> list[Reading]:
-    """The job's last ``last`` readings (batches with state operators), oldest first."""
-    progress = cfg.paths.table("ops", "stream_progress")
-    if not table_exists(spark, progress):
-        return []
-    rows = (read_table(spark, progress)
-            .where(F.col("job") == job).where(F.size("state_operators") > 0)
-            .orderBy(F.col("ts").desc(), F.col("batch_id").desc()).limit(last).collect())
-    return [_reading(r) for r in reversed(rows)]
+def history(cfg: TidemarkConfig, job: str, last: int = 20) -> list[Reading]:
+    """The job's last ``last`` readings (batches with state operators), oldest first.
+
+    Read from ``ops/stream_progress`` with delta-rs: no JVM, so a sensor tick stays short.
+    """
+    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(job)}",
+                           columns=["job", "batch_id", "ts", "state_operators"])
+    rows = [r for r in rows if r["state_operators"]]
+    rows.sort(key=lambda r: (r["ts"], r["batch_id"]))
+    return [_reading(r) for r in rows[-last:]]
 
 
 def level(reading: Reading, limits: StateThresholds, previous: str = "ok",
@@ -98,10 +99,13 @@ class Growth:
     hours_to_critical: float | None  # None: not growing
 
 
-def growth(readings: list[Reading], limits: StateThresholds) -> Growth | None:
-    """Least-squares rows/hour over the readings; None with fewer than 3 spread in time."""
+def growth(readings: list[Reading], limits: StateThresholds,
+           min_span_hours: float = 0.25) -> Growth | None:
+    """Least-squares rows/hour over the readings; None with fewer than 3, or spanning less
+    than ``min_span_hours`` (a job that just started fills its state up to its watermark or
+    TTL: that ramp is not a trend)."""
     points = [(r.ts.timestamp() / 3600.0, float(r.rows)) for r in readings]
-    if len(points) < 3 or points[-1][0] - points[0][0] <= 0:
+    if len(points) < 3 or points[-1][0] - points[0][0] < max(min_span_hours, 1e-9):
         return None
     n = len(points)
     mean_t = sum(t for t, _ in points) / n

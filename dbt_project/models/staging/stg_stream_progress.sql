@@ -1,6 +1,12 @@
+-- One snapshot of the progress for the whole dbt invocation (var progress_version, set by
+-- tidemark-dbt): streams that keep running append rows while dbt runs, and every model must
+-- see the same batches.
+{% set pinned = var('progress_version', none) %}
+
 with source as (
 
     select * from {{ source('lake', 'ops_stream_progress') }}
+    {% if pinned is not none %}version as of {{ pinned }}{% endif %}
 
 ),
 

@@ -1,0 +1,317 @@
+"""The always-on setup, as a user runs it: ``tidemark dev`` and ``tidemark live`` (`make live`).
+
+Processes, all on 127.0.0.1:
+
+- the SQL endpoint (`streaming_jobs.sql_endpoint`): Spark's Thrift server, port 10000;
+- ``dagster dev``: the webserver (port 3000), the daemon (schedules, sensors, the run queue,
+  automation) and the code server; every run is a process of its own;
+- in `live`, a landing thread in this process writes the five demo streams at a steady rate.
+
+`DagsterDev` starts and stops ``dagster dev``; `Graphql` launches, watches and terminates runs
+through the webserver, as the UI does. `live` runs the whole system for a bounded time: events
+land, the continuous run hosts every job, reconciliation runs on a short schedule, savepoints
+are taken, sensors tick; then it stops cleanly (landing, then the continuous run, then a final
+reconciliation) and prints the summary. Full logs go under ``<data root>/logs/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from streaming_jobs.config import CHECKOUT, TidemarkConfig
+
+from orchestration.instance import prepare_dagster_home
+
+TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+class LiveError(RuntimeError):
+    """The always-on setup could not start or stop; the message names the process and log."""
+
+
+class DagsterDev:
+    """``dagster dev`` (webserver + daemon + code server) on 127.0.0.1, as a process group."""
+
+    def __init__(self, cfg: TidemarkConfig, port: int, env: dict[str, str] | None = None) -> None:
+        self.cfg, self.port = cfg, port
+        self.env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+                    "DAGSTER_HOME": str(cfg.paths.dagster_home), **(env or {})}
+        self.log_path = cfg.paths.logs / "dagster.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 300.0) -> "Graphql":
+        prepare_dagster_home(self.cfg)
+        self.cfg.paths.logs.mkdir(parents=True, exist_ok=True)
+        dagster = str(Path(sys.executable).with_name("dagster"))
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                [dagster, "dev", "-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"],
+                cwd=CHECKOUT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        client = Graphql(self.url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LiveError(f"dagster dev exited while starting (code {self.proc.returncode});"
+                                f" see {self.log_path}")
+            if client.location_loaded():
+                return client
+            time.sleep(1.0)
+        raise LiveError(f"the Dagster webserver did not load the code location within "
+                        f"{timeout:.0f}s; see {self.log_path}")
+
+    def wait(self) -> None:
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)  # dagster dev stops its children on SIGTERM
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+class Graphql:
+    """The webserver's GraphQL API: what the UI does, from code."""
+
+    def __init__(self, url: str) -> None:
+        self.endpoint = f"{url}/graphql"
+
+    def query(self, text: str, variables: dict | None = None) -> dict:
+        body = json.dumps({"query": text, "variables": variables or {}}).encode()
+        request = urllib.request.Request(self.endpoint, data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            reply = json.loads(answer.read())
+        if reply.get("errors"):
+            raise LiveError(f"Dagster GraphQL error: {reply['errors'][0].get('message')}")
+        return reply["data"]
+
+    def location_loaded(self) -> bool:
+        try:
+            data = self.query("{ workspaceOrError { ... on Workspace { locationEntries { name "
+                              "loadStatus locationOrLoadError { __typename } } } } }")
+        except (OSError, urllib.error.URLError, LiveError, ValueError):
+            return False
+        entries = data["workspaceOrError"].get("locationEntries") or []
+        return bool(entries) and all(
+            e["loadStatus"] == "LOADED"
+            and e["locationOrLoadError"]["__typename"] == "RepositoryLocation" for e in entries)
+
+    def repository(self) -> dict:
+        data = self.query("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
+                          "location { name } } } } }")
+        repo = data["repositoriesOrError"]["nodes"][0]
+        return {"repositoryLocationName": repo["location"]["name"],
+                "repositoryName": repo["name"]}
+
+    def selector(self, job: str) -> dict:
+        data = self.query("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
+                          "location { name } jobs { name } } } } }")
+        for repo in data["repositoriesOrError"]["nodes"]:
+            if job in {j["name"] for j in repo["jobs"]}:
+                return {"repositoryLocationName": repo["location"]["name"],
+                        "repositoryName": repo["name"], "jobName": job}
+        raise LiveError(f"job {job} is not in the loaded code location")
+
+    def launch(self, job: str, run_config: dict | None = None,
+               tags: dict[str, str] | None = None) -> str:
+        data = self.query(
+            """mutation Launch($params: ExecutionParams!) { launchRun(executionParams: $params) {
+                 __typename ... on LaunchRunSuccess { run { runId } }
+                 ... on PythonError { message } ... on RunConfigValidationInvalid {
+                 errors { message } } ... on InvalidSubsetError { message } } }""",
+            {"params": {"selector": self.selector(job), "runConfigData": run_config or {},
+                        "executionMetadata": {"tags": [{"key": k, "value": v}
+                                                       for k, v in (tags or {}).items()]}}})
+        result = data["launchRun"]
+        if result["__typename"] != "LaunchRunSuccess":
+            raise LiveError(f"launching {job} failed: {json.dumps(result)[:1000]}")
+        return result["run"]["runId"]
+
+    def status(self, run_id: str) -> str:
+        data = self.query("query S($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
+                          {"id": run_id})
+        return data["runOrError"]["status"]
+
+    def runs(self, job: str | None = None, limit: int = 100) -> list[dict]:
+        data = self.query(
+            "query R($filter: RunsFilter, $limit: Int) { runsOrError(filter: $filter, "
+            "limit: $limit) { ... on Runs { results { runId jobName status startTime endTime "
+            "tags { key value } } } } }",
+            {"filter": {"pipelineName": job} if job else {}, "limit": limit})
+        return data["runsOrError"]["results"]
+
+    def terminate(self, run_id: str) -> None:
+        self.query("mutation T($id: String!) { terminateRun(runId: $id) { __typename } }",
+                   {"id": run_id})
+
+    def wait(self, run_id: str, states=TERMINAL, timeout: float = 900.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status(run_id)
+            if status in states:
+                return status
+            time.sleep(1.0)
+        raise LiveError(f"run {run_id} did not reach {'/'.join(states)} within {timeout:.0f}s")
+
+    def sensor_ticks(self, sensor: str, limit: int = 20) -> list[dict]:
+        """The sensor's latest ticks: status and start/end timestamps."""
+        data = self.query(
+            """query Ticks($selector: SensorSelector!, $limit: Int) { sensorOrError(
+                 sensorSelector: $selector) { ... on Sensor { sensorState { ticks(limit: $limit) {
+                 status timestamp endTimestamp error { message } } } } } }""",
+            {"selector": {**self.repository(), "sensorName": sensor}, "limit": limit})
+        return data["sensorOrError"]["sensorState"]["ticks"]
+
+
+class Landing(threading.Thread):
+    """Lands the demo streams at a steady rate: one file per stream every ``every`` seconds."""
+
+    def __init__(self, cfg: TidemarkConfig, rate: float, minutes: float, every: float = 5.0,
+                 seed: int = 7) -> None:
+        super().__init__(daemon=True, name="tidemark-landing")
+        from streaming_jobs.generator import GeneratorConfig, generate
+
+        from orchestration.cli import DEMO_RATES, DEMO_STREAMS
+
+        self.cfg, self.every = cfg, every
+        self.ticks = max(1, int(minutes * 60 / every))
+        per_file = max(1, int(rate * every))
+        self.samples = []
+        for stream in DEMO_STREAMS:
+            gen = GeneratorConfig(stream=stream, events=per_file * self.ticks, files=self.ticks,
+                                  seed=seed, rate=DEMO_RATES.get(stream, 2.0),
+                                  file_prefix=f"live-{seed}")
+            self.samples.append((gen, generate(gen)))
+        self.landed = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        from streaming_jobs.generator import write_files
+
+        for tick in range(self.ticks):
+            for gen, files in self.samples:
+                write_files(self.cfg.paths.landing_dir(gen.stream), gen, files,
+                            range(tick, tick + 1))
+                self.landed += len(files[tick])
+            if self.stop_event.wait(self.every):
+                return
+
+
+def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port: int = 3000,
+         recon_every_minutes: int = 2, out=print) -> int:
+    """Run the always-on setup for ``minutes``, stop cleanly, print the summary; see the doc."""
+    from streaming_jobs.spark import get_spark
+
+    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+    from orchestration.summary import collect, render
+
+    started = time.monotonic()
+    env = {"TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
+           "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *"}
+    out(f"tidemark live: {minutes:g} min on {cfg.data_root}; full logs in {cfg.paths.logs}")
+    endpoint = start_sql_endpoint(cfg)
+    out(f"  SQL endpoint      127.0.0.1:{endpoint.port}  ({time.monotonic() - started:.0f}s)")
+    dagster = DagsterDev(cfg, port, env)
+    landing = Landing(cfg, rate=rate, minutes=minutes)
+    ok = True
+    try:
+        gql = dagster.start()
+        out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
+        landing.start()
+        continuous = gql.launch("continuous_streaming_job", {"ops": {"run_continuously": {
+            "config": {"trigger_seconds": 15.0, "flush_seconds": 15.0,
+                       "heartbeat_seconds": 15.0}}}})
+        out(f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
+            f"per stream; reconciliation every {recon_every_minutes} min")
+        deadline = started + minutes * 60
+        while time.monotonic() < deadline:
+            time.sleep(min(30.0, max(0.0, deadline - time.monotonic())))
+            out("  " + _status_line(cfg, gql, continuous, landing, started))
+            if gql.status(continuous) in TERMINAL:
+                out("  the continuous run ended early; see the Dagster UI")
+                ok = False
+                break
+        landing.stop_event.set()
+        landing.join()
+        out(f"  landing stopped: {landing.landed:,} lines landed; waiting for every query to "
+            "catch up")
+        caught_up = wait_caught_up(hosted_assets(), since=time.time(), timeout=600)
+        out(f"  every query caught up: {'yes' if caught_up else 'NO (timed out)'}")
+        ok &= caught_up
+        gql.terminate(continuous)
+        ended = gql.wait(continuous, timeout=300)
+        out(f"  continuous run    {ended} (stopped cleanly at a committed batch)")
+        final = gql.launch("reconciliation_job")
+        status = gql.wait(final, timeout=900)
+        out(f"  final reconciliation {final[:8]}: {status}")
+        ok &= status == "SUCCESS"
+    finally:
+        landing.stop_event.set()
+        dagster.stop()
+        stop_sql_endpoint(cfg)
+    summary = collect(get_spark(cfg), cfg)
+    out(f"tidemark live took {time.monotonic() - started:.0f}s")
+    out(render(summary, cfg))
+    return 0 if ok and summary.recon and summary.unexplained == 0 else 1
+
+
+def hosted_assets() -> list:
+    """The assets a continuous run of every job reports: bronze of their sources, their gold."""
+    from dagster import AssetKey
+
+    from streaming_jobs.jobs import registry
+
+    specs = registry().values()
+    streams = sorted({s for spec in specs for s in spec.sources})
+    return [*(AssetKey(["bronze", s]) for s in streams), *(AssetKey(["gold", spec.name])
+                                                           for spec in specs)]
+
+
+def wait_caught_up(keys, since: float, timeout: float) -> bool:
+    """Until each asset's latest continuous report, made after ``since``, says it committed
+    nothing new and its source has nothing waiting (see `orchestration.continuous`)."""
+    from dagster import DagsterInstance
+
+    instance = DagsterInstance.get()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = [instance.get_latest_materialization_event(k) for k in keys]
+        if all(e is not None and e.timestamp > since
+               and (e.asset_materialization.description or "").endswith(
+                   ": 0 new batches, caught up") for e in events):
+            return True
+        time.sleep(2.0)
+    return False
+
+
+def _status_line(cfg, gql: Graphql, continuous: str, landing: Landing, started: float) -> str:
+    from streaming_jobs.operations import alerts
+
+    runs = gql.runs(limit=200)
+    recon = [r["status"] for r in runs if r["jobName"] == "reconciliation_job"]
+    saves = [r["status"] for r in runs if r["jobName"] == "savepoint_job"]
+    elapsed = time.monotonic() - started
+    return (f"t+{elapsed / 60:4.1f}m  landed {landing.landed:,} | continuous "
+            f"{gql.status(continuous)} | reconciliations {recon.count('SUCCESS')} ok, "
+            f"{recon.count('FAILURE')} failed, {len(recon) - recon.count('SUCCESS') - recon.count('FAILURE')} "
+            f"other | savepoint runs {saves.count('SUCCESS')} ok | open alerts "
+            f"{len(alerts.open_alerts(cfg))}")
