@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test dev live summary recon dbt bench bench-recon bench-live clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-live clean
 
 setup: $(JARS)
 
@@ -28,6 +28,10 @@ run: setup
 test: setup
 	$(BIN)/pytest
 
+# The pure tests only (no Spark, no dbt): seconds.
+test-unit: $(INSTALLED)
+	$(BIN)/pytest tests/unit
+
 dev: setup
 	$(BIN)/tidemark dev --port $(PORT)
 
@@ -42,6 +46,10 @@ summary: setup
 
 recon: setup
 	$(BIN)/tidemark recon
+
+# The built-in streams' dbt sources and staging models, written again from streaming_jobs/schemas.py
+dbt-models: $(INSTALLED)
+	$(BIN)/python -m orchestration.dbt_models
 
 # Any dbt command with tidemark's Spark session and job vars, e.g. make dbt ARGS="build -s recon"
 dbt: setup

@@ -20,60 +20,43 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import time
 
 from streaming_jobs.config import ConfigError, TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, write_files
 from streaming_jobs.spark import SparkStartupError, get_spark
 from streaming_jobs.sql_endpoint import EndpointError
 
+from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.instance import prepare_dagster_home
 from orchestration.operate import OPERATIONS, OperationError
 from orchestration.services import ServiceError
 
-DEMO_MARKER = ".tidemark-demo"
-# The streams the registered jobs read; the main job generates a sample of each.
-DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
-# Clicks arrive slower, so users go idle and sessions end within the sample's span.
-DEMO_RATES = {"clicks": 0.5}
-# What `run --fresh` clears: everything a run produced except the Dagster run history.
-RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt")
-# Folders that hold real data: never cleared unless the demo created them.
-DATA_BEARING = ("landing", "lake", "checkpoints", "savepoints")
-
-
 def setup(cfg: TidemarkConfig) -> None:
     from streaming_jobs import ops_tables
 
-    from orchestration.project import ensure_manifest
+    from orchestration.dbt_models import ensure_manifest
+    from orchestration.terminal import Console
 
-    started = time.monotonic()
-    get_spark(cfg)  # first start resolves the jars into the cache and records them
-    ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
-    prepare_dagster_home(cfg)
-    ensure_manifest(cfg)
-    print(f"setup done in {time.monotonic() - started:.0f}s: jars cached in "
-          f"{cfg.spark.jars_cache}, Dagster home {cfg.paths.dagster_home}")
-
-
-def _has_data(root) -> bool:
-    return any((root / name).is_dir() and any((root / name).iterdir()) for name in DATA_BEARING)
+    with Console(cfg, "setup") as console:
+        get_spark(cfg)  # first start resolves the jars into the cache and records them
+        ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
+        prepare_dagster_home(cfg)
+        ensure_manifest(cfg)
+        console.line(f"setup done in {console.elapsed().strip()}: jars cached in "
+                     f"{cfg.spark.jars_cache}, Dagster home {cfg.paths.dagster_home} "
+                     f"(log {console.log_path})")
 
 
-def _reset(cfg: TidemarkConfig) -> None:
-    root = cfg.data_root
-    marker = root / DEMO_MARKER
-    if _has_data(root) and not marker.exists():
-        raise SystemExit(
-            f"tidemark run --fresh: {root} holds data that tidemark run did not create; "
-            "refusing to clear it. Point TIDEMARK_DATA_ROOT at an empty folder, or run without --fresh."
-        )
-    for name in RUN_STATE:
-        shutil.rmtree(root / name, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    marker.write_text("created by `tidemark run`; `tidemark run --fresh` may clear this folder\n")
+def _materialized(result) -> dict[str, dict]:
+    """Per asset a run materialized: its numeric metadata."""
+    out = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization
+        out[materialization.asset_key.to_user_string()] = {
+            k: v.value for k, v in materialization.metadata.items()
+            if isinstance(v.value, (int, float))}
+    return out
 
 
 def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) -> int:
@@ -81,42 +64,65 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
 
     Each wave lands files and materializes the streaming assets, as a stream would see data
     arrive over time (so watermarks advance and late events are really dropped). Then the whole
-    asset graph, reconciliation included, is materialized in one Dagster run.
+    asset graph, reconciliation included, is materialized in one Dagster run. The terminal gets
+    a line per phase; everything else (Dagster's events, Spark, dbt) goes to a log file.
     """
-    started = time.monotonic()
+    import os
+
+    from orchestration.terminal import Console
+
     if fresh:
-        _reset(cfg)  # before importing definitions: building them parses dbt into the data root
-    from dagster import DagsterInstance
+        reset_demo_root(cfg)  # before building definitions: they parse dbt into the data root
+    with Console(cfg, "run") as console:
+        console.line(f"tidemark run: {events:,} events of each of {len(DEMO_STREAMS)} streams in "
+                     f"{waves} waves, data root {cfg.data_root}")
+        console.line(f"  full log: {console.log_path}")
+        from dagster import DagsterInstance
 
-    from orchestration.definitions import build_definitions
-    from orchestration.summary import collect, render
+        from orchestration.definitions import build_definitions
+        from orchestration.summary import collect, render
 
-    prepare_dagster_home(cfg)
-    defs = build_definitions(cfg)
-    instance = DagsterInstance.get()
-    samples = [(gen, generate(gen)) for gen in (
-        GeneratorConfig(stream=stream, events=events, files=waves, seed=seed,
-                        rate=DEMO_RATES.get(stream, 2.0))
-        for stream in DEMO_STREAMS)]
-    ok = True
-    for wave in range(waves):
-        landed = 0
-        for gen, files in samples:
-            write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
-            landed += len(files[wave])
-        result = defs.resolve_job_def("streaming_job").execute_in_process(
-            instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)})
-        print(f"wave {wave + 1}/{waves}: {landed:,} lines landed, streaming run "
-              f"{result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}", flush=True)
+        prepare_dagster_home(cfg)
+        os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)  # the definitions' data root
+        defs = build_definitions()
+        instance = DagsterInstance.get()
+        samples = [(gen, generate(gen)) for gen in (
+            GeneratorConfig(stream=stream, events=events, files=waves, seed=seed,
+                            rate=DEMO_RATES.get(stream, 2.0))
+            for stream in DEMO_STREAMS)]
+        console.line(f"{console.elapsed()}  definitions loaded, {len(samples)} samples generated")
+        ok = True
+        for wave in range(waves):
+            landed = 0
+            for gen, files in samples:
+                write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+                landed += len(files[wave])
+            result = defs.resolve_job_def("streaming_job").execute_in_process(
+                instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)})
+            done = _materialized(result)
+            bronze = sum(m.get("output_rows", 0) for k, m in done.items() if k.startswith("bronze"))
+            gold = sum(m.get("output_rows", 0) for k, m in done.items() if k.startswith("gold"))
+            late = sum(m.get("late_rows_dropped", 0) for k, m in done.items()
+                       if k.startswith("gold"))
+            console.line(f"{console.elapsed()}  wave {wave + 1}/{waves}: {landed:,} lines landed, "
+                         f"{bronze:,} to bronze, {gold:,} gold rows, {late:,} late dropped "
+                         f"(run {result.run_id[:8]} {'ok' if result.success else 'FAILED'})")
+            ok &= result.success
+        result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
+            instance=instance, raise_on_error=False)
+        checks = [e.event_specific_data for e in result.all_events
+                  if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        failed = sorted(c.asset_check_key.name for c in checks if not c.passed)
+        console.line(f"{console.elapsed()}  whole graph with reconciliation: "
+                     f"{len(_materialized(result))} assets, {len(checks) - len(failed)}/"
+                     f"{len(checks)} checks passed (run {result.run_id[:8]} "
+                     f"{'ok' if result.success else 'FAILED'})")
+        for name in failed:
+            console.line(f"      failed check: {name}")
         ok &= result.success
-    result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
-        instance=instance, raise_on_error=False)
-    print(f"whole graph: run {result.run_id[:8]} {'succeeded' if result.success else 'FAILED'}",
-          flush=True)
-    ok &= result.success
-    summary = collect(get_spark(cfg), cfg)
-    print(f"main job took {time.monotonic() - started:.0f}s")
-    print(render(summary, cfg))
+        summary = collect(get_spark(cfg), cfg)
+        console.line(f"{console.elapsed()}  main job done")
+        console.line(render(summary, cfg))
     return 0 if ok and summary.unexplained == 0 and summary.recon else 1
 
 
@@ -234,9 +240,13 @@ def main(argv: list[str] | None = None) -> int:
             from orchestration.live import live
 
             if args.fresh:
-                _reset(cfg)
-            return live(cfg, minutes=args.minutes, rate=args.rate, port=args.port,
-                        recon_every_minutes=args.recon_every)
+                reset_demo_root(cfg)
+            from orchestration.terminal import Console
+
+            with Console(cfg, "live") as console:
+                console.line(f"  full log: {console.log_path}")
+                return live(cfg, minutes=args.minutes, rate=args.rate, port=args.port,
+                            recon_every_minutes=args.recon_every, out=console.line)
         if args.command in OPERATIONS:
             from orchestration import operate
 

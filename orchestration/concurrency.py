@@ -6,7 +6,7 @@ savepoint run, a recovery run, sensor ticks. What truly conflicts is limited, no
 - one owner per streaming checkpoint: a run that drives checkpoints carries the tag
   ``tidemark/checkpoint.<query>`` for each, and the instance admits one run per such tag (the
   queue holds a second one until the first ends). The OS lock on the checkpoint
-  (`streaming_jobs.operations.locks`) still guards every run, tagged or not: a run launched with
+  (`streaming_jobs.checkpoints`) still guards every run, tagged or not: a run launched with
   no tags (an ad-hoc materialization in the UI) is refused at once, naming the owner;
 - one reconciliation at a time (``tidemark/reconciliation``): two dbt builds would replace the
   same recon tables under each other.
@@ -18,8 +18,8 @@ the savepoint (`savepoints.request`) instead of taking the checkpoint.
 from __future__ import annotations
 
 from streaming_jobs.ingestion import query_name
-from streaming_jobs.jobs import registry, streams
-from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.registry import registry, streams
+from streaming_jobs.spec import JobSpec
 
 CHECKPOINT_TAG = "tidemark/checkpoint."
 RECON_TAG = "tidemark/reconciliation"
@@ -39,6 +39,11 @@ def checkpoint_tags(queries) -> dict[str, str]:
 def job_tags(spec: JobSpec) -> dict[str, str]:
     """What a run of one job (its sources' ingestion, then the job) owns."""
     return checkpoint_tags([*(query_name(s) for s in spec.sources), spec.name])
+
+
+def recovery_tags(spec: JobSpec) -> dict[str, str]:
+    """The tags of a recovery run of ``spec``: the checkpoints it drives."""
+    return {"tidemark/recovers": spec.name, **job_tags(spec)}
 
 
 def run_limits(queries, max_concurrent_runs: int) -> dict:

@@ -25,100 +25,14 @@ import os
 import sys
 import time
 
-from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.jobs.intervals import interval_seconds
-from streaming_jobs.schemas import stream_schema
+
+from orchestration.dbt_vars import dbt_vars
 
 # Commands that run SQL need Spark; parse, ls, clean, debug do not.
 NEEDS_SPARK = {"build", "run", "test", "seed", "snapshot", "show", "compile", "docs", "run-operation"}
 TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
-TARGETS = ("auto", "endpoint", "session")
 MISSING_TABLES_WAIT_SECONDS = 60.0
-
-
-def job_vars(jobs: dict) -> dict:
-    """The jobs dbt reconciles, with their spec as plain values (a pure function of the specs).
-
-    A job with neither hand-written recon models nor a ``batch_sql`` still streams; it is just
-    not reconciled (dbt's loops over ``var('jobs')`` would otherwise ref a model that is not
-    there).
-    """
-    out = {}
-    for name, spec in jobs.items():
-        params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
-                  "warn_share": spec.recon_warn_share,
-                  "measures": list(spec.measures), "event_time": spec.event_time,
-                  # each source stream with its own event-time column (lateness replay)
-                  "sources": {s: stream_schema(s).event_time for s in spec.sources}}
-        bounds = {"watermark": spec.state.watermark, "ttl": spec.state.ttl}
-        for key, value in {**spec.params, **{k: v for k, v in bounds.items() if v}}.items():
-            seconds = interval_seconds(value) if isinstance(value, str) else None
-            params[f"{key}_seconds" if seconds is not None else key] = (
-                seconds if seconds is not None else value)
-        out[name] = params
-    return out
-
-
-def last_batches(progress_rows: list[dict]) -> dict[str, dict]:
-    """Per job: its last recorded batch that has a gold version (a pure function of the rows).
-
-    Only the job's current lineage counts (the query id of its newest row): a job rebuilt from
-    scratch has a new gold table, whose versions start again.
-    """
-    newest: dict[str, dict] = {}
-    for row in progress_rows:
-        job = row["job"]
-        if job not in newest or (row["ts"], row["batch_id"]) > (newest[job]["ts"],
-                                                                newest[job]["batch_id"]):
-            newest[job] = row
-    out = {}
-    for job, last in newest.items():
-        lineage = [r for r in progress_rows if r["job"] == job
-                   and r["query_id"] == last["query_id"] and r["sink_version"] is not None]
-        if lineage:
-            out[job] = max(lineage, key=lambda r: (r["batch_id"], r["sink_version"]))
-    return out
-
-
-def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
-    """The streams' committed position, pinned for one dbt invocation (see the module doc)."""
-    from streaming_jobs.checkpoints import query_id
-    from streaming_jobs.delta_log import version_as_of_batch
-    from streaming_jobs.gold import sink_app_id
-
-    version = ops_tables.version(cfg, "stream_progress")
-    if version is None:
-        return {}
-    rows = ops_tables.read(cfg, "stream_progress", as_of=version,
-                           where=f"job in ({', '.join(map(ops_tables.literal, jobs))})"
-                           if jobs else "false",
-                           columns=["job", "query_id", "batch_id", "ts", "sink_version"])
-    recorded = last_batches(rows)
-    gold = {}
-    for job, spec in jobs.items():
-        current = query_id(cfg.paths.checkpoint(job))
-        if current is None:
-            continue  # never ran: its gold table holds nothing written by a stream
-        last = recorded.get(job)
-        if last is None or last["query_id"] != current:
-            # no batch of this checkpoint recorded yet: gold as it was before its first batch
-            last = {"batch_id": -1, "sink_version": -1}
-        pinned = version_as_of_batch(cfg.paths.table("gold", job), sink_app_id(spec, current),
-                                     last["batch_id"], last["sink_version"])
-        if pinned >= 0:
-            gold[job] = pinned
-    return {"progress_version": version, "gold_versions": gold}
-
-
-def dbt_vars(cfg: TidemarkConfig | None = None) -> dict:
-    from orchestration.dbt_models import reconciled_jobs
-
-    jobs = reconciled_jobs()
-    out = {"jobs": job_vars(jobs)}
-    if cfg is not None:
-        out.update(position_vars(cfg, jobs))
-    return out
 
 
 def with_vars(args: list[str], variables: dict) -> list[str]:
@@ -132,9 +46,6 @@ def choose_target(cfg: TidemarkConfig, wanted: str) -> tuple[str, object]:
     """('endpoint', its address) or ('session', None), as ``wanted`` and the endpoint allow."""
     from streaming_jobs.sql_endpoint import discover
 
-    if wanted not in TARGETS:
-        raise SystemExit(f"tidemark-dbt: TIDEMARK_DBT_TARGET={wanted!r}; use one of "
-                         f"{', '.join(TARGETS)}")
     endpoint = discover(cfg) if wanted in ("auto", "endpoint") else None
     if wanted == "endpoint" and endpoint is None:
         raise SystemExit("tidemark-dbt: TIDEMARK_DBT_TARGET=endpoint but no SQL endpoint runs "
@@ -180,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in args if not a.startswith("-")), None)
     metastore = None
     if command in NEEDS_SPARK:
-        target, endpoint = choose_target(cfg, os.environ.get("TIDEMARK_DBT_TARGET", "auto"))
+        target, endpoint = choose_target(cfg, cfg.sql.dbt_target)
         if "--target" not in args and "-t" not in args:
             args = [*args, "--target", target]
         if endpoint is not None:
@@ -198,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     from dbt.cli.main import dbtRunner
 
     try:
-        result = dbtRunner().invoke(with_vars(args, dbt_vars(cfg if command in NEEDS_SPARK
-                                                             else None)))
+        from orchestration.dbt_models import reconciled_jobs
+
+        variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None)
+        result = dbtRunner().invoke(with_vars(args, variables))
     finally:
         if metastore is not None:
             metastore.close()

@@ -190,7 +190,7 @@ class Landing(threading.Thread):
         super().__init__(daemon=True, name="tidemark-landing")
         from streaming_jobs.generator import GeneratorConfig, generate
 
-        from orchestration.cli import DEMO_RATES, DEMO_STREAMS
+        from orchestration.demo import DEMO_RATES, DEMO_STREAMS
 
         self.cfg, self.every = cfg, every
         self.ticks = max(1, int(minutes * 60 / every))
@@ -278,7 +278,7 @@ def hosted_assets() -> list:
     """The assets a continuous run of every job reports: bronze of their sources, their gold."""
     from dagster import AssetKey
 
-    from streaming_jobs.jobs import registry
+    from streaming_jobs.registry import registry
 
     specs = registry().values()
     streams = sorted({s for spec in specs for s in spec.sources})

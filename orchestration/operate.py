@@ -20,7 +20,7 @@ def _spark(cfg: TidemarkConfig):
 
 
 def _known(job: str):
-    from streaming_jobs.jobs import get_job
+    from streaming_jobs.registry import get_job
 
     try:
         return get_job(job)
@@ -29,7 +29,7 @@ def _known(job: str):
 
 
 def continuous(cfg: TidemarkConfig, args) -> int:
-    from streaming_jobs.jobs import registry
+    from streaming_jobs.registry import registry
     from streaming_jobs.operations.continuous import run_continuous
 
     names = [j for j in args.jobs.split(",") if j] or list(registry())
@@ -52,11 +52,12 @@ def continuous(cfg: TidemarkConfig, args) -> int:
 
 
 def health(cfg: TidemarkConfig, args) -> int:
-    from streaming_jobs.jobs import registry, streams
+    from streaming_jobs.ingestion import query_name
     from streaming_jobs.operations.health import CRITICAL, check_checkpoint
+    from streaming_jobs.registry import registry, streams
 
     critical = 0
-    queries = [(f"bronze_{s}", ()) for s in streams()] + [
+    queries = [(query_name(s), ()) for s in streams()] + [
         (spec.name, spec.sources) for spec in registry().values()]
     for query, sources in queries:
         findings = check_checkpoint(cfg, query, sources, stall_seconds=cfg.ops.stall_seconds,
@@ -113,7 +114,7 @@ def alerts(cfg: TidemarkConfig, args) -> int:
 
 
 def savepoint(cfg: TidemarkConfig, args) -> int:
-    from streaming_jobs.jobs import registry
+    from streaming_jobs.registry import registry
     from streaming_jobs.operations import savepoints
 
     if not args.all and not args.job:

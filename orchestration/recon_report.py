@@ -13,9 +13,19 @@ from dagster import MetadataValue
 
 from streaming_jobs.config import TidemarkConfig
 
-RECON_CLASSES = ("match", "window_open", "late_dropped", "value_mismatch",
-                 "missing_in_stream", "missing_in_batch")
-UNEXPLAINED = ("value_mismatch", "missing_in_stream", "missing_in_batch")
+def _classes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The recon classes, from their one list: dbt_project.yml's var ``recon_classes``."""
+    import yaml
+
+    from orchestration.project import DBT_PROJECT_DIR
+
+    declared = yaml.safe_load((DBT_PROJECT_DIR / "dbt_project.yml").read_text())["vars"]
+    return (tuple(declared["recon_classes"]["explained"]),
+            tuple(declared["recon_classes"]["unexplained"]))
+
+
+EXPLAINED, UNEXPLAINED = _classes()
+RECON_CLASSES = EXPLAINED + UNEXPLAINED
 
 
 def recon_counts(cfg: TidemarkConfig, job: str) -> dict[str, int]:
@@ -39,4 +49,34 @@ def recon_metadata(counts: dict[str, int]) -> dict[str, MetadataValue]:
         "unexplained_rows": MetadataValue.int(unexplained),
         **{f"{c}_rows": MetadataValue.int(counts[c]) for c in RECON_CLASSES},
         "recon_classes": MetadataValue.md("\n".join(lines)),
+    }
+
+
+def summary_metadata(cfg: TidemarkConfig) -> dict[str, MetadataValue]:
+    """``recon_summary``'s latest run: a row per job and the totals (plotted run after run)."""
+    from deltalake import DeltaTable
+
+    path = cfg.paths.dbt_table("recon", "recon_summary")
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    if not rows:
+        return {}
+    # this run's rows: one invocation id per dbt invocation, the newest reconciled
+    newest = max(rows, key=lambda r: r["reconciled_at"])["invocation_id"]
+    latest = sorted((r for r in rows if r["invocation_id"] == newest), key=lambda r: r["job"])
+    lines = ["| job | compared | match | window_open | late_dropped | unexplained | "
+             "late events (replayed / reported) |", "|---|---:|---:|---:|---:|---:|---|"]
+    for r in latest:
+        lines.append(f"| {r['job']} | {r['rows_compared']:,} | {r['match_rows']:,} | "
+                     f"{r['window_open_rows']:,} | {r['late_dropped_rows']:,} | "
+                     f"{r['unexplained_rows']:,} | {r['late_events_replayed']:,} / "
+                     f"{r['late_events_reported']:,} |")
+    compared = sum(r["rows_compared"] for r in latest)
+    unexplained = sum(r["unexplained_rows"] for r in latest)
+    return {
+        "reconciliation": MetadataValue.text(f"{compared:,} rows compared, {unexplained:,} "
+                                             "unexplained"),
+        "rows_compared": MetadataValue.int(compared),
+        "unexplained_rows": MetadataValue.int(unexplained),
+        "jobs_reconciled": MetadataValue.int(len(latest)),
+        "per_job": MetadataValue.md("\n".join(lines)),
     }

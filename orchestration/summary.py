@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.jobs import registry, streams
+from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
 
 from orchestration.recon_report import RECON_CLASSES
@@ -70,31 +70,37 @@ def collect_recon(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
 
 
 def render(summary: Summary, cfg: TidemarkConfig) -> str:
+    """The data root in a screenful: accounting per stream, gold rows, reconciliation per job."""
     lines = [f"tidemark summary (data root {cfg.data_root})"]
     for stream in summary.landing_lines:
         landing, bronze, quarantined = (summary.landing_lines[stream], summary.bronze_rows[stream],
                                         summary.quarantine_rows[stream])
         verdict = "holds" if landing == bronze + quarantined else "DOES NOT HOLD"
-        lines.append(f"  {stream}: {landing:,} landing lines = {bronze:,} bronze rows + "
-                     f"{quarantined:,} quarantined ({verdict})")
-        for reason, count in sorted(summary.quarantine_reasons.get(stream, {}).items()):
-            lines.append(f"      quarantined: {count:,} x {reason}")
-    for job, rows in summary.gold_rows.items():
-        lines.append(f"  gold/{job}: {rows:,} rows")
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in
+                            sorted(summary.quarantine_reasons.get(stream, {}).items()))
+        lines.append(f"  {stream}: {landing:,} landing lines = {bronze:,} bronze + "
+                     f"{quarantined:,} quarantined ({verdict})" + (f": {reasons}" if reasons else ""))
+    if summary.gold_rows:
+        lines.append("  gold rows: " + ", ".join(f"{job} {rows:,}"
+                                                 for job, rows in summary.gold_rows.items()))
     lines += recon_lines(summary)
     return "\n".join(lines)
 
 
 def recon_lines(summary: Summary) -> list[str]:
-    """The latest reconciliation of every job, and the closing line."""
+    """The latest reconciliation of every job, a line each, and the closing line."""
     lines = []
+    if summary.recon:
+        lines.append(f"  {'recon':<24}{'compared':>10}" + "".join(
+            f"{c:>{max(len(c), 7) + 2}}" for c in RECON_CLASSES) + "  late events replayed/reported")
     for job, r in summary.recon.items():
-        classes = ", ".join(f"{c} {r[c + '_rows']:,}" for c in RECON_CLASSES)
-        lines.append(f"  recon {job}: {classes}")
-        lines.append(f"      late events: {r['late_events_replayed']:,} found by batch replay, "
-                     f"{r['late_events_reported']:,} dropped by the stream; watermark "
-                     f"{r['stream_watermark']}; reconciled {r['reconciled_at']}")
-    if not summary.recon:
+        lines.append(f"  {job:<24}{r['rows_compared']:>10,}" + "".join(
+            f"{r[c + '_rows']:>{max(len(c), 7) + 2},}" for c in RECON_CLASSES)
+            + f"  {r['late_events_replayed']:,}/{r['late_events_reported']:,}")
+    if summary.recon:
+        newest = max(r["reconciled_at"] for r in summary.recon.values())
+        lines.append(f"  reconciled {newest}")
+    else:
         lines.append("  no reconciliation has run yet")
     lines.append(f"reconciliation: {summary.compared} rows compared, "
                  f"{summary.unexplained} unexplained")

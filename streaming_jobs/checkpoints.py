@@ -1,8 +1,22 @@
-"""Reading a streaming checkpoint without Spark: its identity, planned and committed batches."""
+"""A streaming checkpoint, without Spark: its identity, its batches, and who owns it.
+
+Reading: `query_id` (the checkpoint's identity), `last_committed_batch`, `last_planned_batch`.
+
+Ownership: exactly one run at a time may drive a checkpoint. The lock is an ``flock`` on
+``checkpoints/<query>.lock``. The operating system releases it when its holder exits, however
+it exits, so a crashed run never leaves a stale lock behind. The file also says who holds it
+(run, process, host, since when, whether it answers savepoint requests), for the refusal
+message and for savepoint requests.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import socket
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -32,3 +46,72 @@ def query_id(checkpoint: Path) -> str | None:
         return json.loads((checkpoint / "metadata").read_text())["id"]
     except (OSError, ValueError, KeyError):
         return None
+
+
+class CheckpointBusy(RuntimeError):
+    """Another run owns the checkpoint; the message says which and what to do."""
+
+
+def lock_path(checkpoint: Path) -> Path:
+    return checkpoint.with_name(f"{checkpoint.name}.lock")
+
+
+def owner(checkpoint: Path) -> dict | None:
+    """Who holds (or last held) the lock, as written by the holder."""
+    try:
+        return json.loads(lock_path(checkpoint).read_text() or "null")
+    except (OSError, ValueError):
+        return None
+
+
+def is_running(checkpoint: Path) -> bool:
+    """True when a run holds the checkpoint's lock (see `locks`)."""
+    path = lock_path(checkpoint)
+    if not path.exists():
+        return False
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def takes_savepoint_requests(checkpoint: Path) -> bool:
+    """True when the checkpoint's current owner answers savepoint requests (a continuous run)."""
+    held = owner(checkpoint) or {}
+    return bool(held.get("takes_savepoint_requests")) and is_running(checkpoint)
+
+
+@contextmanager
+def checkpoint_lock(checkpoint: Path, holder: str, *, takes_savepoint_requests: bool = False):
+    """Hold ``checkpoint``'s lock for the block, or raise `CheckpointBusy` at once.
+
+    ``takes_savepoint_requests``: the holder answers savepoint requests while it holds the lock
+    (recorded in the lock file, for `savepoints.request`'s callers).
+    """
+    path = lock_path(checkpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held for the block
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held = owner(checkpoint) or {}
+            raise CheckpointBusy(
+                f"checkpoint {checkpoint} is owned by {held.get('holder', 'another run')} "
+                f"(pid {held.get('pid', '?')} on {held.get('host', '?')}, since "
+                f"{held.get('since', '?')}); exactly one run may drive a job's checkpoint. "
+                "Stop that run first (terminate it in Dagster, or Ctrl-C the command), then "
+                "start this one again."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"holder": holder, "pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 "takes_savepoint_requests": takes_savepoint_requests}))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the flock

@@ -26,6 +26,9 @@ Environment variables (all optional):
 - ``TIDEMARK_SQL_MEMORY``       the SQL endpoint's driver memory (default 3g)
 - ``TIDEMARK_ALERT_WEBHOOK_URL`` / ``TIDEMARK_ALERT_WEBHOOK_TOKEN`` where alerts are POSTed
   (read at delivery time only, never stored or logged; see `operations.alerts`)
+- ``TIDEMARK_ALERT_RETRY_SECONDS`` first backoff of a failed alert delivery (default 30)
+- ``TIDEMARK_JOBS_PATH``        folders of your own jobs and streams, separated by ``:``
+- ``TIDEMARK_DBT_TARGET``       where dbt runs: auto (default), endpoint or session
 """
 
 from __future__ import annotations
@@ -175,12 +178,16 @@ def _ops_settings(env: dict) -> OpsSettings:
     )
 
 
+DBT_TARGETS = ("auto", "endpoint", "session")
+
+
 @dataclass(frozen=True)
 class SqlEndpointSettings:
     """The SQL endpoint dbt talks to (Spark's Thrift server, always on 127.0.0.1)."""
 
     port: int = 10000
     driver_memory: str = "3g"
+    dbt_target: str = "auto"  # where dbt runs: the endpoint, a session of its own, or auto
 
 
 def _sql_settings(env: dict) -> SqlEndpointSettings:
@@ -188,8 +195,27 @@ def _sql_settings(env: dict) -> SqlEndpointSettings:
     port = _number(env, "TIDEMARK_SQL_PORT", d.port, int)
     if not 1 <= port <= 65535:
         raise ConfigError(f"TIDEMARK_SQL_PORT={port} is not a TCP port (1-65535)")
-    return SqlEndpointSettings(port=port,
+    target = env.get("TIDEMARK_DBT_TARGET", d.dbt_target)
+    if target not in DBT_TARGETS:
+        raise ConfigError(f"TIDEMARK_DBT_TARGET={target!r}: use one of {', '.join(DBT_TARGETS)}")
+    return SqlEndpointSettings(port=port, dbt_target=target,
                                driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory))
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """Where alerts go. The URL and token are secrets: kept out of repr (and so out of logs),
+    never stored; read from the environment when alerts are sent."""
+
+    url: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    retry_seconds: float = 30.0  # first backoff of a failed delivery; doubles per attempt
+
+
+def _alert_settings(env: dict) -> AlertSettings:
+    return AlertSettings(url=env.get("TIDEMARK_ALERT_WEBHOOK_URL") or None,
+                         token=env.get("TIDEMARK_ALERT_WEBHOOK_TOKEN") or None,
+                         retry_seconds=_number(env, "TIDEMARK_ALERT_RETRY_SECONDS", 30.0))
 
 
 @dataclass(frozen=True)
@@ -199,6 +225,8 @@ class TidemarkConfig:
     recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
     ops: OpsSettings = field(default_factory=OpsSettings)
     sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    jobs_path: tuple[Path, ...] = ()  # folders of your own jobs and streams
 
     @property
     def paths(self) -> Paths:
@@ -230,6 +258,9 @@ class TidemarkConfig:
             extra_conf=_parse_spark_conf(env.get("TIDEMARK_SPARK_CONF", "")),
         )
         root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
+        jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep)
+                          if p)
         return cls(data_root=root, spark=spark,
                    recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
-                   ops=_ops_settings(env), sql=_sql_settings(env))
+                   ops=_ops_settings(env), sql=_sql_settings(env),
+                   alerts=_alert_settings(env), jobs_path=jobs_path)

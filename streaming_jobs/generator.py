@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.schemas import stream_schema
+from streaming_jobs.registry import stream_schema
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 MALFORMED_KINDS = ("not_json", "missing_field", "bad_number", "bad_timestamp")

@@ -12,7 +12,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from streaming_jobs.checkpoints import query_id
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import version_of_batch
-from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.spec import JobSpec
 from streaming_jobs.lake import ensure_table, merge_once, table_exists
 
 # Read every new bronze version whole in one batch (Delta's default cuts at 1000 files): the

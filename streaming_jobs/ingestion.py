@@ -31,8 +31,18 @@ QUARANTINE_SCHEMA = T.StructType(
 )
 
 
+BRONZE_QUERY_PREFIX = "bronze_"
+
+
 def query_name(stream: str) -> str:
-    return f"bronze_{stream}"
+    """The name (and checkpoint folder) of ``stream``'s ingestion query: ``bronze_<stream>``."""
+    return f"{BRONZE_QUERY_PREFIX}{stream}"
+
+
+def stream_of(query: str) -> str | None:
+    """The stream an ingestion query ingests; None for a job's query."""
+    return query.removeprefix(BRONZE_QUERY_PREFIX) if query.startswith(BRONZE_QUERY_PREFIX) \
+        else None
 
 
 def bronze_schema(schema: StreamSchema) -> T.StructType:

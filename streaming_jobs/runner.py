@@ -19,12 +19,12 @@ from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
-from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.spec import JobSpec
 from streaming_jobs.lake import rows_written_since, table_version
-from streaming_jobs.operations.failures import record_failure
-from streaming_jobs.operations.locks import checkpoint_lock
+from streaming_jobs.failures import record_failure
+from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.progress import progress_log
-from streaming_jobs.schemas import stream_schema
+from streaming_jobs.registry import stream_schema
 
 
 LOG = logging.getLogger(__name__)

@@ -115,17 +115,3 @@ CLICKS = StreamSchema(
 STREAMS: dict[str, StreamSchema] = {
     s.name: s for s in (TRANSACTIONS, RIDES, ORDERS, PAYMENTS, CLICKS)
 }
-
-
-def stream_schema(name: str) -> StreamSchema:
-    """A registered stream: built in (above) or declared in a job folder (TIDEMARK_JOBS_PATH)."""
-    from streaming_jobs.jobs import streams  # the registry imports this module
-
-    known = streams()
-    try:
-        return known[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown stream {name!r}; registered streams: {', '.join(sorted(known))}. "
-            "Declare it in streaming_jobs/schemas.py, or as STREAM in a module of a job folder."
-        ) from None

@@ -22,6 +22,7 @@ from pathlib import Path
 from streaming_jobs.config import TidemarkConfig
 
 SPARK_VERSION = "4.2.0"
+LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
 # The Python package is delta-spark 4.4.1, but no 4.4.1 jar for Spark 4.2 is published on
 # Maven Central (measured 2026-11-21: delta-spark_4.2_2.13 has only 4.4.0). The two Python
 # packages differ only in their version string, so the 4.4.0 jars are the matching JVM side.
@@ -129,7 +130,11 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.driver.host": "127.0.0.1",
         # Event times are UTC everywhere: generator, stream, dbt and recon agree on windows.
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dderby.system.home={paths.dbt}",
+        # UTC; Derby's home under the data root; tidemark's logging (log4j2.properties: the
+        # terminal gets errors only, warnings go to <data root>/logs/spark.log)
+        "spark.driver.extraJavaOptions": (
+            f"-Duser.timezone=UTC -Dderby.system.home={paths.dbt} "
+            f"-Dlog4j2.configurationFile={LOG4J2} -Dtidemark.logs={paths.logs}"),
         "spark.driver.memory": "4g",
         "spark.sql.warehouse.dir": str(paths.warehouse),
         # Late-event filtering and the dropped-row metric must be exact for reconciliation.
@@ -203,6 +208,7 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
+    cfg.paths.logs.mkdir(parents=True, exist_ok=True)  # spark.log
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - re-raised with what to do

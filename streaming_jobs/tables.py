@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import QUARANTINE_SCHEMA, bronze_schema
-from streaming_jobs.jobs import registry, streams
+from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import ROW_TRACKING, ensure_table, table_exists
 
 

@@ -1,17 +1,15 @@
-"""Shared fixtures: one SparkSession for the whole session, one data root per test."""
+"""Shared fixtures: one SparkSession for the whole session, one data root per test.
+
+Helpers that are not fixtures (landing hand-made events, running tidemark-dbt) are in
+``tests/helpers.py``; ``tests/`` is on the import path (pyproject's pytest settings).
+"""
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
-from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate, write_files
+from streaming_jobs.generator import GeneratorConfig, generate
 
 
 @pytest.fixture(scope="session")
@@ -33,64 +31,11 @@ def cfg(tmp_path, monkeypatch) -> TidemarkConfig:
     return TidemarkConfig.from_env().with_data_root(root)
 
 
-def dbt(*args: str) -> subprocess.CompletedProcess:
-    """tidemark-dbt (dbt with the job registry's vars) on the test's data root."""
-    return subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), *args],
-                          capture_output=True, text=True)
-
-
-def land(cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions") -> Path:
-    """Write one landing file of events (dicts become JSON; strings are written as they are)."""
-    folder = cfg.paths.landing_dir(stream)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events))
-    return path
-
-
-def txn(event_id: str, user: str, minute: float, status: str = "FAILED", amount: float = 10.0) -> dict:
-    """A transaction at ``minute`` minutes after 2026-01-01T00:00:00Z."""
-    seconds = round(minute * 60, 3)
-    whole = int(seconds)
-    millis = int(round((seconds - whole) * 1000))
-    hh, rem = divmod(whole, 3600)
-    mm, ss = divmod(rem, 60)
-    day = 1 + hh // 24
-    return {
-        "event_id": event_id, "user_id": user, "card_id": f"c-{user}", "merchant": "m1",
-        "amount": amount, "currency": "USD", "status": status,
-        "event_time": f"2026-01-{day:02d}T{hh % 24:02d}:{mm:02d}:{ss:02d}.{millis:03d}Z",
-    }
-
-
-def click(event_id: str, user: str, minute: float, amount: float = 0.0) -> dict:
-    """A click at ``minute`` minutes after 2026-01-01T00:00:00Z (a purchase when amount > 0)."""
-    t = datetime(2026, 1, 1) + timedelta(minutes=minute)
-    return {"event_id": event_id, "user_id": user, "page": "/",
-            "action": "purchase" if amount else "view", "amount": amount,
-            "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"}
-
-
-def clicks_per_user(events) -> dict[str, list[tuple[datetime, float]]]:
-    """Distinct clicks (first copy of each event id) per user, as sorted (time, amount)."""
-    seen, by_user = set(), {}
-    for e in events:
-        if e["event_id"] not in seen:
-            seen.add(e["event_id"])
-            by_user.setdefault(e["user_id"], []).append(
-                (datetime.fromisoformat(e["event_time"][:-1]), e["amount"]))
-    return {user: sorted(clicks) for user, clicks in by_user.items()}
-
-
 @pytest.fixture
 def sample(cfg) -> tuple[GeneratorConfig, list[list[str]]]:
     """A small generated sample (not yet written)."""
     gen = GeneratorConfig(events=3000, files=3, seed=11)
     return gen, generate(gen)
-
-
-def write_wave(cfg, gen, files, wave: int) -> None:
-    write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
 
 
 @pytest.fixture(autouse=True)

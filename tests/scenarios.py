@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from conftest import land, txn
+from helpers import land, txn
 
 WINDOW_S, SLIDE_S, WATERMARK_DELAY_S = 24 * 3600, 5, 600
 START = datetime(2026, 1, 1)
@@ -90,7 +90,7 @@ def expected_recon_classes() -> dict:
 
 def run_waves(spark, cfg):
     """Land and stream both waves (bronze, then the job); returns (late rows dropped, last metrics)."""
-    from streaming_jobs.jobs import get_job
+    from streaming_jobs.registry import get_job
     from streaming_jobs.runner import run_bronze, run_job
 
     spec, late = get_job("failed_txn_velocity"), 0

@@ -16,3 +16,13 @@
 {% macro generate_schema_name(custom_schema_name, node) -%}
 {{ custom_schema_name if custom_schema_name else target.schema }}
 {%- endmacro %}
+
+{# Every recon class, explained first (var recon_classes in dbt_project.yml: the one list). #}
+{% macro recon_classes() -%}
+{{ return(var('recon_classes')['explained'] + var('recon_classes')['unexplained']) }}
+{%- endmacro %}
+
+{# 'a', 'b', 'c' from a list of strings (for SQL's in (...)). #}
+{% macro quoted(values) -%}
+{% for v in values %}'{{ v }}'{% if not loop.last %}, {% endif %}{% endfor %}
+{%- endmacro %}

@@ -1,8 +1,8 @@
 {#
-  Recon of a job whose late events change the keys, not only the values (change points,
-  sessions, profiles): its batch model int_<job>__batch has one row per key per basis, 'all'
-  (the definition over every distinct event: the truth) and 'on_time' (over the events the
-  stream counted: what it could know).
+  The pieces of a recon model for a job whose late events change the keys, not only the values
+  (change points, sessions, profiles, the join). Its batch model int_<job>__batch has one row
+  per key per basis: 'all' (the definition over every distinct event: the truth) and 'on_time'
+  (over the events the stream counted: what it could know).
 
   The stream must equal the on-time basis exactly; whatever separates the truth from the
   on-time basis was caused by late events. So:
@@ -14,20 +14,89 @@
                   in the on-time basis             -> missing_in_stream
                   only in the truth                -> late_dropped
 
+  A recon model strings them together in the open (models/recon/recon_<job>.sql):
+    streamed, truth, on_time, stream_state  (import CTEs)
+    from_stream  = classify_streamed(...)
+    from_batch   = classify_not_streamed(..., open_when)
+    final        = recon_rows(...)
+  recon_by_basis(job) does the same in one call, for the models tidemark generates.
+
   open_when: a condition on the truth row t, the on-time row o (either may be null) and the
   stream's state s (stream_watermark) saying the stream cannot have emitted the row yet.
-  Windows and sessions: their end is after the watermark (append mode emits a row once the
-  watermark passes its end).
 #}
-{% macro recon_by_basis(job, open_when='coalesce(t.window_end, o.window_end) > s.stream_watermark') -%}
+
+{# Streamed keys, each in the class its values earn against the two bases. #}
+{% macro classify_streamed(job, streamed='streamed', truth='truth', on_time='on_time') -%}
 {%- set spec = var('jobs')[job] -%}
 {%- set keys = spec['keys'] -%}
 {%- set measures = spec['measures'] -%}
-{%- set tolerance = spec['tolerance'] -%}
+    select
+        {% for k in keys %}a.{{ k }},
+        {% endfor %}{% for m in measures %}a.{{ m }} as stream_{{ m }},
+        t.{{ m }} as batch_{{ m }},
+        o.{{ m }} as batch_{{ m }}_on_time,
+        {% endfor %}a.stream_rows,
+        case
+            when a.stream_rows = 1 and t.{{ keys[0] }} is not null
+                and {{ same_values('a', 't', measures, spec['tolerance']) }} then 'match'
+            when a.stream_rows = 1 and o.{{ keys[0] }} is not null
+                and {{ same_values('a', 'o', measures, spec['tolerance']) }} then 'late_dropped'
+            when t.{{ keys[0] }} is null and o.{{ keys[0] }} is null then 'missing_in_batch'
+            else 'value_mismatch'
+        end as recon_class
+    from {{ streamed }} as a
+    left join {{ truth }} as t on {{ same_key('a', 't', keys) }}
+    left join {{ on_time }} as o on {{ same_key('a', 'o', keys) }}
+{%- endmacro %}
+
+{# Keys the batch has and the stream does not: still open, missing, or only late events'. #}
+{% macro classify_not_streamed(job, open_when, truth='truth', on_time='on_time',
+                               streamed='streamed', stream_state='stream_state') -%}
+{%- set spec = var('jobs')[job] -%}
+{%- set keys = spec['keys'] -%}
+{%- set measures = spec['measures'] -%}
+    select
+        {% for k in keys %}coalesce(t.{{ k }}, o.{{ k }}) as {{ k }},
+        {% endfor %}{% for m in measures %}cast(null as double) as stream_{{ m }},
+        t.{{ m }} as batch_{{ m }},
+        o.{{ m }} as batch_{{ m }}_on_time,
+        {% endfor %}cast(null as bigint) as stream_rows,
+        case
+            when s.stream_watermark is null or ({{ open_when }}) then 'window_open'
+            when o.{{ keys[0] }} is not null then 'missing_in_stream'
+            else 'late_dropped'
+        end as recon_class
+    from {{ truth }} as t
+    full outer join {{ on_time }} as o on {{ same_key('t', 'o', keys) }}
+    cross join {{ stream_state }} as s
+    left anti join {{ streamed }} as a
+        on {% for k in keys %}coalesce(t.{{ k }}, o.{{ k }}) <=> a.{{ k }}{% if not loop.last %} and {% endif %}{% endfor %}
+{%- endmacro %}
+
+{# The recon table's columns, from the classified relations. #}
+{% macro recon_rows(job, classified, stream_state='stream_state') -%}
+{%- set spec = var('jobs')[job] -%}
+    select
+        '{{ job }}' as job,
+        {% for k in spec['keys'] %}c.{{ k }},
+        {% endfor %}c.recon_class,
+        {% for m in spec['measures'] %}c.stream_{{ m }},
+        c.batch_{{ m }},
+        c.batch_{{ m }}_on_time,
+        c.stream_{{ m }} - c.batch_{{ m }} as {{ m }}_diff,
+        {% endfor %}c.stream_rows,
+        s.stream_watermark,
+        current_timestamp() as reconciled_at
+    from ({% for relation in classified %}select * from {{ relation }}{% if not loop.last %} union all {% endif %}{% endfor %}) as c
+    cross join {{ stream_state }} as s
+{%- endmacro %}
+
+{# The whole recon model in one call (for the models tidemark generates from a job's SQL). #}
+{% macro recon_by_basis(job, open_when='coalesce(t.window_end, o.window_end) > s.stream_watermark') -%}
 
 with streamed as (
 
-    {{ streamed_by_key(job, keys, measures) }}
+    {{ streamed_by_key(job) }}
 
 ),
 
@@ -43,83 +112,19 @@ stream_state as (
 
 from_stream as (
 
-    select
-        {% for k in keys %}a.{{ k }},
-        {% endfor %}{% for m in measures %}a.{{ m }} as stream_{{ m }},
-        t.{{ m }} as batch_{{ m }},
-        o.{{ m }} as batch_{{ m }}_on_time,
-        {% endfor %}a.stream_rows,
-        case
-            when a.stream_rows = 1 and t.{{ keys[0] }} is not null
-                and {{ same_values('a', 't', measures, tolerance) }} then 'match'
-            when a.stream_rows = 1 and o.{{ keys[0] }} is not null
-                and {{ same_values('a', 'o', measures, tolerance) }} then 'late_dropped'
-            when t.{{ keys[0] }} is null and o.{{ keys[0] }} is null then 'missing_in_batch'
-            else 'value_mismatch'
-        end as recon_class
-    from streamed as a
-    left join truth as t on {{ same_key('a', 't', keys) }}
-    left join on_time as o on {{ same_key('a', 'o', keys) }}
-
-),
-
--- keys the stream does not have, with the value of each basis that has them
-not_streamed as (
-
-    select
-        {% for k in keys %}coalesce(t.{{ k }}, o.{{ k }}) as {{ k }},
-        {% endfor %}{% for m in measures %}t.{{ m }} as batch_{{ m }},
-        o.{{ m }} as batch_{{ m }}_on_time,
-        {% endfor %}o.{{ keys[0] }} is not null as in_on_time,
-        s.stream_watermark is null or ({{ open_when }}) as is_open
-    from truth as t
-    full outer join on_time as o on {{ same_key('t', 'o', keys) }}
-    cross join stream_state as s
-    left anti join streamed as a
-        on {% for k in keys %}coalesce(t.{{ k }}, o.{{ k }}) <=> a.{{ k }}{% if not loop.last %} and {% endif %}{% endfor %}
+    {{ classify_streamed(job) }}
 
 ),
 
 from_batch as (
 
-    select
-        {% for k in keys %}b.{{ k }},
-        {% endfor %}{% for m in measures %}cast(null as double) as stream_{{ m }},
-        b.batch_{{ m }},
-        b.batch_{{ m }}_on_time,
-        {% endfor %}cast(null as bigint) as stream_rows,
-        case
-            when b.is_open then 'window_open'
-            when b.in_on_time then 'missing_in_stream'
-            else 'late_dropped'
-        end as recon_class
-    from not_streamed as b
-
-),
-
-classified as (
-
-    select * from from_stream
-    union all
-    select * from from_batch
+    {{ classify_not_streamed(job, open_when) }}
 
 ),
 
 final as (
 
-    select
-        '{{ job }}' as job,
-        {% for k in keys %}classified.{{ k }},
-        {% endfor %}classified.recon_class,
-        {% for m in measures %}classified.stream_{{ m }},
-        classified.batch_{{ m }},
-        classified.batch_{{ m }}_on_time,
-        classified.stream_{{ m }} - classified.batch_{{ m }} as {{ m }}_diff,
-        {% endfor %}classified.stream_rows,
-        stream_state.stream_watermark,
-        current_timestamp() as reconciled_at
-    from classified
-    cross join stream_state
+    {{ recon_rows(job, ['from_stream', 'from_batch']) }}
 
 )
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.jobs.dedup import dedup_within_watermark
-from streaming_jobs.jobs.spec import JobSpec, StateBound, StateThresholds
+from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(clicks: DataFrame, *, watermark: str) -> DataFrame:

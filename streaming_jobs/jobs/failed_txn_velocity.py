@@ -10,7 +10,7 @@ Output (append, exactly-once through the Delta sink): one row per *change* of a 
 0. A window's count is the latest row at or before its end; the latest row per user is the
 current value. Emitting every window instead would be 17,280 rows per isolated event: that is
 the cost Spark's built-in ``window(ts, '24 hours', '5 seconds')`` pays, and why this job keeps
-5-second pane counts per user in keyed state instead (`streaming_jobs.jobs.sliding`).
+5-second pane counts per user in keyed state instead (`streaming_jobs.stateful.sliding`).
 
 State is bounded by the watermark (10 minutes): deduplication state for an event goes when the
 watermark passes its time; a pane goes once every window holding it is emitted (24 h after
@@ -24,9 +24,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.jobs.dedup import dedup_within_watermark
-from streaming_jobs.jobs.sliding import sliding_counts
-from streaming_jobs.jobs.spec import JobSpec, StateBound, StateThresholds
+from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.stateful.sliding import sliding_counts
+from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:

@@ -30,11 +30,11 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from streaming_jobs.jobs.dedup import dedup_within_watermark
-from streaming_jobs.jobs.epochs import Epochs
-from streaming_jobs.jobs.frames import epoch_ms, timestamps
-from streaming_jobs.jobs.intervals import interval_seconds
-from streaming_jobs.jobs.spec import JobSpec, StateBound, StateThresholds
+from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.stateful.epochs import Epochs
+from streaming_jobs.stateful.frames import epoch_ms, timestamps
+from streaming_jobs.intervals import interval_seconds
+from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 OUTPUT = ("user_id string, visits long, total_spend double, active_seconds double, "
           "first_activity timestamp, last_activity timestamp, expires_at timestamp")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import os
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
@@ -44,21 +43,24 @@ FIELDS = [f.name for f in ops_tables.ALERT_SCHEMA.fields]
 
 @dataclass(frozen=True)
 class DeliverySettings:
-    """How alerts leave tidemark (from the environment; secrets are never kept elsewhere)."""
+    """How alerts leave tidemark: `TidemarkConfig.alerts`, read from the environment when the
+    alerts are sent (the secrets are never kept anywhere else)."""
 
-    url_env: str = "TIDEMARK_ALERT_WEBHOOK_URL"
-    token_env: str = "TIDEMARK_ALERT_WEBHOOK_TOKEN"
     retry_seconds: float = 30.0  # first backoff; doubles per failed attempt
     max_backoff_seconds: float = 3600.0
     timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls) -> "DeliverySettings":
-        return cls(retry_seconds=float(os.environ.get("TIDEMARK_ALERT_RETRY_SECONDS", "30")))
+        return cls(retry_seconds=TidemarkConfig.from_env().alerts.retry_seconds)
 
     @property
     def url(self) -> str | None:
-        return os.environ.get(self.url_env) or None
+        return TidemarkConfig.from_env().alerts.url
+
+    @property
+    def token(self) -> str | None:
+        return TidemarkConfig.from_env().alerts.token
 
 
 def _now() -> datetime:
@@ -174,7 +176,7 @@ def _post(settings: DeliverySettings, body: dict, idempotency_key: str) -> None:
     request = urllib.request.Request(
         settings.url, data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
-    token = os.environ.get(settings.token_env)
+    token = settings.token
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(request, timeout=settings.timeout_seconds) as answer:

@@ -36,13 +36,13 @@ from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
-from streaming_jobs.jobs import get_job
+from streaming_jobs.registry import get_job
 from streaming_jobs.operations import savepoints
-from streaming_jobs.operations.failures import record_failure
-from streaming_jobs.operations.locks import checkpoint_lock
+from streaming_jobs.failures import record_failure
+from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.progress import progress_log
 from streaming_jobs.runner import RunMetrics, StreamRunError, last_reading, metrics
-from streaming_jobs.schemas import stream_schema
+from streaming_jobs.registry import stream_schema
 
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight

@@ -23,7 +23,7 @@ from pathlib import Path
 from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version
-from streaming_jobs.operations.locks import is_running
+from streaming_jobs.checkpoints import is_running
 
 CRITICAL, WARNING = "critical", "warning"
 

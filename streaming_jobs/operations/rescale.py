@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.operations import savepoints
-from streaming_jobs.operations.locks import checkpoint_lock
+from streaming_jobs.checkpoints import checkpoint_lock
 
 
 class RescaleError(RuntimeError):

@@ -43,7 +43,7 @@ from streaming_jobs.checkpoints import last_committed_batch, query_id
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version
 from streaming_jobs.operations.health import structural_findings
-from streaming_jobs.operations.locks import (CheckpointBusy, checkpoint_lock, is_running,
+from streaming_jobs.checkpoints import (CheckpointBusy, checkpoint_lock, is_running,
                                              takes_savepoint_requests)
 
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from streaming_jobs import ops_tables
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.jobs.spec import StateThresholds
+from streaming_jobs.spec import StateThresholds
 
 LEVELS = ("ok", "warning", "critical")
 

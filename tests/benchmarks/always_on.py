@@ -98,7 +98,7 @@ BASELINE_PROBE = """
 import json, sys, time
 from dagster import build_sensor_context, DagsterInstance
 started = time.monotonic()
-from orchestration.sensors import checkpoint_health_sensor, state_size_sensor
+from orchestration.defs.ops.sensors import checkpoint_health_sensor, state_size_sensor
 imported = time.monotonic() - started
 out = {"import": round(imported, 2)}
 for sensor in (checkpoint_health_sensor, state_size_sensor):

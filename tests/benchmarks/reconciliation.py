@@ -39,9 +39,9 @@ DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 
 def land_and_stream(spark, cfg, events: int, waves: int, seed: int) -> dict[str, float]:
     """Generate, land wave by wave, ingest and stream every job; returns seconds per phase."""
-    from orchestration.cli import DEMO_RATES
+    from orchestration.demo import DEMO_RATES
     from streaming_jobs.generator import GeneratorConfig, generate, write_files
-    from streaming_jobs.jobs import registry
+    from streaming_jobs.registry import registry
     from streaming_jobs.runner import run_bronze, run_job
 
     pending = cfg.data_root / "pending"
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = {} if reuse else land_and_stream(spark, cfg, args.events, args.waves, args.seed)
     bronze = {s: read_table(spark, cfg.paths.table("bronze", s)).count() for s in DEMO_STREAMS}
     gold = {}
-    from streaming_jobs.jobs import registry
+    from streaming_jobs.registry import registry
 
     for name in registry():
         gold[name] = read_table(spark, cfg.paths.table("gold", name)).count()

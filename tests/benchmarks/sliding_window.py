@@ -40,8 +40,8 @@ from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, write_files
-from streaming_jobs.jobs import get_job
-from streaming_jobs.jobs.dedup import dedup_within_watermark
+from streaming_jobs.registry import get_job
+from streaming_jobs.stateful.dedup import dedup_within_watermark
 from streaming_jobs.lake import read_table
 from streaming_jobs.runner import run_bronze, run_job
 from streaming_jobs.spark import get_spark

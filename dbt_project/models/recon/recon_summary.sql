@@ -22,12 +22,9 @@ counts as (
     select
         job,
         count(*) as rows_compared,
-        count_if(recon_class = 'match') as match_rows,
-        count_if(recon_class = 'value_mismatch') as value_mismatch_rows,
-        count_if(recon_class = 'missing_in_stream') as missing_in_stream_rows,
-        count_if(recon_class = 'missing_in_batch') as missing_in_batch_rows,
-        count_if(recon_class = 'window_open') as window_open_rows,
-        count_if(recon_class = 'late_dropped') as late_dropped_rows,
+        {% for class in recon_classes() %}count_if(recon_class = '{{ class }}') as {{ class }}_rows,
+        {% endfor %}count_if(recon_class in ({{ quoted(var('recon_classes')['unexplained']) }}))
+            as unexplained_rows,
         max(stream_watermark) as stream_watermark
     from recon
     group by job
@@ -41,14 +38,8 @@ final as (
         '{{ invocation_id }}' as invocation_id,
         current_timestamp() as reconciled_at,
         counts.rows_compared,
-        counts.match_rows,
-        counts.value_mismatch_rows,
-        counts.missing_in_stream_rows,
-        counts.missing_in_batch_rows,
-        counts.window_open_rows,
-        counts.late_dropped_rows,
-        counts.value_mismatch_rows + counts.missing_in_stream_rows + counts.missing_in_batch_rows
-            as unexplained_rows,
+        {% for class in recon_classes() %}counts.{{ class }}_rows,
+        {% endfor %}counts.unexplained_rows,
         late.late_events_replayed,
         late.late_events_reported,
         counts.stream_watermark

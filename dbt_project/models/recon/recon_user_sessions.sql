@@ -1,1 +1,50 @@
-{{ recon_by_basis('user_sessions') }}
+-- Sessions as streamed against the batch sessions: every session in exactly one class.
+-- The rule (macros/recon_by_basis.sql): the stream must equal the on-time basis; whatever
+-- separates it from the truth is explained by late events, or by what is not final yet.
+{%- set job = 'user_sessions' %}
+
+with streamed as (
+
+    -- gold, one row per key, as of the stream's recorded position
+    {{ streamed_by_key(job) }}
+
+),
+
+truth as (
+
+    select * from {{ ref('int_user_sessions__batch') }} where basis = 'all'
+
+),
+
+on_time as (
+
+    select * from {{ ref('int_user_sessions__batch') }} where basis = 'on_time'
+
+),
+
+stream_state as (
+
+    {{ stream_watermark(job) }}
+
+),
+
+from_stream as (
+
+    {{ classify_streamed(job) }}
+
+),
+
+from_batch as (
+
+    -- a session is emitted once the watermark passes its end (last click + gap)
+    {{ classify_not_streamed(job, open_when="coalesce(t.window_end, o.window_end) > s.stream_watermark") }}
+
+),
+
+final as (
+
+    {{ recon_rows(job, ['from_stream', 'from_batch']) }}
+
+)
+
+select * from final

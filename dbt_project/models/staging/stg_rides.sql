@@ -1,0 +1,33 @@
+-- Written from streaming_jobs/schemas.py by `make dbt-models`; a test keeps it equal.
+-- Bronze rides as a view, with each row's bronze commit version (row tracking), which
+-- tells which stream batch read it.
+
+with source as (
+
+    select
+        *,
+        _metadata.row_commit_version as bronze_version
+    from {{ source('lake', 'bronze_rides') }}
+
+),
+
+final as (
+
+    select
+        event_id,
+        ride_id,
+        pickup_zone,
+        dropoff_zone,
+        passengers,
+        fare,
+        total_amount,
+        pickup_time,
+        _source_file as source_file,
+        _ingested_at as ingested_at,
+        _ingest_batch_id as ingest_batch_id,
+        bronze_version
+    from source
+
+)
+
+select * from final

@@ -1,0 +1,110 @@
+"""The ``--vars`` every dbt invocation gets, built by pure functions from the job registry and
+the streams' recorded position.
+
+- ``jobs``: per reconciled job its spec as plain values (keys, measures, tolerance, window,
+  slide, watermark or TTL in seconds, its sources' event-time columns), so the batch models use
+  the very parameters the stream uses;
+- ``progress_version``: one version of ``ops/stream_progress`` for every model of the
+  invocation, and ``gold_versions``: each job's gold table as of the last batch that version
+  records. Streams that keep running while dbt reads cannot make the models disagree.
+
+The dbt asset builds them in the open (`orchestration.defs.dbt.assets`); ``tidemark-dbt`` builds
+them for dbt run by hand.
+"""
+
+from __future__ import annotations
+
+from streaming_jobs import ops_tables
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.intervals import interval_seconds
+from streaming_jobs.registry import stream_schema
+from streaming_jobs.spec import JobSpec
+
+
+def job_vars(jobs: dict) -> dict:
+    """The jobs dbt reconciles, with their spec as plain values (a pure function of the specs).
+
+    A job with neither hand-written recon models nor a ``batch_sql`` still streams; it is just
+    not reconciled (dbt's loops over ``var('jobs')`` would otherwise ref a model that is not
+    there).
+    """
+    out = {}
+    for name, spec in jobs.items():
+        params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
+                  "warn_share": spec.recon_warn_share,
+                  "measures": list(spec.measures), "event_time": spec.event_time,
+                  # each source stream with its own event-time column (lateness replay)
+                  "sources": {s: stream_schema(s).event_time for s in spec.sources}}
+        bounds = {"watermark": spec.state.watermark, "ttl": spec.state.ttl}
+        for key, value in {**spec.params, **{k: v for k, v in bounds.items() if v}}.items():
+            seconds = interval_seconds(value) if isinstance(value, str) else None
+            params[f"{key}_seconds" if seconds is not None else key] = (
+                seconds if seconds is not None else value)
+        if spec.batch_sql:
+            # what batch_by_basis needs to run the job's own SQL over bronze
+            params["batch_sql"] = spec.batch_sql.strip().rstrip(";")
+            params["source_keys"] = {s: stream_schema(s).key for s in spec.sources}
+            params["source_columns"] = {
+                s: [f for f in stream_schema(s).field_names if f != stream_schema(s).key]
+                for s in spec.sources}
+        out[name] = params
+    return out
+
+
+def last_batches(progress_rows: list[dict]) -> dict[str, dict]:
+    """Per job: its last recorded batch that has a gold version (a pure function of the rows).
+
+    Only the job's current lineage counts (the query id of its newest row): a job rebuilt from
+    scratch has a new gold table, whose versions start again.
+    """
+    newest: dict[str, dict] = {}
+    for row in progress_rows:
+        job = row["job"]
+        if job not in newest or (row["ts"], row["batch_id"]) > (newest[job]["ts"],
+                                                                newest[job]["batch_id"]):
+            newest[job] = row
+    out = {}
+    for job, last in newest.items():
+        lineage = [r for r in progress_rows if r["job"] == job
+                   and r["query_id"] == last["query_id"] and r["sink_version"] is not None]
+        if lineage:
+            out[job] = max(lineage, key=lambda r: (r["batch_id"], r["sink_version"]))
+    return out
+
+
+def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
+    """The streams' committed position, pinned for one dbt invocation (see the module doc)."""
+    from streaming_jobs.checkpoints import query_id
+    from streaming_jobs.delta_log import version_as_of_batch
+    from streaming_jobs.gold import sink_app_id
+
+    version = ops_tables.version(cfg, "stream_progress")
+    if version is None:
+        return {}
+    rows = ops_tables.read(cfg, "stream_progress", as_of=version,
+                           where=f"job in ({', '.join(map(ops_tables.literal, jobs))})"
+                           if jobs else "false",
+                           columns=["job", "query_id", "batch_id", "ts", "sink_version"])
+    recorded = last_batches(rows)
+    gold = {}
+    for job, spec in jobs.items():
+        current = query_id(cfg.paths.checkpoint(job))
+        if current is None:
+            continue  # never ran: its gold table holds nothing written by a stream
+        last = recorded.get(job)
+        if last is None or last["query_id"] != current:
+            # no batch of this checkpoint recorded yet: gold as it was before its first batch
+            last = {"batch_id": -1, "sink_version": -1}
+        pinned = version_as_of_batch(cfg.paths.table("gold", job), sink_app_id(spec, current),
+                                     last["batch_id"], last["sink_version"])
+        if pinned >= 0:
+            gold[job] = pinned
+    return {"progress_version": version, "gold_versions": gold}
+
+
+def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None) -> dict:
+    """Every var: the jobs, and with ``cfg`` the pinned position of the streams."""
+    out = {"jobs": job_vars(jobs)}
+    if cfg is not None:
+        out.update(position_vars(cfg, jobs))
+    return out

@@ -1,0 +1,106 @@
+"""The dbt models as Dagster assets; dbt tests become asset checks (severity error = blocking).
+
+Model keys mirror the dbt layers: ``staging/<model>``, ``batch/<model>``, ``recon/<model>``.
+The asset runs ``dbt build`` through ``tidemark-dbt`` (the SQL endpoint when it runs, so no JVM
+here), with its ``--vars`` built here in the open (`orchestration.dbt_vars`): the jobs'
+parameters and the streams' pinned position. Each recon model's materialization carries its
+class counts; ``recon_summary``'s carries the per-job table and the totals.
+"""
+
+import json
+from typing import Any, Mapping, Optional
+
+import dagster as dg
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
+
+from streaming_jobs.config import TidemarkConfig
+
+from orchestration import keys
+from orchestration.concurrency import CONTINUOUS_TAG
+from orchestration.dbt_models import ensure_manifest, reconciled_jobs
+from orchestration.dbt_vars import dbt_vars
+from orchestration.project import dbt_project
+from orchestration.recon_report import recon_counts, recon_metadata, summary_metadata
+from orchestration.resources import TidemarkResource
+
+RECON_GROUP = "reconciliation"
+
+
+def reconcile_on_update() -> dg.AutomationCondition:
+    """Dagster's eager condition, except that updates made by continuous runs do not count.
+
+    A gold or bronze table materialized by an incremental run requests the staging, batch and
+    recon models downstream of it in one run. A continuous run reports its tables every flush
+    (that keeps them fresh in the UI); reconciling after each would keep a reconciliation
+    running at all times, so continuously hosted jobs are reconciled by
+    ``reconciliation_schedule`` instead.
+    """
+    ac = dg.AutomationCondition
+    updated = (ac.newly_updated() & ~ac.executed_with_root_target()
+               & ~ac.all_new_updates_have_run_tags(tag_keys={CONTINUOUS_TAG})
+               ).with_label("updated_outside_continuous_runs")
+    return (
+        ac.in_latest_time_window()
+        & (ac.newly_missing()
+           | ac.any_deps_match(updated | ac.will_be_requested()).with_label("any_deps_updated")
+           ).since_last_handled()
+        & ~ac.any_deps_missing()
+        & ~ac.any_deps_in_progress()
+        & ~ac.in_progress()
+    ).with_label("reconcile_on_update")
+
+
+class TidemarkTranslator(DagsterDbtTranslator):
+    """Model keys mirror the dbt layers: staging/<model>, batch/<model>, recon/<model>."""
+
+    def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> dg.AssetKey:
+        if dbt_resource_props["resource_type"] == "model":
+            # fqn: project, [generated,] layer folder, model; generated models (your jobs')
+            # sit in the same layers as the built-in ones
+            folders = [f for f in dbt_resource_props["fqn"][1:-1] if f != "generated"]
+            return dg.AssetKey([folders[0] if folders else "dbt", dbt_resource_props["name"]])
+        return super().get_asset_key(dbt_resource_props)
+
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> Optional[str]:
+        return RECON_GROUP
+
+    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]):
+        # The progress table is written by the listener, never materialized by a run: it must
+        # not count as a missing dependency that holds everything back.
+        return reconcile_on_update().ignore(dg.AssetSelection.keys(keys.STREAM_PROGRESS))
+
+
+def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
+    manifest = ensure_manifest(cfg)  # first: it writes the data root's copy of the project
+    jobs = reconciled_jobs()
+
+    @dbt_assets(manifest=manifest, project=dbt_project(cfg), name="tidemark_dbt",
+                dagster_dbt_translator=TidemarkTranslator())
+    def tidemark_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource,
+                     tidemark: TidemarkResource):
+        run_cfg = tidemark.config()
+        # The jobs' parameters and the streams' position, pinned for the whole build.
+        variables = dbt_vars(jobs, run_cfg)
+        context.log.info(f"dbt vars: progress_version {variables.get('progress_version')}, "
+                         f"gold_versions {variables.get('gold_versions')}")
+        target = run_cfg.paths.dbt / "target" / f"run-{context.run.run_id[:8]}"
+        # tidemark-dbt takes the run's data root first and picks the SQL endpoint when it runs
+        args = ["--data-root", str(run_cfg.data_root), "build", "--vars", json.dumps(variables)]
+        for event in dbt.cli(args, context=context, target_path=target).stream():
+            if isinstance(event, dg.Output):
+                key = context.asset_key_for_output(event.output_name)
+                job = key.path[-1].removeprefix("recon_")
+                if key == keys.RECON_SUMMARY:
+                    event = event.with_metadata({**event.metadata, **summary_metadata(run_cfg)})
+                elif key.path[0] == "recon" and job in jobs:
+                    # the recon table was just built: its classes, plotted run after run
+                    counts = recon_counts(run_cfg, job)
+                    event = event.with_metadata({**event.metadata, **recon_metadata(counts)})
+            yield event
+
+    return tidemark_dbt
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[build_dbt_assets(TidemarkConfig.from_env())])

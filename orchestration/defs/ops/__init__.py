@@ -1,0 +1,1 @@
+"""The ops domain's definitions (see orchestration/defs/__init__.py)."""

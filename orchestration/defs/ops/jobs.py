@@ -1,0 +1,88 @@
+"""Recovery and savepoints as Dagster jobs: ``recovery_job`` and ``savepoint_job``.
+
+``recovery_job`` is what `checkpoint_health_sensor` requests for a broken checkpoint: it
+restores the job's latest savepoint and runs the job incrementally so it catches up from the
+savepoint's batch. With ``restore: false`` it only re-runs the job (a failed query whose
+checkpoint is sound). Its runs carry the checkpoint tags of the job and its sources.
+
+``savepoint_job`` takes a savepoint of every job: itself for a job nobody runs, and by asking
+the continuous run that hosts a job otherwise (`savepoints.request`). It needs no JVM and no
+checkpoint tag, so it runs next to a continuous run instead of queueing behind it.
+"""
+
+import dagster as dg
+from pydantic import Field
+
+from streaming_jobs.operations import savepoints
+from streaming_jobs.registry import get_job, registry
+from streaming_jobs.runner import run_bronze, run_job
+
+from orchestration import keys
+from orchestration.metadata import run_metadata
+from orchestration.resources import TidemarkResource, TidemarkSparkResource
+
+
+class RecoverConfig(dg.Config):
+    job: str = Field(description="the streaming job to recover")
+    restore: bool = Field(True, description="restore the latest savepoint first")
+
+
+@dg.op(out={}, description="Restore a job's latest savepoint, then run it until it has caught up.")
+def recover(context: dg.OpExecutionContext, config: RecoverConfig,
+            pyspark: TidemarkSparkResource, tidemark: TidemarkResource):
+    cfg = tidemark.config()
+    spec = get_job(config.job)
+    spark = pyspark.spark_session
+    holder = f"Dagster run {context.run_id} (recovery)"
+    if config.restore:
+        point = savepoints.restore(spark, cfg, spec.name, holder=holder)
+        context.log.info(f"{spec.name}: restored savepoint {point.path.name} (batch "
+                         f"{point.batch_id}, gold version {point.gold_version})")
+    for source in spec.sources:
+        run_bronze(spark, cfg, source, holder=holder)
+    metrics = run_job(spark, cfg, spec, holder=holder)
+    context.log.info(f"{spec.name}: caught up to batch {metrics.checkpoint_batch_id} "
+                     f"({metrics.input_rows} rows replayed)")
+    yield dg.AssetMaterialization(
+        asset_key=keys.gold(spec.name),
+        description="recovered" + (" from a savepoint" if config.restore else " by a re-run"),
+        metadata=run_metadata(metrics, str(cfg.paths.table("gold", spec.name))))
+
+
+@dg.job(executor_def=dg.in_process_executor,
+        description="Restore a job's latest savepoint and catch it up (requested by "
+                    "checkpoint_health_sensor).")
+def recovery_job():
+    recover()
+
+
+class SavepointConfig(dg.Config):
+    jobs: list[str] = Field(default_factory=list, description="default: every registered job")
+
+
+@dg.op(out={}, description="Take a savepoint of every job, running or not.")
+def take_savepoints(context: dg.OpExecutionContext, config: SavepointConfig,
+                    tidemark: TidemarkResource):
+    cfg = tidemark.config()
+    names = config.jobs or list(registry())
+    results = savepoints.take_all(cfg, names, keep=cfg.ops.savepoints_keep,
+                                  holder=f"Dagster run {context.run_id} (savepoint)")
+    for name, result in results.items():
+        if isinstance(result, savepoints.Savepoint):
+            context.log.info(f"{name}: savepoint {result.path.name} (batch {result.batch_id})")
+        else:
+            context.log.warning(f"{name}: no savepoint this time: {result}")
+    taken = [n for n, r in results.items() if isinstance(r, savepoints.Savepoint)]
+    context.log.info(f"savepoints taken: {', '.join(taken) or 'none'}; not taken: "
+                     f"{', '.join(n for n in results if n not in taken) or 'none'}")
+
+
+@dg.job(executor_def=dg.in_process_executor,
+        description="Savepoint every job between batches; a continuous run takes its jobs' own.")
+def savepoint_job():
+    take_savepoints()
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(jobs=[recovery_job, savepoint_job])

@@ -1,0 +1,113 @@
+"""Sensors that watch the running system: checkpoint health, state size, and the overview.
+
+Each reports its verdicts where people look: asset check evaluations on the job's gold asset
+(``checkpoint_health``, ``state_size``), asset observations (state size and the overview,
+plotted over time), and alerts (`streaming_jobs.operations.alerts`: Delta first, then the log
+and the webhook). Alerts are per incident: a condition that persists over many evaluations is
+one alert, and its end is one resolution.
+
+Sensors are light: they read checkpoint files and the ops tables (delta-rs) and never start a
+JVM, so a tick takes a second or less, the first one after start included. They get the data
+root through the ``tidemark`` resource, as checks and assets do.
+"""
+
+import json
+
+import dagster as dg
+
+from streaming_jobs.operations import alerts
+from streaming_jobs.operations.state import growth, history, level
+from streaming_jobs.registry import registry
+
+from orchestration import keys
+from orchestration.concurrency import recovery_tags
+from orchestration.evaluations import checkpoint_health, open_level, state_evaluation, sync_alerts
+from orchestration.overview import ops_observations
+from orchestration.resources import TidemarkResource
+
+
+@dg.sensor(name="checkpoint_health_sensor", job_name="recovery_job", minimum_interval_seconds=60,
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Per job: checkpoint files readable, batches committing, the query not "
+                       "failed, not falling behind. Alerts, and restores a broken checkpoint "
+                       "from its latest savepoint (recovery_job).")
+def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
+    cfg = tidemark.config()
+    events, requests = [], []
+    open_rows = alerts.open_alerts(cfg)
+    for spec in registry().values():
+        findings, evaluation = checkpoint_health(cfg, spec)
+        events.append(evaluation)
+        firing = {}
+        for f in findings:  # one alert per kind; messages of the same kind are joined
+            severity, message = firing.get(f.kind, (f.severity, ""))
+            firing[f.kind] = (severity, f"{message}; {f.message}" if message else f.message)
+        changes = sync_alerts(cfg, spec.name, "checkpoint", firing,
+                              "checkpoint healthy again", open_rows)
+        if "checkpoint_corrupt" in firing:
+            incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
+            requests.append(dg.RunRequest(
+                run_key=f"restore:{incident}",  # one restore per incident
+                job_name="recovery_job",
+                run_config={"ops": {"recover": {"config": {"job": spec.name, "restore": True}}}},
+                tags=recovery_tags(spec)))
+    delivery = alerts.deliver(cfg)
+    context.log.info(f"checkpoint health: {len(requests)} restores requested; alerts sent "
+                     f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}")
+    return dg.SensorResult(asset_events=events, run_requests=requests)
+
+
+@dg.sensor(name="state_size_sensor", minimum_interval_seconds=60,
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Per job and stateful operator: state rows, memory and disk against the "
+                       "job's thresholds (with hysteresis), and growth that will reach critical "
+                       "soon.")
+def state_size_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
+    cfg = tidemark.config()
+    seen = json.loads(context.cursor or "{}")
+    events = []
+    open_rows = alerts.open_alerts(cfg)
+    for spec in registry().values():
+        readings = history(cfg, spec.name)
+        if not readings:
+            continue
+        latest = readings[-1]
+        limits = spec.thresholds
+        if seen.get(spec.name) != latest.batch_id:
+            seen[spec.name] = latest.batch_id
+            events.append(dg.AssetObservation(asset_key=keys.gold(spec.name), metadata={
+                "state_rows": dg.MetadataValue.int(latest.rows),
+                "state_memory_bytes": dg.MetadataValue.int(latest.memory_bytes),
+                "state_disk_bytes": dg.MetadataValue.int(latest.disk_bytes),
+                "batch_id": dg.MetadataValue.int(latest.batch_id),
+                **{f"rows.{o.operator}": dg.MetadataValue.int(o.rows) for o in latest.operators},
+            }))
+        verdict, why = level(latest, limits, open_level(cfg, spec.name, open_rows))
+        events.append(state_evaluation(cfg, spec, readings, (verdict, why)))
+        firing = {}
+        if verdict != "ok":
+            firing["state_size"] = (verdict, f"{spec.name}: {why}")
+        trend = growth(readings, limits)
+        horizon = cfg.ops.growth_horizon_hours
+        if verdict != "critical" and trend and trend.hours_to_critical is not None \
+                and trend.hours_to_critical <= horizon:
+            firing["state_growth"] = ("warning", (
+                f"{spec.name}: state grows {trend.rows_per_hour:,.0f} rows/h and reaches "
+                f"critical ({limits.critical_rows:,} rows) in {trend.hours_to_critical:.1f} h"))
+        sync_alerts(cfg, spec.name, "state", firing, f"{spec.name}: {why}", open_rows)
+    alerts.deliver(cfg)
+    return dg.SensorResult(asset_events=events, cursor=json.dumps(seen, sort_keys=True))
+
+
+@dg.sensor(name="ops_overview_sensor", minimum_interval_seconds=60,
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Every job in one place (ops/overview: state, watermark lag, last batch, "
+                       "reconciliation, open alerts) and the ops tables' own observations.")
+def ops_overview_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
+    return dg.SensorResult(asset_events=ops_observations(tidemark.config()))
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(sensors=[checkpoint_health_sensor, state_size_sensor,
+                                   ops_overview_sensor])

@@ -1,0 +1,1 @@
+"""The streaming domain's definitions (see orchestration/defs/__init__.py)."""

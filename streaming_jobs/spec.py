@@ -1,0 +1,109 @@
+"""What a streaming job declares about itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class StateBound:
+    """How a job keeps its state finite. Exactly one of watermark or ttl is the main bound."""
+
+    watermark: str | None = None  # e.g. "10 minutes": late events behind it are dropped
+    ttl: str | None = None
+
+
+@dataclass(frozen=True)
+class StateThresholds:
+    """Per-job state-size limits that sensors compare against."""
+
+    warn_rows: int = 1_000_000
+    critical_rows: int = 5_000_000
+    warn_bytes: int = 512 * 1024 ** 2
+    critical_bytes: int = 2 * 1024 ** 3
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    description: str
+    source: str  # a registered stream: the job reads lake/bronze/<source>
+    keys: tuple[str, ...]  # the gold table's full key (window bounds included)
+    measures: tuple[str, ...]
+    event_time: str
+    state: StateBound
+    output_mode: str  # "append" (Delta sink) or "update" (foreachBatch + idempotent MERGE)
+    build: Callable[..., DataFrame]
+    params: dict = field(default_factory=dict)  # plain values handed to build(df, **params)
+    thresholds: StateThresholds = field(default_factory=StateThresholds)
+    tolerance: float = 0.0  # numeric tolerance for reconciliation of measures
+    # Reconciliation warns (a non-blocking check) when more than this share of the rows
+    # compared is explained (window_open + late_dropped): many open windows or late events.
+    recon_warn_share: float = 0.5
+    # More registered streams for jobs that join: build(source, *joins, **params).
+    joins: tuple[str, ...] = ()
+    # The gold table's layout: partition columns and Delta table properties (append jobs).
+    partition_by: tuple[str, ...] = ()
+    table_properties: dict = field(default_factory=dict)
+    # The same definition in Spark SQL, for reconciliation: a query over one relation per
+    # source, named after the stream (``events`` too for a single source), holding each
+    # distinct event once. tidemark generates the job's batch and recon dbt models from it.
+    batch_sql: str | None = None
+    # When a key the stream has not emitted yet is still expected later (recon's window_open),
+    # as a SQL condition on the truth row t, the on-time row o and the stream state s
+    # (stream_watermark). None: window_end after the watermark if the keys have window_end,
+    # otherwise never (the job emits rows as soon as it reads their events).
+    open_when: str | None = None
+
+    @property
+    def recon_open_when(self) -> str:
+        if self.open_when:
+            return self.open_when
+        if "window_end" in self.keys:
+            return "coalesce(t.window_end, o.window_end) > s.stream_watermark"
+        return "false"
+
+    @property
+    def bound_seconds(self) -> int:
+        """How far behind the input its state may lag: the watermark delay, or the TTL."""
+        from streaming_jobs.intervals import interval_seconds
+
+        return interval_seconds(self.state.watermark or self.state.ttl) or 0
+
+    @property
+    def freshness_seconds(self) -> tuple[int, int]:
+        """(warn, fail): how old the job's last report may be before it is stale.
+
+        A job that has not committed for longer than the lateness it tolerates (its watermark
+        or TTL, at least 2 minutes) is behind by more than its own definition allows: warn;
+        three times that: fail. A continuous run reports every flush while the job commits or
+        is caught up, so only a stalled or stopped job goes stale.
+        """
+        warn = max(self.bound_seconds, 120)
+        return warn, 3 * warn
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.joins)
+
+    def apply(self, *events: DataFrame) -> DataFrame:
+        """Run ``build`` on one frame per source with the spec's plain values (window, TTL...)."""
+        if len(events) != len(self.sources):
+            raise ValueError(f"job {self.name} reads {', '.join(self.sources)}: "
+                             f"pass one DataFrame each, got {len(events)}")
+        bounds = {k: v for k, v in (("watermark", self.state.watermark),
+                                    ("ttl", self.state.ttl)) if v}
+        return self.build(*events, **self.params, **bounds)
+
+    def __post_init__(self) -> None:
+        if self.output_mode not in ("append", "update"):
+            raise ValueError(
+                f"job {self.name}: output_mode must be 'append' or 'update', got {self.output_mode!r}"
+            )
+        if not (self.state.watermark or self.state.ttl):
+            raise ValueError(
+                f"job {self.name}: a stateful job must bound its state: declare a watermark or a ttl"
+            )

@@ -1,0 +1,1 @@
+"""Shared pieces of the stateful jobs: dedup, pane-based sliding windows, idle-TTL epochs, pandas time helpers."""

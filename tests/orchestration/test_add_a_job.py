@@ -1,0 +1,192 @@
+"""A user adds a job as one module in a folder of their own; it runs and becomes an asset."""
+
+from __future__ import annotations
+
+import textwrap
+from collections import Counter
+
+import pytest
+from dagster import AssetKey
+
+from helpers import land, txn
+from streaming_jobs.registry import get_job, registry
+from streaming_jobs.lake import read_table
+from streaming_jobs.runner import run_bronze, run_job
+
+MODULE = textwrap.dedent('''
+    """merchant_failures_10m: FAILED transactions per merchant per 10-minute window.
+
+    Tumbling windows; state bounded by a 5-minute watermark.
+    """
+    from pyspark.sql import functions as F
+
+    from streaming_jobs.stateful.dedup import dedup_within_watermark
+    from streaming_jobs.spec import JobSpec, StateBound
+
+
+    def build(events, *, window, watermark):
+        failed = dedup_within_watermark(events, "event_time", watermark).where("status = 'FAILED'")
+        return (failed.groupBy("merchant", F.window("event_time", window).alias("w"))
+                .agg(F.count(F.lit(1)).alias("failures"))
+                .select("merchant", F.col("w.start").alias("window_start"),
+                        F.col("w.end").alias("window_end"), "failures"))
+
+
+    SPEC = JobSpec(
+        name="merchant_failures_10m", description="FAILED transactions per merchant per 10 min",
+        source="transactions", keys=("merchant", "window_start", "window_end"),
+        measures=("failures",), event_time="event_time", state=StateBound(watermark="5 minutes"),
+        output_mode="append", build=build, params={"window": "10 minutes"},
+    )
+''')
+
+
+@pytest.fixture
+def user_jobs(tmp_path, monkeypatch):
+    folder = tmp_path / "my_jobs"
+    folder.mkdir()
+    (folder / "merchant_failures.py").write_text(MODULE)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    return folder
+
+
+def test_a_job_module_in_a_user_folder_runs_and_is_an_asset(spark, cfg, user_jobs):
+    assert "merchant_failures_10m" in registry()
+    spec = get_job("merchant_failures_10m")
+
+    from orchestration.defs.streaming.assets import streaming_assets
+
+    keys = {key for a in streaming_assets() for key in a.keys}
+    assert AssetKey(["gold", "merchant_failures_10m"]) in keys
+
+    events = [txn("a", "u1", 1), txn("b", "u2", 4), txn("c", "u3", 12), txn("d", "u1", 13, "APPROVED"),
+              txn("e", "u1", 40)]
+    for e, merchant in zip(events, ["m1", "m1", "m1", "m2", "m2"]):
+        e["merchant"] = merchant
+    land(cfg, "w.jsonl", events)
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, spec)
+    got = {(r.merchant, r.window_start.minute): r.failures
+           for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    # watermark 40 - 5 = 35: windows [0,10) and [10,20) are final; [40,50) is still open
+    expected = Counter((e["merchant"], int(e["event_time"][14:16]) // 10 * 10)
+                       for e in events if e["status"] == "FAILED" and int(e["event_time"][14:16]) < 30)
+    assert got == dict(expected)
+
+
+def test_a_broken_job_module_is_named_in_the_error(tmp_path, monkeypatch):
+    folder = tmp_path / "bad_jobs"
+    folder.mkdir()
+    (folder / "oops.py").write_text("import no_such_module_anywhere\n")
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    with pytest.raises(ImportError, match="oops.py"):
+        registry()
+
+
+def test_a_job_without_dbt_models_streams_but_is_left_out_of_reconciliation(user_jobs):
+    from orchestration.dbt_cli import dbt_vars
+
+    reconciled = dbt_vars()["jobs"]
+    assert "merchant_failures_10m" not in reconciled
+    assert set(reconciled) == {"failed_txn_velocity", "zone_revenue_hourly", "user_sessions",
+                               "user_activity_profile", "order_payment_match", "events_by_type"}
+    assert reconciled["zone_revenue_hourly"]["keys"] == ["pickup_zone", "window_start", "window_end"]
+    assert reconciled["failed_txn_velocity"]["window_seconds"] == 86_400
+
+
+LOGINS = textwrap.dedent('''
+    """logins: sign-in attempts (a stream of this team's own)."""
+    from pyspark.sql import types as T
+
+    from streaming_jobs.schemas import Field, StreamSchema
+
+    STREAM = StreamSchema(name="logins", key="event_id", event_time="event_time", fields=(
+        Field("event_id", T.StringType(), "unique id of the attempt"),
+        Field("user_id", T.StringType(), "who tried"),
+        Field("outcome", T.StringType(), "ok or failed"),
+        Field("event_time", T.TimestampType(), "when (UTC)"),
+    ))
+''')
+
+FAILED_LOGINS_SQL = textwrap.dedent('''\
+    -- failed_logins_10m: failed sign-ins per user per 10-minute window.
+    -- State: one count per open window, bounded by the 5-minute watermark.
+    --
+    -- source: logins
+    -- keys: user_id, window_start, window_end
+    -- measures: failures
+    -- watermark: 5 minutes
+    select user_id, window.start as window_start, window.end as window_end,
+           count(*) as failures
+    from events
+    where outcome = 'failed'
+    group by user_id, window(event_time, '10 minutes')
+''')
+
+
+def login(event_id: str, user: str, minute: int, outcome: str = "failed") -> dict:
+    return {"event_id": event_id, "user_id": user, "outcome": outcome,
+            "event_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
+
+
+# wave 1: watermark 21 - 5 = 16. wave 2: the failure at minute 8 is behind it (late);
+# watermark 35 - 5 = 30, so windows ending by 30 are final and [30, 40) is open.
+LOGIN_WAVES = [
+    [login("l1", "u1", 1), login("l2", "u1", 3), login("l2", "u1", 3), login("l3", "u1", 4, "ok"),
+     login("l4", "u2", 12), login("l5", "u1", 21)],
+    [login("l6", "u1", 8), login("l7", "u2", 35)],
+]
+
+
+def failures_per_window(events) -> Counter:
+    distinct = {e["event_id"]: e for e in events if e["outcome"] == "failed"}
+    return Counter((e["user_id"], int(e["event_time"][14:16]) // 10 * 10) for e in distinct.values())
+
+
+@pytest.fixture
+def team_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "team_jobs"
+    folder.mkdir()
+    (folder / "logins.py").write_text(LOGINS)
+    (folder / "failed_logins_10m.sql").write_text(FAILED_LOGINS_SQL)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    return folder
+
+
+@pytest.mark.slow
+def test_a_sql_job_over_a_new_stream_is_one_file_each_and_reconciles(spark, cfg, team_folder):
+    from helpers import dbt
+    from orchestration.defs.streaming.assets import streaming_assets
+    from orchestration.dbt_cli import dbt_vars
+
+    keys = {key.to_user_string() for a in streaming_assets() for key in a.keys}
+    assert {"bronze/logins", "gold/failed_logins_10m"} <= keys
+    assert "failed_logins_10m" in dbt_vars()["jobs"]
+    spec = get_job("failed_logins_10m")
+    assert spec.description == "failed sign-ins per user per 10-minute window."
+
+    late = 0
+    for wave, events in enumerate(LOGIN_WAVES):
+        land(cfg, f"w{wave}.jsonl", events, stream="logins")
+        run_bronze(spark, cfg, "logins")
+        late += run_job(spark, cfg, spec).late_rows_dropped
+    assert late == 1
+
+    everything = [e for wave in LOGIN_WAVES for e in wave]
+    on_time = failures_per_window([e for e in everything if e["event_id"] != "l6"])
+    truth = failures_per_window(everything)
+    gold = {(r.user_id, r.window_start.minute if r.window_start.hour == 0 else None): r.failures
+            for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    assert gold == {k: n for k, n in on_time.items() if k[1] + 10 <= 30}
+
+    result = dbt("build", "--select", "+recon_failed_logins_10m", "+int_late_events")
+    assert result.returncode == 0, result.stdout[-3000:]
+    recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_failed_logins_10m")).collect()
+    got = {(r.user_id, r.window_start.minute): r.recon_class for r in recon}
+    expected = {k: ("window_open" if k[1] + 10 > 30 else
+                    "match" if truth[k] == on_time.get(k) else "late_dropped") for k in truth}
+    assert got == expected == {("u1", 0): "late_dropped", ("u2", 10): "match",
+                               ("u1", 20): "match", ("u2", 30): "window_open"}
+    replay = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
+        "job = 'failed_logins_10m'").collect()[0]
+    assert replay.late_events_replayed == replay.late_events_reported == 1

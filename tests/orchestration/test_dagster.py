@@ -1,0 +1,351 @@
+"""Dagster: the definitions load, the whole graph materializes, the webserver serves it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
+
+from helpers import write_wave
+from streaming_jobs.generator import GeneratorConfig, generate
+from streaming_jobs.config import CHECKOUT
+from streaming_jobs.registry import get_job
+from streaming_jobs.lake import read_table
+
+# Written out by hand: what the UI must show for the registered streams and jobs.
+EXPECTED_ASSETS = {
+    "bronze/transactions", "bronze/rides", "bronze/orders", "bronze/payments", "bronze/clicks",
+    "gold/failed_txn_velocity", "gold/zone_revenue_hourly", "gold/user_sessions",
+    "gold/user_activity_profile", "gold/order_payment_match", "gold/events_by_type",
+    "ops/stream_progress", "ops/stream_failures", "ops/alerts", "ops/overview",
+    "staging/stg_transactions", "staging/stg_rides", "staging/stg_clicks",
+    "staging/stg_orders", "staging/stg_payments",
+    "staging/stg_stream_progress",
+    "batch/int_failed_txn_velocity__batch", "batch/int_zone_revenue_hourly__batch",
+    "batch/int_user_sessions__batch", "batch/int_user_activity_profile__batch",
+    "batch/int_order_payment_match__batch", "batch/int_events_by_type__batch",
+    "batch/int_late_events",
+    "recon/recon_failed_txn_velocity", "recon/recon_zone_revenue_hourly",
+    "recon/recon_user_sessions", "recon/recon_user_activity_profile",
+    "recon/recon_order_payment_match", "recon/recon_events_by_type", "recon/recon_summary",
+}
+# the ops tables are written by the listener, the recorder and the outbox, not by a step
+MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress", "ops/stream_failures", "ops/alerts",
+                                  "ops/overview"}
+EXPECTED_ASSETS_KEYS = [AssetKey(k.split("/")) for k in sorted(EXPECTED_ASSETS)]  # written by the listener, not a step
+
+
+def test_definitions_load_with_assets_checks_and_jobs(cfg):
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == EXPECTED_ASSETS
+    assert graph.get(AssetKey(["gold", "failed_txn_velocity"])).parent_keys == {AssetKey(["bronze", "transactions"])}
+    checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
+    assert ("recon/recon_failed_txn_velocity", "no_unexplained_rows__failed_txn_velocity") in checks
+    assert ("batch/int_late_events", "late_counts_agree") in checks
+    # every check says what it checks, and no name is longer than the UI shows
+    specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
+    assert all(spec.description for spec in specs), [s.name for s in specs if not s.description]
+    assert max(len(spec.name) for spec in specs) <= 48
+    # dbt tests with severity error are blocking checks: a failure stops what is downstream
+    unexplained = next(c for c in graph.asset_check_keys if c.name.startswith("no_unexplained_rows"))
+    assert graph.get_check_spec(unexplained).blocking
+    warning = next(c for c in graph.asset_check_keys if c.name.startswith("explained_share"))
+    assert not graph.get_check_spec(warning).blocking  # a signal, never a stop
+    not_null = next(c for c in graph.asset_check_keys if c.name == "recon_summary__job_not_null")
+    assert graph.get_check_spec(not_null).blocking  # dbt's default severity is error too
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {
+        "tidemark_all_job", "streaming_job", "reconciliation_job", "continuous_streaming_job",
+        "recovery_job", "savepoint_job"}
+    # the operations sensors report a check per job, declared on its gold asset
+    for job in ("failed_txn_velocity", "events_by_type", "order_payment_match"):
+        assert {(f"gold/{job}", "checkpoint_health"), (f"gold/{job}", "state_size")} <= checks
+    for name in ("checkpoint_health_sensor", "state_size_sensor", "streaming_restart_sensor"):
+        assert defs.resolve_sensor_def(name).name == name
+    assert defs.resolve_schedule_def("savepoint_schedule").cron_schedule == "30 * * * *"
+
+
+@pytest.mark.slow
+def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, sample):
+    from orchestration.definitions import build_definitions
+
+    gen, files = sample
+    rides_gen = GeneratorConfig(stream="rides", events=2000, files=3, seed=12)
+    rides = generate(rides_gen)
+    clicks_gen = GeneratorConfig(stream="clicks", events=2000, files=3, seed=13, rate=0.5)
+    clicks = generate(clicks_gen)
+    orders_gen = GeneratorConfig(stream="orders", events=1500, files=3, seed=14)
+    payments_gen = GeneratorConfig(stream="payments", events=1500, files=3, seed=14)
+    more = [(orders_gen, generate(orders_gen)), (payments_gen, generate(payments_gen))]
+    defs = build_definitions()
+    instance = DagsterInstance.ephemeral()
+    write_wave(cfg, gen, files, 0)
+    write_wave(cfg, rides_gen, rides, 0)
+    write_wave(cfg, clicks_gen, clicks, 0)
+    for g, f in more:
+        write_wave(cfg, g, f, 0)
+    first = defs.resolve_job_def("streaming_job").execute_in_process(instance=instance)
+    assert first.success
+    write_wave(cfg, gen, files, 1)
+    write_wave(cfg, rides_gen, rides, 1)
+    write_wave(cfg, clicks_gen, clicks, 1)
+    for g, f in more:
+        write_wave(cfg, g, f, 1)
+    result = defs.resolve_job_def("tidemark_all_job").execute_in_process(instance=instance)
+    assert result.success
+
+    materialized = {e.event_specific_data.materialization.asset_key.to_user_string()
+                    for e in result.get_asset_materialization_events()}
+    assert materialized == MATERIALIZED
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).count()
+    quarantined = read_table(spark, cfg.paths.table("quarantine", "transactions")).count()
+    assert bronze + quarantined == len(files[0]) + len(files[1])
+
+    def metadata(run, key):
+        [event] = [e for e in run.get_asset_materialization_events()
+                   if e.event_specific_data.materialization.asset_key == AssetKey(key)]
+        return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
+
+    wave_1 = metadata(first, ["bronze", "transactions"])
+    wave_2 = metadata(result, ["bronze", "transactions"])
+    assert wave_1["input_rows"] == len(files[0]) and wave_2["input_rows"] == len(files[1])
+    assert wave_1["output_rows"] + wave_2["output_rows"] == bronze
+    assert wave_1["quarantined_rows"] + wave_2["quarantined_rows"] == quarantined
+    gold = metadata(result, ["gold", "failed_txn_velocity"])
+    assert gold["input_rows"] == wave_2["output_rows"]
+    for key in ("state_rows", "state_memory_bytes", "late_rows_dropped", "watermark",
+                "checkpoint_batch_id", "duration_seconds", "output_rows"):
+        assert key in gold
+    progress = read_table(spark, cfg.paths.table("ops", "stream_progress")).where(
+        "job = 'failed_txn_velocity'")
+    assert gold["checkpoint_batch_id"] == progress.agg({"batch_id": "max"}).collect()[0][0]
+    # the state per operator, as Spark's state reader sees it in the checkpoint
+    checkpoint = str(cfg.paths.checkpoint("failed_txn_velocity"))
+    ids = {r.operatorName: r.operatorId
+           for r in spark.read.format("state-metadata").load(checkpoint).collect()}
+    tws, dedup_id = ids["transformWithStateInPandasExec"], ids["dedupeWithinWatermark"]
+    panes = spark.read.format("statestore").option("operatorId", tws).option(
+        "stateVarName", "panes").load(checkpoint).count()
+    dedup = spark.read.format("statestore").option("operatorId", dedup_id).load(checkpoint).count()
+    assert f"| {dedup_id} dedupeWithinWatermark | default | {dedup:,} | 4 |" in gold["state"]
+    assert f"| {tws} transformWithStateInPandasExec | panes" in gold["state"]
+    assert f" | {panes:,} | 4 |" in gold["state"]
+
+    recon = metadata(result, ["recon", "recon_failed_txn_velocity"])
+    classes = {r.recon_class: r["count"] for r in read_table(
+        spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity"))
+        .groupBy("recon_class").count().collect()}
+    assert recon["rows_compared"] == sum(classes.values()) > 0
+    assert recon["match_rows"] == classes.get("match", 0) and recon["unexplained_rows"] == 0
+    assert "| late_dropped |" in recon["recon_classes"]
+
+    evaluations = [e.event_specific_data for e in result.all_events
+                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert evaluations
+    for ev in evaluations:
+        if not ev.asset_check_key.name.startswith("explained_share_at_most"):
+            assert ev.passed, ev.asset_check_key
+            continue
+        # the warning's verdict, against the share counted here from the recon table itself
+        job = ev.asset_check_key.asset_key.path[-1].removeprefix("recon_")
+        counts = {r.recon_class: r["count"] for r in read_table(
+            spark, cfg.paths.dbt_table("recon", f"recon_{job}")).groupBy("recon_class")
+            .count().collect()}
+        explained = counts.get("window_open", 0) + counts.get("late_dropped", 0)
+        assert not ev.blocking
+        assert ev.passed == (explained <= get_job(job).recon_warn_share * sum(counts.values()))
+        assert ev.passed or ev.severity == AssetCheckSeverity.WARN
+    assert len([ev for ev in evaluations
+                if ev.asset_check_key.name.startswith("explained_share_at_most")]) == 6
+    summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
+    assert {r.job: r.unexplained_rows for r in summary} == {
+        "failed_txn_velocity": 0, "zone_revenue_hourly": 0, "user_sessions": 0,
+        "user_activity_profile": 0, "order_payment_match": 0, "events_by_type": 0}
+    assert all(r.rows_compared > 0 and r.late_events_replayed == r.late_events_reported
+               for r in summary)
+    # recon_summary's materialization carries the totals and a row per job
+    totals = metadata(result, ["recon", "recon_summary"])
+    compared = sum(r.rows_compared for r in summary)
+    assert totals["reconciliation"] == f"{compared:,} rows compared, 0 unexplained"
+    assert totals["rows_compared"] == compared and totals["jobs_reconciled"] == 6
+    assert all(f"| {r.job} | {r.rows_compared:,} |" in totals["per_job"] for r in summary)
+
+    # Every job in one place: the overview sensor's observation of ops/overview
+    from dagster import build_sensor_context
+
+    from orchestration.defs.ops.sensors import ops_overview_sensor
+    from orchestration.resources import TidemarkResource
+
+    tick = ops_overview_sensor(build_sensor_context(
+        instance=instance, resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))}))
+    observed = {e.asset_key.to_user_string(): e.metadata for e in tick.asset_events}
+    overview = observed["ops/overview"]
+    assert overview["jobs"].value.count("\n") == 1 + 6  # header, separator, a row per job
+    assert overview["unexplained_rows"].value == 0 and overview["rows_compared"].value == compared
+    last = {r.job: r for r in read_table(spark, cfg.paths.table("ops", "stream_progress"))
+            .where("job = 'failed_txn_velocity'").orderBy("batch_id").collect()}
+    assert f"| failed_txn_velocity | {last['failed_txn_velocity'].state_rows:,} rows" \
+        in overview["jobs"].value
+    assert observed["ops/stream_progress"]["rows"].value == read_table(
+        spark, cfg.paths.table("ops", "stream_progress")).count()
+
+    # Automation: once everything is reconciled, new gold requests its reconciliation.
+    from dagster import evaluate_automation_conditions
+
+    quiet = evaluate_automation_conditions(defs=defs, instance=instance)
+    write_wave(cfg, gen, files, 2)
+    assert defs.resolve_job_def("streaming_job").execute_in_process(instance=instance).success
+    after = evaluate_automation_conditions(defs=defs, instance=instance, cursor=quiet.cursor)
+    requested = {k.to_user_string() for k in EXPECTED_ASSETS_KEYS if after.get_num_requested(k)}
+    assert {"staging/stg_transactions", "batch/int_failed_txn_velocity__batch",
+            "recon/recon_failed_txn_velocity", "recon/recon_summary"} <= requested
+    assert not {k for k in requested if k.split("/")[0] in ("bronze", "gold")}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_webserver_serves_every_asset_over_graphql(cfg, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+           "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
+    webserver = str(Path(sys.executable).with_name("dagster-webserver"))
+    log = (tmp_path / "webserver.log").open("w")
+    proc = subprocess.Popen([webserver, "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+                            cwd=CHECKOUT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/graphql"
+    query = "{ assetNodes { assetKey { path } } }"
+    try:
+        deadline, keys = time.monotonic() + 180, set()
+        while time.monotonic() < deadline and keys != EXPECTED_ASSETS:
+            assert proc.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
+            try:
+                reply = requests.post(url, json={"query": query}, timeout=10).json()
+                keys = {"/".join(n["assetKey"]["path"]) for n in reply["data"]["assetNodes"]}
+            except (requests.ConnectionError, KeyError, TypeError, ValueError):
+                pass
+            time.sleep(1)
+        assert keys == EXPECTED_ASSETS
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _started(run):
+    from dagster import DagsterEvent, DagsterEventType
+
+    return DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name)
+
+
+def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatch):
+    from dagster import build_schedule_context
+
+    from orchestration.definitions import build_definitions
+    from streaming_jobs.config import ConfigError, TidemarkConfig
+
+    defs = build_definitions()
+    schedule = defs.resolve_schedule_def("reconciliation_schedule")
+    assert schedule.cron_schedule == "0 * * * *" and schedule.execution_timezone == "UTC"
+    (cfg.data_root / "instance").mkdir()
+    instance = DagsterInstance.local_temp(str(cfg.data_root / "instance"))
+    tick = schedule.evaluate_tick(build_schedule_context(instance=instance))
+    assert len(tick.run_requests) == 1 and schedule.job_name == "reconciliation_job"
+    assert tick.run_requests[0].job_name in (None, "reconciliation_job")  # None: the schedule's own
+    assert tick.run_requests[0].tags["tidemark/reconciliation"] == "1"
+    # A reconciliation still queued or running: the tick is skipped, runs never pile up.
+    from dagster import DagsterRunStatus
+
+    recon_job = defs.resolve_job_def("reconciliation_job")
+    run = instance.create_run_for_job(recon_job, status=DagsterRunStatus.NOT_STARTED,
+                                      tags=recon_job.tags)  # as the UI launches it
+    instance.run_storage.handle_run_event(run.run_id, _started(run))  # the run is now STARTED
+    skipped = schedule.evaluate_tick(build_schedule_context(instance=instance))
+    assert not skipped.run_requests and "is still started" in skipped.skip_message
+    job = defs.resolve_job_def("reconciliation_job")
+    selected = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
+    assert "recon/recon_failed_txn_velocity" in selected
+    assert not {k for k in selected if k.split("/")[0] in ("bronze", "gold")}
+
+    monkeypatch.setenv("TIDEMARK_RECON_CRON", "*/15 * * * *")
+    every_15 = build_definitions()
+    assert every_15.resolve_schedule_def("reconciliation_schedule").cron_schedule == "*/15 * * * *"
+    monkeypatch.setenv("TIDEMARK_RECON_CRON", "hourly")
+    with pytest.raises(ConfigError, match="TIDEMARK_RECON_CRON"):
+        TidemarkConfig.from_env()
+
+
+def test_freshness_policies_schedules_and_sensors_are_on_in_a_fresh_instance(cfg):
+    from datetime import timedelta
+
+    from dagster import DefaultScheduleStatus, DefaultSensorStatus
+
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    # derived from the spec: warn at the watermark delay (10 min), fail at three times that
+    policy = graph.get(AssetKey(["gold", "failed_txn_velocity"])).freshness_policy
+    assert (policy.warn_window.to_timedelta(), policy.fail_window.to_timedelta()) == (
+        timedelta(minutes=10), timedelta(minutes=30))
+    # the TTL job drops late events at its 10-minute watermark too: the lateness it tolerates
+    ttl_job = graph.get(AssetKey(["gold", "user_activity_profile"])).freshness_policy
+    assert ttl_job.warn_window.to_timedelta() == timedelta(minutes=10)
+    assert graph.get(AssetKey(["bronze", "clicks"])).freshness_policy is not None
+    # nothing to switch on by hand: every schedule and sensor runs in a new instance
+    for name in ("reconciliation_schedule", "savepoint_schedule"):
+        assert defs.resolve_schedule_def(name).default_status == DefaultScheduleStatus.RUNNING
+    for name in ("checkpoint_health_sensor", "state_size_sensor", "streaming_restart_sensor",
+                 "reconcile_on_update_sensor"):
+        assert defs.resolve_sensor_def(name).default_status == DefaultSensorStatus.RUNNING
+
+
+def test_incremental_updates_request_reconciliation_and_continuous_reports_do_not(cfg):
+    from dagster import AssetMaterialization, evaluate_automation_conditions, job, op
+
+    from orchestration.concurrency import CONTINUOUS_TAG
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions()
+    instance = DagsterInstance.ephemeral()
+
+    @op
+    def report(context):
+        context.log_event(AssetMaterialization(AssetKey(["gold", "events_by_type"])))
+
+    @job(tags={CONTINUOUS_TAG: "1"})
+    def like_a_continuous_run():
+        report()
+
+    @job
+    def like_an_incremental_run():
+        report()
+
+    # everything reconciled once (reported here rather than built: dbt is not what is tested)
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        if key.path[0] in ("staging", "batch", "recon"):
+            instance.report_runless_asset_event(AssetMaterialization(key))
+    first = evaluate_automation_conditions(defs=defs, instance=instance)
+    recon = AssetKey(["recon", "recon_events_by_type"])
+    assert like_a_continuous_run.execute_in_process(instance=instance).success
+    after_continuous = evaluate_automation_conditions(defs=defs, instance=instance,
+                                                      cursor=first.cursor)
+    assert after_continuous.get_num_requested(recon) == 0
+    assert like_an_incremental_run.execute_in_process(instance=instance).success
+    after_incremental = evaluate_automation_conditions(defs=defs, instance=instance,
+                                                       cursor=after_continuous.cursor)
+    assert after_incremental.get_num_requested(recon) == 1

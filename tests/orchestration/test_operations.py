@@ -1,0 +1,332 @@
+"""Sensors, savepoints and recovery with real queries, checkpoints and sensor evaluations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from dagster import DagsterInstance, build_sensor_context
+
+import scenarios
+from helpers import click, dbt, land
+from streaming_jobs.registry import get_job
+from streaming_jobs.lake import read_table
+from streaming_jobs.operations import alerts, savepoints
+from streaming_jobs.operations.health import check_checkpoint
+from streaming_jobs.operations.state import inspect
+from streaming_jobs.runner import run_bronze, run_job
+
+from orchestration.defs.ops.jobs import recovery_job
+from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from orchestration.defs.ops.sensors import checkpoint_health_sensor, state_size_sensor
+from orchestration.evaluations import CHECKPOINT_CHECK, STATE_CHECK
+
+VELOCITY = "failed_txn_velocity"
+
+
+@pytest.fixture
+def instance(tmp_path):
+    (tmp_path / "dagster").mkdir()
+    return DagsterInstance.local_temp(str(tmp_path / "dagster"))
+
+
+def resources(cfg):
+    return {"tidemark": TidemarkResource(data_root=str(cfg.data_root)),
+            "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root))}
+
+
+def evaluations(result, check: str) -> dict[str, object]:
+    return {e.asset_key.path[-1]: e for e in result.asset_events
+            if getattr(e, "check_name", None) == check}
+
+
+def incidents(spark, cfg, prefix: str) -> list[dict]:
+    return [r for r in alerts.load(cfg) if r["dedup_key"].startswith(prefix)]
+
+
+@pytest.mark.slow
+def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_savepoint(
+        spark, cfg, instance):
+    spec = get_job(VELOCITY)
+    scenarios.land_wave(cfg, 1)
+    run_bronze(spark, cfg, "transactions")
+    late = run_job(spark, cfg, spec).late_rows_dropped
+    point = savepoints.take(cfg, VELOCITY)
+    scenarios.land_wave(cfg, 2)
+    run_bronze(spark, cfg, "transactions")
+    second = run_job(spark, cfg, spec)
+    late += second.late_rows_dropped
+    assert second.checkpoint_batch_id > point.batch_id  # batches after the savepoint exist
+    # A healthy system: the sensor finds nothing and requests nothing.
+    healthy = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    assert healthy.run_requests == []
+    assert all(e.passed for e in evaluations(healthy, CHECKPOINT_CHECK).values())
+
+    # The latest offsets file is overwritten with garbage (a torn write, a bad disk).
+    checkpoint = cfg.paths.checkpoint(VELOCITY)
+    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
+
+    first = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    verdict = evaluations(first, CHECKPOINT_CHECK)[VELOCITY]
+    assert not verdict.passed and f"offsets/{latest}" in verdict.metadata["details"].value
+    assert [e.passed for j, e in evaluations(first, CHECKPOINT_CHECK).items() if j != VELOCITY] \
+        == [True] * 5
+    assert len(first.run_requests) == 1
+    request = first.run_requests[0]
+    assert request.run_config["ops"]["recover"]["config"] == {"job": VELOCITY, "restore": True}
+    opened = incidents(spark, cfg, f"checkpoint:{VELOCITY}")
+    assert [(r["kind"], r["severity"], r["resolved_at"]) for r in opened] == [
+        ("checkpoint_corrupt", "critical", None)]
+    # Evaluated again before recovery: the same incident (no second alert), the same run key.
+    again = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    assert [r.run_key for r in again.run_requests] == [request.run_key]
+    assert len(incidents(spark, cfg, f"checkpoint:{VELOCITY}")) == 1
+
+    # The requested recovery run restores the savepoint and catches up from bronze.
+    result = recovery_job.execute_in_process(run_config=request.run_config,
+                                             resources=resources(cfg), instance=instance)
+    assert result.success
+    gold = read_table(spark, cfg.paths.table("gold", VELOCITY))
+    got = {(r.user_id, r.window_start, r.window_end): r.failed_count for r in gold.collect()}
+    assert gold.count() == len(got) == len(scenarios.expected_stream_rows())
+    assert got == scenarios.expected_stream_rows()
+    replaced = list((cfg.paths.checkpoints / ".replaced").iterdir())
+    assert len(replaced) == 1  # the broken checkpoint is kept for inspection
+
+    after = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    assert after.run_requests == [] and evaluations(after, CHECKPOINT_CHECK)[VELOCITY].passed
+    [row] = incidents(spark, cfg, f"checkpoint:{VELOCITY}")
+    assert row["resolved_at"] is not None and alerts.owed(row) is None  # resolution delivered
+
+    # The reconciliation of the recovered job: nothing unexplained, late accounting agrees.
+    built = dbt("build")
+    assert built.returncode == 0, built.stdout[-3000:]
+    summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).where(
+        f"job = '{VELOCITY}'").collect()
+    assert [(r.unexplained_rows, r.late_events_replayed, r.late_events_reported)
+            for r in summary] == [(0, late, late)]
+
+
+SMALL_STATE_JOB = '''"""clicks_small_state: events_by_type with tiny state thresholds (a test job)."""
+from dataclasses import replace
+
+from streaming_jobs.jobs.events_by_type import SPEC as BASE
+from streaming_jobs.jobs.events_by_type import build  # noqa: F401
+from streaming_jobs.spec import StateThresholds
+
+SPEC = replace(BASE, name="clicks_small_state", partition_by=(), table_properties={},
+               thresholds=StateThresholds(warn_rows=20, critical_rows=1000))
+'''
+
+
+@pytest.mark.slow
+def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instance, tmp_path,
+                                                            monkeypatch):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "clicks_small_state.py").write_text(SMALL_STATE_JOB)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(jobs))
+    spec = get_job("clicks_small_state")
+    checkpoint = str(cfg.paths.checkpoint(spec.name))
+
+    def dedup_rows() -> int:  # the state store itself, read by Spark's state reader
+        return spark.read.format("statestore").load(checkpoint).count()
+
+    # 30 distinct clicks within a minute: all stay in dedup state (watermark 10 minutes).
+    land(cfg, "a.jsonl", [click(f"a{i}", "u1", i / 60) for i in range(30)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    assert dedup_rows() == 30
+    ticks = [state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=None))]
+    observed = [e for e in ticks[0].asset_events if e.asset_key.path[-1] == spec.name
+                and type(e).__name__ == "AssetObservation"]
+    assert [o.metadata["state_rows"].value for o in observed] == [30]
+    for _ in range(3):  # still over: more evaluations, no new alert, no repeated observation
+        ticks.append(state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance,
+                                                            cursor=ticks[-1].cursor)))
+    assert not any(type(e).__name__ == "AssetObservation" and e.asset_key.path[-1] == spec.name
+                   for t in ticks[1:] for e in t.asset_events)
+    assert all(not evaluations(t, STATE_CHECK)[spec.name].passed for t in ticks)
+    [row] = incidents(spark, cfg, f"state:{spec.name}:state_size")
+    assert row["severity"] == "warning" and row["seen_count"] == 4 and row["resolved_at"] is None
+    assert "30 > warning threshold 20" in row["message"] and alerts.owed(row) is None
+
+    # An hour later: the watermark passes the first clicks and they leave state.
+    land(cfg, "b.jsonl", [click(f"b{i}", "u1", 60 + i / 60) for i in range(5)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    assert dedup_rows() == 5
+    for _ in range(2):
+        ticks.append(state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance,
+                                                            cursor=ticks[-1].cursor)))
+    assert evaluations(ticks[-1], STATE_CHECK)[spec.name].passed
+    [row] = incidents(spark, cfg, f"state:{spec.name}:state_size")
+    assert row["resolved_at"] is not None and alerts.owed(row) is None
+    assert "under warn thresholds" in row["resolution"]
+    # The built-in jobs never ran here: no readings, no alerts for them.
+    assert {r["job"] for r in alerts.load(cfg)} == {spec.name}
+
+
+
+@pytest.mark.slow
+def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(spark, cfg):
+    spec = get_job("events_by_type")
+    for wave in range(4):
+        land(cfg, f"w{wave}.jsonl", [click(f"w{wave}-{i}", f"u{i % 4}", wave * 2 + i / 10)
+                                    for i in range(6)], stream="clicks")
+        run_bronze(spark, cfg, "clicks")
+        run_job(spark, cfg, spec)
+        savepoints.take(cfg, spec.name, keep=2)
+    kept = savepoints.savepoints(cfg, spec.name)
+    assert len(kept) == 2 and kept[0].batch_id < kept[1].batch_id
+    info = json.loads((kept[-1].path / "savepoint.json").read_text())
+    assert info["gold_version"] == kept[-1].gold_version
+    assert check_checkpoint(cfg, spec.name, spec.sources) == []
+
+    [op] = inspect(spark, cfg, spec.name, top=3)
+    assert op.operator == "dedupeWithinWatermark" and op.partitions == 4
+    # every click of the last 10 minutes of event time is still in dedup state
+    assert op.rows == spark.read.format("statestore").load(
+        str(cfg.paths.checkpoint(spec.name))).count() > 0
+    assert len(op.largest) == 3 and "event_id" in op.largest[0][0]
+
+    with pytest.raises(savepoints.SavepointError, match="no savepoint"):
+        savepoints.restore(spark, cfg, "user_sessions")
+
+
+@pytest.mark.slow
+def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
+    from argparse import Namespace
+
+    from orchestration import operate
+    from streaming_jobs.operations.rescale import state_partitions
+
+    spec = get_job("events_by_type")
+    first = [click(f"a{i}", f"u{i % 3}", i / 2) for i in range(12)]
+    land(cfg, "a.jsonl", first, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    assert state_partitions(spark, cfg, spec.name) == {4}
+    held = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+
+    # Spark 4.2.0's offline repartitioning leaves the checkpoint as it was: rescale says so
+    # (instead of reporting a success) and the job goes on untouched.
+    with pytest.raises(operate.OperationError, match="returned without rewriting the state"):
+        operate.rescale(cfg, Namespace(job=spec.name, partitions=2))
+    assert state_partitions(spark, cfg, spec.name) == {4}
+    assert len(savepoints.savepoints(cfg, spec.name)) == 1  # taken before the attempt
+    assert spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count() == held
+
+    second = [click(f"b{i}", f"u{i % 3}", 6 + i / 2) for i in range(6)] + [first[-1]]  # a duplicate
+    land(cfg, "b.jsonl", second, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    ids = sorted(r.event_id for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect())
+    assert ids == sorted({e["event_id"] for e in first + second})  # the duplicate was still known
+
+    capsys.readouterr()
+    assert operate.state(cfg, Namespace(job=spec.name, top=2)) == 0
+    out = capsys.readouterr().out
+    rows = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+    assert f"dedupeWithinWatermark (store default): {rows:,} rows, 4 partitions" in out
+    with pytest.raises(operate.OperationError, match="already has 4 partitions"):
+        operate.rescale(cfg, Namespace(job=spec.name, partitions=4))
+
+
+def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, cfg, instance,
+                                                                        monkeypatch):
+    from orchestration.defs.streaming.jobs import continuous_streaming_job as make_job
+
+    continuous_streaming_job = make_job()
+    from orchestration.defs.streaming.sensors import ATTEMPT_TAG, streaming_restart_sensor
+
+    bad = {"ops": {"run_continuously": {"config": {"jobs": ["no_such_job"]}}}}
+    failed = continuous_streaming_job.execute_in_process(
+        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False)
+    assert not failed.success
+
+    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
+    waiting = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
+    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
+    tick = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor))
+    [request] = tick.run_requests
+    assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == bad
+    again = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor))
+    assert again.run_requests == []  # one restart per failed run
+
+    # The last allowed attempt failed too: no restart, one critical alert.
+    last = continuous_streaming_job.execute_in_process(
+        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False,
+        tags={ATTEMPT_TAG: "3", "tidemark/restart_of": failed.run_id})
+    assert not last.success
+    final = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor))
+    assert final.run_requests == []
+    [alert] = alerts.load(cfg)
+    assert (alert["kind"], alert["severity"]) == ("restart_exhausted", "critical")
+    assert failed.run_id in alert["dedup_key"] and last.run_id in alert["message"]
+
+
+def test_health_finds_a_failed_query_and_a_job_falling_behind(spark, cfg):
+    from streaming_jobs.failures import record_failure
+
+    spec = get_job("events_by_type")
+    land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(3)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    assert check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=0) == []
+    # Bronze moves on and the job does not follow.
+    land(cfg, "b.jsonl", [click("b1", "u1", 5)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    behind = check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=0)
+    assert [f.kind for f in behind] == ["falling_behind"] and "bronze/clicks" in behind[0].message
+    assert check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=3600) == []
+    # Its next run fails (recorded by the runner the same way).
+    record_failure(cfg, spec.name, "run-x", "java.lang.OutOfMemoryError: Java heap space")
+    [failed] = check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=3600)
+    assert (failed.kind, failed.severity) == ("query_failed", "critical")
+    assert "OutOfMemoryError" in failed.message
+    # A successful run commits after the failure: the finding is gone.
+    run_job(spark, cfg, spec)
+    assert check_checkpoint(cfg, spec.name, spec.sources, idle_seconds=0) == []
+
+
+NO_JVM_PROBE = """
+import json, time
+import pyspark
+from dagster import DagsterInstance, build_sensor_context
+from orchestration.resources import TidemarkResource
+from orchestration.defs.ops.sensors import checkpoint_health_sensor, state_size_sensor
+from streaming_jobs.config import TidemarkConfig
+cfg = TidemarkConfig.from_env()
+resources = {"tidemark": TidemarkResource(data_root=str(cfg.data_root))}
+out = {}
+for sensor in (checkpoint_health_sensor, state_size_sensor):
+    result = sensor(build_sensor_context(instance=DagsterInstance.ephemeral(),
+                                         resources=resources))
+    out[sensor.name] = len(result.asset_events)
+out["jvm"] = pyspark.SparkContext._gateway is not None
+print("PROBE " + json.dumps(out))
+"""
+
+
+def test_sensors_evaluate_without_starting_a_jvm(spark, cfg):
+    """A sensor tick reads files and ops tables only: in a fresh process, no JVM starts."""
+    from helpers import click, land
+    from streaming_jobs.registry import get_job
+    from streaming_jobs.runner import run_bronze, run_job
+
+    land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(5)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, get_job("events_by_type"))
+    result = subprocess.run([sys.executable, "-c", NO_JVM_PROBE], capture_output=True, text=True,
+                            timeout=300)
+    line = next(l for l in result.stdout.splitlines() if l.startswith("PROBE "))
+    probe = json.loads(line.removeprefix("PROBE "))
+    assert probe["jvm"] is False
+    # a check evaluation per job; and the one job with state readings has its observation
+    assert probe["checkpoint_health_sensor"] == 6
+    assert probe["state_size_sensor"] == 2

@@ -1,0 +1,116 @@
+"""Continuous mode through Dagster: terminate, resume, and one owner per checkpoint."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus
+
+from streaming_jobs.checkpoints import last_committed_batch
+from streaming_jobs.registry import get_job
+from streaming_jobs.lake import read_table, table_exists
+from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock
+from streaming_jobs.runner import run_bronze, run_job
+
+from orchestration.defs.streaming.jobs import continuous_streaming_job as continuous_job
+
+continuous_streaming_job = continuous_job()
+from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from helpers import click, land
+
+pytestmark = pytest.mark.slow
+
+JOB = "events_by_type"
+
+
+def wait_for(what, condition, timeout=180.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def gold_ids(spark, cfg) -> list[str]:
+    path = cfg.paths.table("gold", JOB)
+    if not table_exists(spark, path):
+        return []
+    return sorted(r[0] for r in read_table(spark, path).select("event_id").collect())
+
+
+def run_config(**extra):
+    return {"ops": {"run_continuously": {"config": {
+        "jobs": [JOB], "trigger_seconds": 1.0, "flush_seconds": 2.0, **extra}}}}
+
+
+def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark, cfg, tmp_path):
+    resources = {"tidemark": TidemarkResource(data_root=str(cfg.data_root)),
+                 "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root))}
+    (tmp_path / "dagster").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]
+    land(cfg, "a.jsonl", first + [first[5]], stream="clicks")  # one duplicate
+    results = {}
+
+    def host():
+        results["first"] = continuous_streaming_job.execute_in_process(
+            run_config=run_config(), instance=instance, resources=resources,
+            raise_on_error=False)
+
+    thread = threading.Thread(target=host)
+    thread.start()
+    wait_for("the continuous run to start",
+             lambda: instance.get_runs() and instance.get_runs()[0].status == DagsterRunStatus.STARTED)
+    run = instance.get_runs()[0]
+    wait_for("wave 1 in gold", lambda: len(gold_ids(spark, cfg)) == 30)
+
+    # Data landing while it runs is picked up by the next trigger.
+    second = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30, 40)]
+    land(cfg, "b.jsonl", second, stream="clicks")
+    wait_for("wave 2 in gold", lambda: len(gold_ids(spark, cfg)) == 40)
+
+    # A second run on the same checkpoint is refused, naming the owner: incremental...
+    with pytest.raises(CheckpointBusy, match=f"owned by Dagster run {run.run_id}"):
+        run_job(spark, cfg, get_job(JOB))
+    # ... and continuous, through Dagster.
+    refused = continuous_streaming_job.execute_in_process(
+        run_config=run_config(), instance=instance, resources=resources, raise_on_error=False)
+    assert not refused.success
+    failure = refused.get_step_failure_events()[0].event_specific_data.error
+    assert failure.cause.cls_name == "CheckpointBusy" and run.run_id in failure.cause.message
+
+    # Terminate from Dagster (what the UI's Terminate does first): the run stops cleanly.
+    instance.report_run_canceling(run)
+    thread.join(timeout=180)
+    assert not thread.is_alive(), "the continuous run did not stop"
+    result = results["first"]
+    # It ends CANCELED: the step reports the interrupt, after its clean stop and its report.
+    assert [f.event_specific_data.error_source.value
+            for f in result.get_step_failure_events()] == ["INTERRUPT"]
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.CANCELED
+    checkpoint = cfg.paths.checkpoint(JOB)
+    offsets = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    assert offsets[-1] == last_committed_batch(checkpoint), "a batch was left uncommitted"
+    materialized = {m.asset_key.to_user_string(): m.metadata for m in (
+        ev.event_specific_data.materialization for ev in result.get_asset_materialization_events())}
+    assert set(materialized) == {f"gold/{JOB}", "bronze/clicks"}
+    materialized[JOB] = materialized[f"gold/{JOB}"]
+    assert materialized[JOB]["input_rows"].value == 41  # 40 events and the duplicate
+    assert materialized[JOB]["checkpoint_batch_id"].value == last_committed_batch(checkpoint)
+    # The locks are free again.
+    with checkpoint_lock(checkpoint, "test"):
+        pass
+
+    # The next (incremental) run resumes after the last committed batch: nothing twice.
+    committed = last_committed_batch(checkpoint)
+    third = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(40, 50)]
+    land(cfg, "c.jsonl", third + [third[2]], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    metrics = run_job(spark, cfg, get_job(JOB))
+    assert metrics.input_rows == 11  # only the new wave is read
+    assert last_committed_batch(checkpoint) > committed
+    expected = sorted({e["event_id"] for e in first + second + third})
+    assert gold_ids(spark, cfg) == expected

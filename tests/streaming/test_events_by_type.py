@@ -1,0 +1,63 @@
+"""events_by_type: clicks routed into (event_type, event_date) partitions, few files each."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import date
+
+from helpers import click, land
+from streaming_jobs.registry import get_job
+from streaming_jobs.lake import read_table
+from streaming_jobs.runner import run_bronze, run_job
+
+ACTIONS = ("view", "purchase")
+
+
+def wave_clicks(wave: int) -> list[dict]:
+    """Clicks on two days (minute 1380.. crosses midnight), both types, one duplicate."""
+    base = 1380 + wave * 20
+    events = [click(f"w{wave}-{i}", f"u{i % 3}", base + i, amount=float(i % 2) * 4.5)
+              for i in range(30)]
+    return events + [dict(events[0])]
+
+
+def test_clicks_land_once_in_their_partition_with_one_file_per_partition_per_batch(spark, cfg):
+    spec = get_job("events_by_type")
+    late = [click("late", "u9", 1300, 1.0)]  # behind the watermark once wave 0 is streamed
+    waves = [wave_clicks(w) for w in range(5)]
+    spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", "3")
+    try:
+        dropped = 0
+        for w, events in enumerate(waves):
+            land(cfg, f"w{w}.jsonl", events + (late if w == 1 else []), stream="clicks")
+            run_bronze(spark, cfg, "clicks")
+            dropped += run_job(spark, cfg, spec).late_rows_dropped
+    finally:
+        spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
+
+    distinct = {e["event_id"]: e for events in waves for e in events}
+    expected = {(e["action"], date.fromisoformat(e["event_time"][:10]), e["event_id"])
+                for e in distinct.values()}
+    target = cfg.paths.table("gold", spec.name)
+    gold = read_table(spark, target)
+    got = [(r.event_type, r.event_date, r.event_id) for r in gold.collect()]
+    assert sorted(got) == sorted(expected)  # every distinct on-time click exactly once
+    assert dropped == 1
+    assert {t for t, _, _ in got} == set(ACTIONS) and len({d for _, d, _ in got}) == 2
+
+    # Each streaming commit adds at most one file per partition (read from the Delta log).
+    log = sorted((target / "_delta_log").glob("*.json"))
+    per_commit = []
+    for entry in log:
+        actions = [json.loads(line) for line in entry.read_text().splitlines()]
+        if any(a.get("commitInfo", {}).get("operation") == "STREAMING UPDATE" for a in actions):
+            per_commit.append(Counter(json.dumps(a["add"]["partitionValues"], sort_keys=True)
+                                      for a in actions if "add" in a))
+    assert per_commit and all(max(c.values()) == 1 for c in per_commit if c)
+    # ...and auto compaction keeps every partition under the threshold of 3 small files.
+    files = gold.select("event_type", "event_date", "_metadata.file_path").distinct() \
+        .groupBy("event_type", "event_date").count().collect()
+    assert max(r["count"] for r in files) < 3
+    operations = [r.operation for r in spark.sql(f"describe history delta.`{target}`").collect()]
+    assert "OPTIMIZE" in operations

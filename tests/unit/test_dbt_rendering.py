@@ -1,0 +1,115 @@
+"""The dbt side written from the registries, without running dbt: the committed built-in
+models, the generated models of your jobs, and the --vars every invocation gets."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import yaml
+
+from streaming_jobs.registry import registry
+from streaming_jobs.schemas import STREAMS
+
+from orchestration import dbt_models
+from orchestration.dbt_cli import split_data_root, with_vars
+from orchestration.dbt_vars import job_vars, last_batches
+from orchestration.project import DBT_PROJECT_DIR
+
+PROJECT = yaml.safe_load((DBT_PROJECT_DIR / "dbt_project.yml").read_text())
+
+
+def test_the_committed_sources_and_staging_models_are_what_the_schemas_render():
+    """The checkout's dbt project holds the built-in streams' side; it must not drift from
+    streaming_jobs/schemas.py (fix with `make dbt-models`)."""
+    rendered = dbt_models.builtin_files()
+    assert set(rendered) == {"staging/_lake__sources.yml"} | {
+        f"staging/stg_{s}.{ext}" for s in STREAMS for ext in ("sql", "yml")}
+    for relative, text in rendered.items():
+        assert (DBT_PROJECT_DIR / "models" / relative).read_text() == text, relative
+    sources = yaml.safe_load(rendered["staging/_lake__sources.yml"])["sources"][0]["tables"]
+    columns = {t["name"]: [c["name"] for c in t.get("columns", [])] for t in sources}
+    assert columns["bronze_clicks"] == STREAMS["clicks"].field_names
+
+
+def test_the_projects_job_vars_are_the_built_in_specs():
+    """dbt run from the checkout alone uses dbt_project.yml's vars: they are the specs'."""
+    assert PROJECT["vars"]["jobs"] == job_vars(registry())
+    classes = PROJECT["vars"]["recon_classes"]
+    from orchestration.recon_report import RECON_CLASSES, UNEXPLAINED
+
+    assert RECON_CLASSES == tuple(classes["explained"] + classes["unexplained"])
+    assert UNEXPLAINED == ("value_mismatch", "missing_in_stream", "missing_in_batch")
+
+
+SQL_JOB = """-- logins_10m: failed logins per user per 10 minutes.
+-- source: logins
+-- keys: user_id, window_start, window_end
+-- measures: failures
+-- watermark: 5 minutes
+with failed as (select * from events where outcome = 'failed')
+select user_id, window.start as window_start, window.end as window_end, count(*) as failures
+from failed
+group by user_id, window(event_time, '10 minutes')
+"""
+STREAM = '''
+from pyspark.sql import types as T
+from streaming_jobs.schemas import Field, StreamSchema
+STREAM = StreamSchema(name="logins", key="login_id", event_time="event_time", fields=(
+    Field("login_id", T.StringType(), "id"), Field("user_id", T.StringType(), "who"),
+    Field("outcome", T.StringType(), "ok or failed"),
+    Field("event_time", T.TimestampType(), "when")))
+'''
+
+
+def test_your_jobs_get_one_line_models_in_the_generated_folder(tmp_path, monkeypatch):
+    (tmp_path / "logins.py").write_text(STREAM)
+    (tmp_path / "logins_10m.sql").write_text(SQL_JOB)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(tmp_path))
+    files = dbt_models.render()
+    generated = {p for p in files if p.startswith("generated/")}
+    assert generated == {f"generated/{p}" for p in (
+        "staging/stg_logins.sql", "staging/stg_logins.yml",
+        "batch/int_logins_10m__batch.sql", "batch/int_logins_10m__batch.yml",
+        "recon/recon_logins_10m.sql", "recon/recon_logins_10m.yml")}
+    code = [l for l in files["generated/batch/int_logins_10m__batch.sql"].splitlines()
+            if not l.startswith("--")]
+    assert code == ["{{ batch_by_basis('logins_10m') }}"]
+    recon = [l for l in files["generated/recon/recon_logins_10m.sql"].splitlines()
+             if not l.startswith("--")]
+    assert recon == ["{{ recon_by_basis('logins_10m', open_when='coalesce(t.window_end, "
+                     "o.window_end) > s.stream_watermark') }}"]
+    # the copy's sources list your stream and job beside the built-in ones
+    tables = {t["name"] for t in yaml.safe_load(files["staging/_lake__sources.yml"])
+              ["sources"][0]["tables"]}
+    assert {"bronze_logins", "gold_logins_10m", "bronze_clicks"} <= tables
+    # the job's SQL and its source's dedup key and columns reach the macro through --vars
+    params = job_vars(registry())["logins_10m"]
+    assert params["batch_sql"].startswith("with failed as") and not params["batch_sql"].endswith(";")
+    assert params["source_keys"] == {"logins": "login_id"}
+    assert params["source_columns"] == {"logins": ["user_id", "outcome", "event_time"]}
+
+
+def test_the_pinned_position_takes_each_jobs_last_batch_of_its_current_lineage():
+    t0 = datetime(2026, 1, 1)
+    rows = [
+        {"job": "a", "query_id": "old", "batch_id": 9, "ts": t0, "sink_version": 40},
+        {"job": "a", "query_id": "new", "batch_id": 0, "ts": t0 + timedelta(hours=1),
+         "sink_version": 1},
+        {"job": "a", "query_id": "new", "batch_id": 1, "ts": t0 + timedelta(hours=2),
+         "sink_version": 3},
+        {"job": "b", "query_id": "q", "batch_id": 5, "ts": t0, "sink_version": None},
+    ]
+    chosen = last_batches(rows)
+    # a was rebuilt (new query id): its old lineage's versions belong to another table
+    assert (chosen["a"]["query_id"], chosen["a"]["batch_id"], chosen["a"]["sink_version"]) == (
+        "new", 1, 3)
+    assert "b" not in chosen  # no batch with a known gold version
+
+
+def test_vars_and_the_data_root_are_placed_where_dbt_expects_them():
+    assert with_vars(["build", "--select", "x"], {"a": 1}) == [
+        "build", "--vars", '{"a": 1}', "--select", "x"]
+    assert with_vars(["build", "--vars", "{}"], {"a": 1}) == ["build", "--vars", "{}"]
+    assert with_vars(["clean"], {"a": 1}) == ["clean"]
+    assert split_data_root(["--data-root", "/d", "build"]) == ("/d", ["build"])
+    assert split_data_root(["build"]) == (None, ["build"])
