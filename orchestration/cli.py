@@ -14,6 +14,10 @@
     tidemark savepoint JOB     take a savepoint (--all: every job)
     tidemark restore JOB       put the latest (or --savepoint NAME) back
     tidemark rescale JOB N     repartition a stopped job's state into N partitions
+    tidemark check             analyse every job against its sources without running it
+    tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
+    tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
+    tidemark rebuild JOB       reset a job so its next run streams all of bronze again
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
 """
 
@@ -211,6 +215,21 @@ def main(argv: list[str] | None = None) -> int:
     rescale_p = sub.add_parser("rescale", help="repartition a stopped job's state")
     rescale_p.add_argument("job")
     rescale_p.add_argument("partitions", type=int)
+    sub.add_parser("check", help="analyse every job without running it (errors name the file)")
+    rebuild_p = sub.add_parser("rebuild", help="reset a job: checkpoint, gold, savepoints, ops rows")
+    rebuild_p.add_argument("job")
+    mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")
+    mat_p.add_argument("--select", required=True,
+                       help="Dagster asset selection, e.g. '+key:gold/my_job' or 'group:streaming'")
+    new_p = sub.add_parser("new", help="write a commented stream or job file that loads as is")
+    new_p.add_argument("kind", choices=("stream", "job"))
+    new_p.add_argument("name")
+    new_p.add_argument("--source", help="the stream a job reads (job only)")
+    kind_g = new_p.add_mutually_exclusive_group()
+    kind_g.add_argument("--sql", action="store_true", help="a SQL job (the default)")
+    kind_g.add_argument("--python", action="store_true", help="a Python job")
+    new_p.add_argument("--folder", help="where to write it (default: the first folder of "
+                       "TIDEMARK_JOBS_PATH, else ./jobs)")
     sub.add_parser("generate", help="write landing files", add_help=False)
     args, rest = parser.parse_known_args(argv)
     try:

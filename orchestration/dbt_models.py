@@ -129,17 +129,19 @@ def _not_null(model: str, column: str) -> dict:
 def staging_yml(stream: StreamSchema, header: str) -> str:
     model = f"stg_{stream.name}"
     described = {f.name: f.description for f in stream.fields}
+    # each column once, however many roles it has (a key column may be the event time too)
+    checked = dict.fromkeys([*(stream.key or ()), stream.event_time])
+    columns = [{"name": c, "description": described[c], "data_tests": [_not_null(model, c)]}
+               for c in checked]
+    columns.append({"name": "bronze_version", "description": "the Delta version of bronze that "
+                    "added the row", "data_tests": [_not_null(model, "bronze_version")]})
+    key = (f"deduplicated on ({', '.join(stream.key)})" if stream.key
+           else "no key declared: only exact duplicate lines are one event")
     return _yml({"version": 2, "models": [{
         "name": model,
-        "description": f"Bronze {stream.name} as a view, with each row's bronze commit version.",
-        "columns": [
-            {"name": stream.key, "description": described[stream.key],
-             "data_tests": [_not_null(model, stream.key)]},
-            {"name": stream.event_time, "description": described[stream.event_time],
-             "data_tests": [_not_null(model, stream.event_time)]},
-            {"name": "bronze_version", "description": "the Delta version of bronze that added "
-             "the row", "data_tests": [_not_null(model, "bronze_version")]},
-        ],
+        "description": f"Bronze {stream.name} as a view, with each row's bronze commit version "
+                       f"({key}).",
+        "columns": columns,
     }]}, header)
 
 

@@ -43,9 +43,11 @@ def job_vars(jobs: dict) -> dict:
         if spec.batch_sql:
             # what batch_by_basis needs to run the job's own SQL over bronze
             params["batch_sql"] = spec.batch_sql.strip().rstrip(";")
-            params["source_keys"] = {s: stream_schema(s).key for s in spec.sources}
+            # each source's dedup key (one column, several, or every field) and the rest
+            dedup = {s: stream_schema(s).dedup_key for s in spec.sources}
+            params["source_keys"] = {s: list(key) for s, key in dedup.items()}
             params["source_columns"] = {
-                s: [f for f in stream_schema(s).field_names if f != stream_schema(s).key]
+                s: [f for f in stream_schema(s).field_names if f not in dedup[s]]
                 for s in spec.sources}
         out[name] = params
     return out
@@ -102,9 +104,41 @@ def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
     return {"progress_version": version, "gold_versions": gold}
 
 
+NUMERIC = ("byte", "short", "integer", "long", "float", "double", "decimal")
+
+
+def text_measures(types: dict[str, dict[str, str]], jobs: dict[str, JobSpec]) -> dict:
+    """Per job, its measures whose gold column is not a number (a pure function of the types:
+    job -> column -> Delta type name). The recon compares those for exact equality."""
+    out = {}
+    for job, columns in types.items():
+        text = [m for m in jobs[job].measures
+                if m in columns and not columns[m].startswith(NUMERIC)]
+        if text:
+            out[job] = text
+    return out
+
+
+def gold_types(cfg: TidemarkConfig, jobs: dict) -> dict[str, dict[str, str]]:
+    """Each existing gold table's column types, from its Delta log (delta-rs, no JVM)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    out = {}
+    for job in jobs:
+        try:
+            schema = DeltaTable(str(cfg.paths.table("gold", job))).schema()
+        except TableNotFoundError:
+            continue
+        out[job] = {f.name: str(getattr(f.type, "type", f.type)) for f in schema.fields}
+    return out
+
+
 def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None) -> dict:
-    """Every var: the jobs, and with ``cfg`` the pinned position of the streams."""
+    """Every var: the jobs, and with ``cfg`` the pinned position of the streams and the
+    measures that are not numbers."""
     out = {"jobs": job_vars(jobs)}
     if cfg is not None:
         out.update(position_vars(cfg, jobs))
+        out["text_measures"] = text_measures(gold_types(cfg, jobs), jobs)
     return out

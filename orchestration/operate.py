@@ -6,7 +6,8 @@ import json
 
 from streaming_jobs.config import TidemarkConfig
 
-OPERATIONS = ("continuous", "health", "state", "alerts", "savepoint", "restore", "rescale")
+OPERATIONS = ("continuous", "health", "state", "alerts", "savepoint", "restore", "rescale",
+              "check", "rebuild", "materialize", "new")
 
 
 class OperationError(RuntimeError):
@@ -165,4 +166,81 @@ def rescale(cfg: TidemarkConfig, args) -> int:
         raise OperationError(str(exc)) from None
     print(f"{spec.name}: state repartitioned into {args.partitions} partitions "
           f"(savepoint {p.path.name} taken first)")
+    return 0
+
+
+def check(cfg: TidemarkConfig, args) -> int:
+    """Load every job and analyse it against its sources' schemas (nothing runs)."""
+    from streaming_jobs.analysis import analyze
+    from streaming_jobs.registry import registry
+
+    try:
+        jobs = registry()  # load-time errors (headers, names, streams) raise here
+    except (ValueError, ImportError, KeyError) as exc:
+        print(f"tidemark check: {exc}")
+        return 1
+    findings = analyze(_spark(cfg), jobs, policy=cfg.unbounded_state)
+    for finding in findings:
+        print(finding)
+    errors = sum(f.level == "error" for f in findings)
+    print(f"tidemark check: {len(jobs)} jobs, {errors} errors, {len(findings) - errors} warnings")
+    return 1 if errors else 0
+
+
+def rebuild(cfg: TidemarkConfig, args) -> int:
+    """Reset a job (checkpoint, gold, savepoints, ops rows): the next run streams bronze again."""
+    from streaming_jobs.checkpoints import CheckpointBusy
+    from streaming_jobs.operations.rebuild import rebuild as reset
+
+    spec = _known(args.job)
+    try:
+        removed = reset(cfg, spec.name)
+    except CheckpointBusy as exc:
+        raise OperationError(str(exc)) from None
+    print(f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
+          f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
+          f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
+          "(tidemark materialize --select ...) streams all of bronze again")
+    return 0
+
+
+def materialize(cfg: TidemarkConfig, args) -> int:
+    """Materialize a selection of assets in one in-process run recorded in the instance."""
+    import os
+
+    import dagster as dg
+
+    from orchestration.definitions import build_definitions
+    from orchestration.instance import prepare_dagster_home
+
+    prepare_dagster_home(cfg)
+    os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    try:
+        keys = dg.AssetSelection.from_string(args.select).resolve(graph)
+    except Exception as exc:  # noqa: BLE001 - Dagster's parse errors vary in type
+        raise OperationError(f"--select {args.select!r}: {exc}. Examples: 'key:gold/my_job', "
+                             "'+key:gold/my_job' (with what it reads), 'group:streaming'") from None
+    if not keys:
+        raise OperationError(f"--select {args.select!r} matches no asset; list them with "
+                             "'dg list defs' or see the Dagster UI")
+    print(f"materializing {len(keys)} assets: "
+          f"{', '.join(sorted(k.to_user_string() for k in keys))}", flush=True)
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=list(keys), instance=dg.DagsterInstance.get(), raise_on_error=False)
+    print(f"run {result.run_id}: {'success' if result.success else 'FAILED (see the Dagster UI)'}")
+    return 0 if result.success else 1
+
+
+def new(cfg: TidemarkConfig, args) -> int:
+    """Write a commented stream or job file that loads as it is."""
+    from orchestration.scaffold import scaffold
+
+    try:
+        path = scaffold(args.kind, args.name, folder=args.folder, source=args.source,
+                        sql=not args.python)
+    except (ValueError, FileExistsError) as exc:
+        raise OperationError(str(exc)) from None
+    print(f"wrote {path}; add its folder to TIDEMARK_JOBS_PATH, then run 'tidemark check'")
     return 0

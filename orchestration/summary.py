@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.ingestion import landing_files
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
 
@@ -41,7 +42,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     paths, out = cfg.paths, Summary()
     for stream in streams():
         landing = paths.landing_dir(stream)
-        files = sorted(landing.glob("*.jsonl")) if landing.is_dir() else []
+        files = landing_files(landing)  # every file bronze reads, whatever its extension
         out.landing_lines[stream] = (
             spark.read.text([str(f) for f in files]).count() if files else 0)
         out.bronze_rows[stream] = _count(spark, paths.table("bronze", stream))

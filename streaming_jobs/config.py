@@ -29,6 +29,7 @@ Environment variables (all optional):
 - ``TIDEMARK_ALERT_RETRY_SECONDS`` first backoff of a failed alert delivery (default 30)
 - ``TIDEMARK_JOBS_PATH``        folders of your own jobs and streams, separated by ``:``
 - ``TIDEMARK_DBT_TARGET``       where dbt runs: auto (default), endpoint or session
+- ``TIDEMARK_UNBOUNDED_STATE``  a job whose state is never evicted: refuse (default) or warn
 """
 
 from __future__ import annotations
@@ -227,6 +228,8 @@ class TidemarkConfig:
     sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     jobs_path: tuple[Path, ...] = ()  # folders of your own jobs and streams
+    # what `tidemark check` does with a job whose state is never evicted: refuse or warn
+    unbounded_state: str = "refuse"
 
     @property
     def paths(self) -> Paths:
@@ -260,7 +263,10 @@ class TidemarkConfig:
         root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
         jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep)
                           if p)
-        return cls(data_root=root, spark=spark,
+        unbounded = env.get("TIDEMARK_UNBOUNDED_STATE", "refuse")
+        if unbounded not in ("refuse", "warn"):
+            raise ConfigError(f"TIDEMARK_UNBOUNDED_STATE={unbounded!r}: use refuse or warn")
+        return cls(data_root=root, spark=spark, unbounded_state=unbounded,
                    recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
                    ops=_ops_settings(env), sql=_sql_settings(env),
                    alerts=_alert_settings(env), jobs_path=jobs_path)

@@ -10,6 +10,8 @@ Bronze keeps duplicates and late events as they arrived; the jobs decide what th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -43,6 +45,16 @@ def stream_of(query: str) -> str | None:
     """The stream an ingestion query ingests; None for a job's query."""
     return query.removeprefix(BRONZE_QUERY_PREFIX) if query.startswith(BRONZE_QUERY_PREFIX) \
         else None
+
+
+def landing_files(folder: Path) -> list[Path]:
+    """The files of a landing folder that bronze ingestion reads: every regular file whose name
+    does not start with ``.`` or ``_`` (Spark's file source skips those: write a file under
+    such a name, then rename it), whatever its extension."""
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.iterdir()
+                  if f.is_file() and not f.name.startswith((".", "_")))
 
 
 def bronze_schema(schema: StreamSchema) -> T.StructType:

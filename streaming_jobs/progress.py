@@ -181,3 +181,27 @@ def progress_log(spark: SparkSession) -> ProgressLog:
         spark.streams.addListener(log)
         _LOGS[key] = log
     return _LOGS[key]
+
+
+def forget_previous_lineage(cfg: TidemarkConfig, query: str) -> int:
+    """Before a query starts on a checkpoint that holds no batch yet (new, or deleted to
+    rebuild the job): remove the query's rows of ``ops/stream_progress`` and
+    ``ops/stream_failures``. They describe batches of a checkpoint and an output table that are
+    gone; kept, they would add their input counts and version ranges to the new ones.
+
+    Call it holding the checkpoint's lock. A restored checkpoint holds batches, so a restore's
+    rows (its lineage up to the savepoint) are never touched. Returns the rows removed.
+    """
+    from streaming_jobs.checkpoints import last_planned_batch
+
+    if last_planned_batch(cfg.paths.checkpoint(query)) is not None:
+        return 0
+    removed = 0
+    for table in ("stream_progress", "stream_failures"):
+        with ops_tables.locked(cfg, table) as handle:
+            predicate = f"job = {ops_tables.literal(query)}"
+            stale = handle.read(where=predicate, columns=["job"])
+            if stale:
+                handle.delete(predicate)
+                removed += len(stale)
+    return removed

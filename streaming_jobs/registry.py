@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -93,7 +94,8 @@ def streams() -> dict[str, StreamSchema]:
 def registry() -> dict[str, JobSpec]:
     specs: dict[str, JobSpec] = {}
     where: dict[str, str] = {}
-    modules = [(o, getattr(m, "SPEC", None)) for o, m in [*_package_modules(), *_path_modules()]]
+    modules = [(getattr(m, "__file__", None) or o, getattr(m, "SPEC", None))
+               for o, m in [*_package_modules(), *_path_modules()]]
     known = streams()
     for origin, spec in [*modules, *_sql_specs(known)]:
         if isinstance(spec, JobSpec):
@@ -101,6 +103,8 @@ def registry() -> dict[str, JobSpec]:
                 raise ValueError(
                     f"job name {spec.name!r} is declared twice ({where[spec.name]} and {origin}); "
                     "rename one of them")
+            if spec.origin is None:
+                spec = replace(spec, origin=origin)
             specs[spec.name], where[spec.name] = spec, origin
     for name, spec in specs.items():
         unknown = [s for s in spec.sources if s not in known]

@@ -23,7 +23,7 @@ from streaming_jobs.spec import JobSpec
 from streaming_jobs.lake import rows_written_since, table_version
 from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
-from streaming_jobs.progress import progress_log
+from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.registry import stream_schema
 
 
@@ -59,6 +59,7 @@ def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
                        sink_version=None) -> tuple[list[dict], float]:
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
+        forget_previous_lineage(cfg, name)
         return _available_now(spark, cfg, name, writer, sink_version)
 
 

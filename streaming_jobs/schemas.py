@@ -3,17 +3,38 @@
 Each stream is a list of fields with their Spark type. The generator writes these fields, the
 bronze reader parses and validates them, tests build expectations from them, and a test checks
 the dbt source yml against them. Every field is required: a line missing one is quarantined.
+
+Declare your own stream in a module of a job folder (``TIDEMARK_JOBS_PATH``)::
+
+    from pyspark.sql import types as T
+    from streaming_jobs.schemas import Field, StreamSchema
+
+    STREAM = StreamSchema(
+        name="readings",                      # landing/readings/, lake/bronze/readings
+        event_time="read_at",                 # a TimestampType field: windows, watermarks
+        key=("sensor_id", "read_at"),         # the dedup key: a column, several, or None
+        fields=(
+            Field("sensor_id", T.StringType(), "the sensor"),
+            Field("read_at", T.TimestampType(), "when it was read (UTC)"),
+            Field("celsius", T.DoubleType(), "the reading"),
+        ),
+    )
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
 
 @dataclass(frozen=True)
 class Field:
+    """One field of a stream's JSON lines: its name, Spark type and meaning (the dbt docs)."""
+
     name: str
     dtype: T.DataType
     description: str
@@ -21,10 +42,56 @@ class Field:
 
 @dataclass(frozen=True)
 class StreamSchema:
+    """A stream: a landing folder of JSON lines with these fields.
+
+    ``key`` is the stream's deduplication key: the columns that make two lines the same event.
+
+    - one column (``"event_id"``) or several (``("sensor_id", "read_at")``): lines with equal
+      key columns are copies of one event; the first copy counts, later ones are dropped;
+    - ``None``: every field together is the identity: only exact duplicate lines are dropped,
+      so two real events with identical fields also count once. Declare a key if the source
+      has one.
+
+    Every layer uses it: the jobs' dedup (SQL jobs, and Python jobs through `dedup_stream`),
+    the batch recomputation and the tests dbt runs on the staging model.
+    """
+
     name: str
     fields: tuple[Field, ...]
-    key: str  # unique event id, used for deduplication
     event_time: str
+    key: str | tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        where = f"stream {self.name!r}"
+        if not isinstance(self.name, str) or not NAME.match(self.name):
+            raise ValueError(f"{where}: a stream name is lower case letters, digits and _, "
+                             "starting with a letter (it names folders, tables and dbt models)")
+        names = [f.name for f in self.fields]
+        if not names:
+            raise ValueError(f"{where}: declare its fields (Field(name, spark_type, description))")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{where}: field {', '.join(twice)} declared twice")
+        if self.event_time not in names:
+            raise ValueError(f"{where}: event_time {self.event_time!r} is not one of its fields "
+                             f"({', '.join(names)})")
+        if not isinstance(self.field(self.event_time).dtype, T.TimestampType):
+            raise ValueError(f"{where}: event_time {self.event_time!r} must be a "
+                             "T.TimestampType() field")
+        key = (self.key,) if isinstance(self.key, str) else tuple(self.key or ())
+        unknown = [k for k in key if k not in names]
+        if unknown or len(set(key)) != len(key):
+            raise ValueError(f"{where}: key {', '.join(unknown or key)} is not a list of distinct "
+                             f"fields ({', '.join(names)}); name its dedup columns, or None")
+        object.__setattr__(self, "key", key or None)
+
+    def field(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+    @property
+    def dedup_key(self) -> tuple[str, ...]:
+        """The columns two copies of one event share: the key, or every field without one."""
+        return self.key or tuple(self.field_names)
 
     @property
     def struct(self) -> T.StructType:

@@ -57,14 +57,32 @@ class JobSpec:
     # (stream_watermark). None: window_end after the watermark if the keys have window_end,
     # otherwise never (the job emits rows as soon as it reads their events).
     open_when: str | None = None
+    # The key column holding the end of the row's window or session (default: window_end if it
+    # is a key): the recon's default open_when is "that end is after the stream's watermark".
+    window_end: str | None = None
+    # What tidemark check does when an operator of the job never evicts state: "refuse" or
+    # "warn"; None: the setting TIDEMARK_UNBOUNDED_STATE (default refuse).
+    unbounded_state: str | None = None
+    # Where the job is declared (file, and for SQL jobs the line of each header key and of the
+    # query), for errors; set by the registry.
+    origin: str | None = None
+    origin_lines: dict = field(default_factory=dict)
 
     @property
     def recon_open_when(self) -> str:
         if self.open_when:
             return self.open_when
-        if "window_end" in self.keys:
-            return "coalesce(t.window_end, o.window_end) > s.stream_watermark"
+        end = self.window_end or ("window_end" if "window_end" in self.keys else None)
+        if end:
+            return f"coalesce(t.{end}, o.{end}) > s.stream_watermark"
         return "false"
+
+    def at(self, key: str | None = None) -> str:
+        """``file:line`` of a header key or the query (SQL jobs), or the file."""
+        if not self.origin:
+            return f"job {self.name}"
+        line = self.origin_lines.get(key or "query")
+        return f"{self.origin}:{line}" if line else self.origin
 
     @property
     def bound_seconds(self) -> int:
@@ -99,6 +117,21 @@ class JobSpec:
         return self.build(*events, **self.params, **bounds)
 
     def __post_init__(self) -> None:
+        from streaming_jobs.schemas import NAME
+
+        if not isinstance(self.name, str) or not NAME.match(self.name):
+            raise ValueError(
+                f"job {self.name!r}: a job name is lower case letters, digits and _, starting "
+                "with a letter (it names the checkpoint, the gold table and dbt models)")
+        if not self.keys:
+            raise ValueError(f"job {self.name}: declare its keys: the output columns that "
+                             "identify a row")
+        if self.window_end and self.window_end not in self.keys:
+            raise ValueError(f"job {self.name}: window_end {self.window_end!r} is not one of "
+                             f"its keys ({', '.join(self.keys)})")
+        if self.unbounded_state not in (None, "refuse", "warn"):
+            raise ValueError(f"job {self.name}: unbounded_state is 'refuse' or 'warn', got "
+                             f"{self.unbounded_state!r}")
         if self.output_mode not in ("append", "update"):
             raise ValueError(
                 f"job {self.name}: output_mode must be 'append' or 'update', got {self.output_mode!r}"

@@ -17,10 +17,11 @@ The query reads ``events`` (the source's bronze rows, exact duplicates removed w
 watermark), or, for a job that joins, one relation per source named after the stream. The same
 query is the batch definition for reconciliation: tidemark runs it over all of bronze in dbt.
 
-Header keys: ``source`` (required), ``joins``, ``keys`` (required), ``measures`` (required),
-``watermark`` (required), ``output_mode`` (append or update, default append), ``tolerance``,
-``partition_by``, ``open_when``, ``warn_rows``, ``critical_rows``, ``name`` (default: the file
-name). Other comment lines are the job's description (the first) and documentation.
+Header keys (`HEADER_KEYS`): ``source``, ``keys``, ``watermark`` (required); ``measures``,
+``joins``, ``output_mode``, ``tolerance``, ``window_end``, ``open_when``, ``partition_by``,
+``warn_rows``, ``critical_rows``, ``unbounded_state``, ``name`` (default: the file name). Other
+comment lines are the job's description (the first) and documentation. Errors name the file and
+the line.
 """
 
 from __future__ import annotations
@@ -32,16 +33,37 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
-KEYS = {"name", "source", "joins", "keys", "measures", "watermark", "output_mode", "tolerance",
-        "partition_by", "open_when", "warn_rows", "critical_rows"}
-REQUIRED = ("source", "keys", "measures", "watermark")
+# Every header key: (required, what it holds). README "Add your own stateful job" lists them.
+HEADER_KEYS = {
+    "source": (True, "the stream the query reads (as `events` and as its own name)"),
+    "keys": (True, "the output columns that identify a row (window bounds included)"),
+    "watermark": (True, "how late an event may be, e.g. '10 minutes': bounds every state"),
+    "measures": (False, "the other output columns the recon compares (none: a set of keys)"),
+    "joins": (False, "more streams the query reads, each by its name"),
+    "output_mode": (False, "append (default: rows once final) or update (MERGE per batch)"),
+    "tolerance": (False, "numeric tolerance of the recon for number measures (default 0)"),
+    "window_end": (False, "the key column holding the end of the row's window or session"),
+    "open_when": (False, "SQL condition: a batch row the stream cannot have emitted yet"),
+    "partition_by": (False, "gold table partition columns"),
+    "warn_rows": (False, "state rows that raise a warning (default 1,000,000)"),
+    "critical_rows": (False, "state rows that raise a critical alert (default 5,000,000)"),
+    "unbounded_state": (False, "refuse (default) or warn when an operator never evicts state"),
+    "name": (False, "the job's name (default: the file name)"),
+}
+KEYS = set(HEADER_KEYS)
+REQUIRED = tuple(k for k, (required, _) in HEADER_KEYS.items() if required)
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*?)\s*$")
+_WINDOWED = re.compile(r"\b(window|session_window|window_time)\s*\(", re.IGNORECASE)
 # Temporary views are session-wide: one job at a time registers its own and resolves its query.
 _VIEWS = threading.Lock()
+
+
+class JobFileError(ValueError):
+    """A job file that cannot be loaded: names the file and line, and says what to do."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +78,8 @@ class SqlQuery:
         with _VIEWS:
             for stream, frame in zip(self.sources, frames):
                 # each source deduplicated on its own declared key and event time
-                deduped = dedup_within_watermark(frame, stream.event_time, watermark,
-                                                 key=stream.key)
-                source = stream.name
-                deduped.createOrReplaceTempView(source)
+                deduped = dedup_stream(frame, stream, watermark)
+                deduped.createOrReplaceTempView(stream.name)
                 if len(self.sources) == 1:
                     deduped.createOrReplaceTempView("events")
             return spark.sql(self.sql)  # resolved now: later views do not change it
@@ -69,55 +89,136 @@ def _split(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+@dataclass(frozen=True)
+class JobFile:
+    """A SQL job file read apart: header values and their line numbers, the query and its line."""
+
+    path: Path
+    header: dict[str, str]
+    lines: dict[str, int]
+    description: list[str]
+    sql: str
+    sql_line: int
+
+    def at(self, key: str | None = None) -> str:
+        """``path:line`` of a header key (or of the query)."""
+        return f"{self.path}:{self.lines.get(key, self.sql_line) if key else self.sql_line}"
+
+    @classmethod
+    def read(cls, path: Path) -> "JobFile":
+        header, lines, text, body, sql_line = {}, {}, [], [], 0
+        raw = path.read_text().splitlines()
+        for number, line in enumerate(raw, start=1):
+            if not line.startswith("--"):
+                if line.strip() or body:
+                    body.append(line)
+                    sql_line = sql_line or number
+                continue
+            if body:
+                body.append(line)
+                continue
+            match = _HEADER.match(line)
+            if match and match.group(1) in KEYS:
+                key = match.group(1)
+                if key in header:
+                    raise JobFileError(f"{path}:{number}: header '{key}' is given twice "
+                                       f"(first on line {lines[key]}); keep one")
+                header[key], lines[key] = match.group(2), number
+            else:
+                text.append(line[2:].strip())
+        return cls(path, header, lines, text, "\n".join(body).strip().rstrip(";"), sql_line)
+
+
+def window_end_key(keys: tuple[str, ...], window_end: str | None, sql: str) -> str | None:
+    """The key holding the end of the row's window or session: declared, else ``window_end``,
+    else for a windowed query (window, session_window) its one key named ``*_end``."""
+    if window_end:
+        return window_end
+    if "window_end" in keys:
+        return "window_end"
+    ends = [k for k in keys if k.endswith("_end")]
+    return ends[0] if len(ends) == 1 and _WINDOWED.search(sql) else None
+
+
+def default_open_when(end: str | None) -> str | None:
+    """The recon's window_open condition for a job whose rows close with a window or session:
+    the stream emits a row once its watermark passes the window's end."""
+    return f"coalesce(t.{end}, o.{end}) > s.stream_watermark" if end else None
+
+
 def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
     """Read a SQL job file into a JobSpec (``known``: the registered streams); errors name the
-    file and the fix."""
-    header, text, body = {}, [], []
-    lines = path.read_text().splitlines()
-    for number, line in enumerate(lines):
-        if not line.startswith("--"):
-            body = lines[number:]
-            break
-        match = _HEADER.match(line)
-        if match and match.group(1) in KEYS:
-            header[match.group(1)] = match.group(2)
-        else:
-            text.append(line[2:].strip())
-    sql = "\n".join(body).strip().rstrip(";")
+    file, the line and the fix."""
+    job = JobFile.read(path)
+    header = job.header
     missing = [k for k in REQUIRED if not header.get(k)]
-    if missing or not sql:
-        raise ValueError(
-            f"SQL job {path}: {'missing header ' + ', '.join(missing) if missing else 'no query'}"
-            f"; start the file with '-- source: <stream>', '-- keys: a, b', '-- measures: m', "
-            f"'-- watermark: 10 minutes' lines, then the query")
+    if missing or not job.sql:
+        raise JobFileError(
+            f"SQL job {path}:1: {'missing header ' + ', '.join(missing) if missing else 'no query'}"
+            f"; start the file with '-- source: <stream>', '-- keys: a, b', "
+            f"'-- watermark: 10 minutes' lines (optionally '-- measures: m'), then the query "
+            f"(`tidemark new job NAME --sql --source STREAM` writes one)")
     name = header.get("name", path.stem)
     source, joins = header["source"], _split(header.get("joins", ""))
-    try:
-        thresholds = StateThresholds(
-            **{k: int(header[k]) for k in ("warn_rows", "critical_rows") if k in header})
-        tolerance = float(header.get("tolerance", 0.0))
-    except ValueError as exc:
-        raise ValueError(f"SQL job {path}: {exc}; warn_rows, critical_rows and tolerance "
-                         "are numbers") from None
+    numbers = {}
+    for key, kind in (("warn_rows", int), ("critical_rows", int), ("tolerance", float)):
+        if key in header:
+            try:
+                numbers[key] = kind(header[key].replace("_", "").replace(",", ""))
+            except ValueError:
+                raise JobFileError(f"SQL job {job.at(key)}: {key} is a number, got "
+                                   f"{header[key]!r}") from None
+    unbounded = header.get("unbounded_state", "").strip() or None
+    if unbounded not in (None, "refuse", "warn"):
+        raise JobFileError(f"SQL job {job.at('unbounded_state')}: unbounded_state is 'refuse' or "
+                           f"'warn', got {unbounded!r}")
     unknown = [s for s in (source, *joins) if s not in known]
     if unknown:
-        raise ValueError(
-            f"SQL job {path}: it reads {', '.join(unknown)}, which no registered stream "
-            f"declares; registered streams: {', '.join(sorted(known))}")
-    return JobSpec(
-        name=name,
-        description=next((t for t in text if t), name).split(": ", 1)[-1],
-        source=source,
-        joins=joins,
-        keys=_split(header["keys"]),
-        measures=_split(header["measures"]),
-        event_time=known[source].event_time,
-        state=StateBound(watermark=header["watermark"]),
-        output_mode=header.get("output_mode", "append"),
-        build=SqlQuery(sql, tuple(known[s] for s in (source, *joins))),
-        thresholds=thresholds,
-        tolerance=tolerance,
-        partition_by=_split(header.get("partition_by", "")),
-        batch_sql=sql,
-        open_when=header.get("open_when") or None,
-    )
+        raise JobFileError(
+            f"SQL job {job.at('joins' if source in known else 'source')}: it reads "
+            f"{', '.join(unknown)}, which no registered stream declares; registered streams: "
+            f"{', '.join(sorted(known))}")
+    keys, measures = _split(header["keys"]), _split(header.get("measures", ""))
+    twice = sorted({c for c in [*keys, *measures] if [*keys, *measures].count(c) > 1})
+    if twice:
+        raise JobFileError(f"SQL job {job.at('measures' if set(twice) & set(measures) else 'keys')}"
+                           f": {', '.join(twice)} listed twice in keys and measures; a column is "
+                           "a key or a measure, once")
+    window_end = header.get("window_end") or None
+    if window_end and window_end not in keys:
+        raise JobFileError(f"SQL job {job.at('window_end')}: window_end {window_end!r} is not one "
+                           f"of the keys ({', '.join(keys)})")
+    window_end = window_end_key(keys, window_end, job.sql)
+    open_when = header.get("open_when") or default_open_when(window_end)
+    if open_when is None and _WINDOWED.search(job.sql):
+        raise JobFileError(
+            f"SQL job {job.at('keys')}: the query groups by a window or session but no key says "
+            "when a row is final: name the key holding the window's end ('-- window_end: "
+            "session_end'), or write '-- open_when: <condition>' (see README); without it the "
+            "recon would count every open window as missing")
+    if open_when is None:
+        open_when = "false"  # rows are emitted as their events are read: nothing is pending
+    try:
+        return JobSpec(
+            name=name,
+            description=next((t for t in job.description if t), name).split(": ", 1)[-1],
+            source=source,
+            joins=joins,
+            keys=keys,
+            measures=measures,
+            event_time=known[source].event_time,
+            state=StateBound(watermark=header["watermark"]),
+            output_mode=header.get("output_mode", "append"),
+            build=SqlQuery(job.sql, tuple(known[s] for s in (source, *joins))),
+            thresholds=StateThresholds(**{k: v for k, v in numbers.items() if k != "tolerance"}),
+            tolerance=numbers.get("tolerance", 0.0),
+            partition_by=_split(header.get("partition_by", "")),
+            batch_sql=job.sql,
+            open_when=open_when,
+            window_end=window_end,
+            unbounded_state=unbounded,
+            origin=str(path),
+            origin_lines={**job.lines, "query": job.sql_line},
+        )
+    except ValueError as exc:
+        raise JobFileError(f"SQL job {path}:1: {exc}") from None

@@ -37,16 +37,18 @@
 {%- endmacro %}
 
 {#
-  One row per distinct event (copies are exact duplicates): the first copy's columns, and
-  whether the stream counted it (at least one copy arrived ahead of its watermark).
+  One row per distinct event (copies share the stream's dedup key): the first copy's columns,
+  and whether the stream counted it (at least one copy arrived ahead of its watermark). key:
+  one column or a list of them.
 #}
 {% macro distinct_events(classified, columns, key='event_id') -%}
+{%- set key = [key] if key is string else key -%}
     select
-        {{ key }},
-        {% for column in columns %}min_by({{ column }}, bronze_version) as {{ column }},
+        {% for k in key %}{{ k }},
+        {% endfor %}{% for column in columns %}min_by({{ column }}, bronze_version) as {{ column }},
         {% endfor %}bool_or(not is_late) as counted_by_stream
     from {{ classified }}
-    group by {{ key }}
+    group by {{ key | join(', ') }}
 {%- endmacro %}
 
 {# The sliding windows [start, start + size) that contain event_time, aligned to the epoch. #}

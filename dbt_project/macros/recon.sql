@@ -1,11 +1,11 @@
-{# A job's gold rows per key; a key present twice is a defect, summed here and flagged by
-   stream_rows. #}
+{# A job's gold rows per key; a key present twice is a defect, summed here (any one value of
+   a non-numeric measure) and flagged by stream_rows. #}
 {% macro streamed_by_key(job) -%}
 {%- set keys = var('jobs')[job]['keys'] -%}
 {%- set measures = var('jobs')[job]['measures'] -%}
     select
         {{ keys | join(', ') }},
-        {% for m in measures %}sum({{ m }}) as {{ m }},
+        {% for m in measures %}{% if measure_is_numeric(job, m) %}sum({{ m }}){% else %}any_value({{ m }}){% endif %} as {{ m }},
         {% endfor %}count(*) as stream_rows
     from {{ gold_as_of(job) }}
     group by {{ keys | join(', ') }}
@@ -27,4 +27,14 @@
     select max(watermark) as stream_watermark
     from {{ ref('stg_stream_progress') }}
     where job = '{{ job }}'
+{%- endmacro %}
+
+{#
+  Whether a job's measure is a number (compared within the job's tolerance, with a diff column)
+  or anything else (compared for exact equality). var text_measures lists, per job, the measures
+  its gold table holds as non-numbers (read from the table's schema by tidemark-dbt); without
+  it, a measure counts as a number.
+#}
+{% macro measure_is_numeric(job, m) -%}
+{{ return(m not in var('text_measures', {}).get(job, [])) }}
 {%- endmacro %}

@@ -38,9 +38,9 @@
         {% endfor %}a.stream_rows,
         case
             when a.stream_rows = 1 and t.{{ keys[0] }} is not null
-                and {{ same_values('a', 't', measures, spec['tolerance']) }} then 'match'
+                and {{ same_values('a', 't', job) }} then 'match'
             when a.stream_rows = 1 and o.{{ keys[0] }} is not null
-                and {{ same_values('a', 'o', measures, spec['tolerance']) }} then 'late_dropped'
+                and {{ same_values('a', 'o', job) }} then 'late_dropped'
             when t.{{ keys[0] }} is null and o.{{ keys[0] }} is null then 'missing_in_batch'
             else 'value_mismatch'
         end as recon_class
@@ -57,7 +57,7 @@
 {%- set measures = spec['measures'] -%}
     select
         {% for k in keys %}coalesce(t.{{ k }}, o.{{ k }}) as {{ k }},
-        {% endfor %}{% for m in measures %}cast(null as double) as stream_{{ m }},
+        {% endfor %}{% for m in measures %}case when false then coalesce(t.{{ m }}, o.{{ m }}) end as stream_{{ m }},
         t.{{ m }} as batch_{{ m }},
         o.{{ m }} as batch_{{ m }}_on_time,
         {% endfor %}cast(null as bigint) as stream_rows,
@@ -83,7 +83,7 @@
         {% for m in spec['measures'] %}c.stream_{{ m }},
         c.batch_{{ m }},
         c.batch_{{ m }}_on_time,
-        c.stream_{{ m }} - c.batch_{{ m }} as {{ m }}_diff,
+        {% if measure_is_numeric(job, m) %}c.stream_{{ m }} - c.batch_{{ m }}{% else %}cast(null as double){% endif %} as {{ m }}_diff,
         {% endfor %}c.stream_rows,
         s.stream_watermark,
         current_timestamp() as reconciled_at
@@ -136,7 +136,21 @@ select * from final
 {% for k in keys %}{{ left }}.{{ k }} <=> {{ right }}.{{ k }}{% if not loop.last %} and {% endif %}{% endfor %}
 {%- endmacro %}
 
-{# every measure of left within tolerance of right's (both null counts as equal) #}
-{% macro same_values(left, right, measures, tolerance) -%}
-{% for m in measures %}coalesce(abs({{ left }}.{{ m }} - {{ right }}.{{ m }}) <= {{ tolerance }}, {{ left }}.{{ m }} is null and {{ right }}.{{ m }} is null){% if not loop.last %} and {% endif %}{% endfor %}
+{#
+  Every measure of left equal to right's: numbers within the job's tolerance, anything else
+  exactly; both null counts as equal. A job without measures (a set of keys) has nothing to
+  compare: true.
+#}
+{% macro same_values(left, right, job) -%}
+{%- set spec = var('jobs')[job] -%}
+{%- for m in spec['measures'] -%}
+{%- if measure_is_numeric(job, m) -%}
+coalesce(abs({{ left }}.{{ m }} - {{ right }}.{{ m }}) <= {{ spec['tolerance'] }}, {{ left }}.{{ m }} is null and {{ right }}.{{ m }} is null)
+{%- else -%}
+{{ left }}.{{ m }} <=> {{ right }}.{{ m }}
+{%- endif -%}
+{%- if not loop.last %} and {% endif -%}
+{%- else -%}
+true
+{%- endfor -%}
 {%- endmacro %}

@@ -24,14 +24,15 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.schemas import TRANSACTIONS
+from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.stateful.sliding import sliding_counts
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
     """Bronze transactions in; change points of each user's FAILED count out."""
-    failed = dedup_within_watermark(events, "event_time", watermark).where(
+    failed = dedup_stream(events, TRANSACTIONS, watermark).where(
         F.col("status") == "FAILED")
     return sliding_counts(failed, key="user_id", event_time="event_time", size=window,
                           slide=slide, count_col="failed_count")

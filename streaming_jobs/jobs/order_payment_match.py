@@ -27,15 +27,16 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.schemas import ORDERS, PAYMENTS
+from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(orders: DataFrame, payments: DataFrame, *, within: str, watermark: str) -> DataFrame:
-    o = dedup_within_watermark(orders, "order_time", watermark).select(
+    o = dedup_stream(orders, ORDERS, watermark).select(
         F.col("order_id").alias("o_order_id"), "user_id",
         F.col("amount").alias("order_amount"), "order_time")
-    p = dedup_within_watermark(payments, "payment_time", watermark).select(
+    p = dedup_stream(payments, PAYMENTS, watermark).select(
         F.col("order_id").alias("p_order_id"), "payment_id",
         F.col("amount").alias("payment_amount"), "payment_time")
     bound = F.expr(f"interval {within}")

@@ -30,7 +30,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.schemas import CLICKS
+from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.stateful.epochs import Epochs
 from streaming_jobs.stateful.frames import epoch_ms, timestamps
 from streaming_jobs.intervals import interval_seconds
@@ -106,7 +107,7 @@ def build(clicks: DataFrame, *, ttl: str, watermark: str) -> DataFrame:
     if not ttl_s:
         raise ValueError(f"user_activity_profile: ttl={ttl!r} is not an interval like '30 minutes'")
     ttl_ms = ttl_s * 1000
-    deduped = dedup_within_watermark(clicks, "event_time", watermark)
+    deduped = dedup_stream(clicks, CLICKS, watermark)
     grouped = deduped.select("user_id", "event_time", "amount").groupBy("user_id")
     if deduped.isStreaming:
         return grouped.transformWithStateInPandas(

@@ -16,12 +16,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.schemas import CLICKS
+from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(clicks: DataFrame, *, gap: str, watermark: str) -> DataFrame:
-    deduped = dedup_within_watermark(clicks, "event_time", watermark)
+    deduped = dedup_stream(clicks, CLICKS, watermark)
     return (
         deduped.groupBy("user_id", F.session_window("event_time", gap).alias("s"))
         .agg(

@@ -12,12 +12,13 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.schemas import RIDES
+from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 
 def build(rides: DataFrame, *, window: str, watermark: str) -> DataFrame:
-    deduped = dedup_within_watermark(rides, "pickup_time", watermark)
+    deduped = dedup_stream(rides, RIDES, watermark)
     return (
         deduped.groupBy("pickup_zone", F.window("pickup_time", window).alias("w"))
         .agg(

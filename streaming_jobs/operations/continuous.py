@@ -40,7 +40,7 @@ from streaming_jobs.registry import get_job
 from streaming_jobs.operations import savepoints
 from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
-from streaming_jobs.progress import progress_log
+from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.runner import RunMetrics, StreamRunError, last_reading, metrics
 from streaming_jobs.registry import stream_schema
 
@@ -192,6 +192,8 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
         for name in names:  # all or nothing: refuse before starting any query
             locks.enter_context(checkpoint_lock(cfg.paths.checkpoint(name), holder,
                                                 takes_savepoint_requests=name in jobs))
+        for name in names:
+            forget_previous_lineage(cfg, name)
         host = _Host(spark, cfg, streams, jobs, trigger_seconds)
         failure: tuple[str, Exception] | None = None
         try:

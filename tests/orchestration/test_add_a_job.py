@@ -84,9 +84,10 @@ def test_a_broken_job_module_is_named_in_the_error(tmp_path, monkeypatch):
 
 
 def test_a_job_without_dbt_models_streams_but_is_left_out_of_reconciliation(user_jobs):
-    from orchestration.dbt_cli import dbt_vars
+    from orchestration.dbt_models import reconciled_jobs
+    from orchestration.dbt_vars import job_vars
 
-    reconciled = dbt_vars()["jobs"]
+    reconciled = job_vars(reconciled_jobs())
     assert "merchant_failures_10m" not in reconciled
     assert set(reconciled) == {"failed_txn_velocity", "zone_revenue_hourly", "user_sessions",
                                "user_activity_profile", "order_payment_match", "events_by_type"}
@@ -157,11 +158,12 @@ def team_folder(tmp_path, monkeypatch):
 def test_a_sql_job_over_a_new_stream_is_one_file_each_and_reconciles(spark, cfg, team_folder):
     from helpers import dbt
     from orchestration.defs.streaming.assets import streaming_assets
-    from orchestration.dbt_cli import dbt_vars
+    from orchestration.dbt_models import reconciled_jobs
+    from orchestration.dbt_vars import job_vars
 
     keys = {key.to_user_string() for a in streaming_assets() for key in a.keys}
     assert {"bronze/logins", "gold/failed_logins_10m"} <= keys
-    assert "failed_logins_10m" in dbt_vars()["jobs"]
+    assert "failed_logins_10m" in job_vars(reconciled_jobs())
     spec = get_job("failed_logins_10m")
     assert spec.description == "failed sign-ins per user per 10-minute window."
 

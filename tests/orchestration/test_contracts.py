@@ -79,7 +79,7 @@ def test_dg_loads_and_checks_the_definitions_folder(cfg):
                             env=env, capture_output=True, text=True, timeout=600)
     assert listed.returncode == 0, (listed.stdout + listed.stderr)[-3000:]
     defs = json.loads(listed.stdout[listed.stdout.index("{"):])
-    assets = {a["key"] for a in defs["assets"]}
+    assets = {a["asset_key"] for a in defs["assets"]}
     assert {"gold/failed_txn_velocity", "recon/recon_summary", "ops/overview"} <= assets
     assert {s["name"] for s in defs["sensors"]} >= {"checkpoint_health_sensor",
                                                      "reconcile_on_update_sensor"}

@@ -85,7 +85,7 @@ def test_your_jobs_get_one_line_models_in_the_generated_folder(tmp_path, monkeyp
     # the job's SQL and its source's dedup key and columns reach the macro through --vars
     params = job_vars(registry())["logins_10m"]
     assert params["batch_sql"].startswith("with failed as") and not params["batch_sql"].endswith(";")
-    assert params["source_keys"] == {"logins": "login_id"}
+    assert params["source_keys"] == {"logins": ["login_id"]}
     assert params["source_columns"] == {"logins": ["user_id", "outcome", "event_time"]}
 
 

@@ -1,12 +1,13 @@
--- Revenue per pickup zone per tumbling hour as streamed, against the batch recomputation:
--- every window in exactly one recon class. The windows do not depend on which events arrived
--- (a late ride only changes its window's values), so the batch model has each measure over all
--- rides and over the on-time ones (<measure>_on_time), and one join suffices.
-{%- set job = 'zone_revenue_hourly' %}
+{%- set job = 'zone_revenue_hourly' -%}
 {%- set spec = var('jobs')[job] -%}
 {%- set keys = spec['keys'] -%}
 {%- set measures = spec['measures'] -%}
 {%- set tolerance = spec['tolerance'] -%}
+
+-- Revenue per pickup zone per tumbling hour as streamed, against the batch recomputation:
+-- every window in exactly one recon class. The windows do not depend on which events arrived
+-- (a late ride only changes its window's values), so the batch model has each measure over all
+-- rides and over the on-time ones (<measure>_on_time), and one join suffices.
 
 with streamed as (
 

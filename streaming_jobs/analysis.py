@@ -1,0 +1,314 @@
+"""Load-time analysis of every job: what the streaming engine would refuse, and whether its
+state is bounded, found before anything runs.
+
+For each job, `analyze_job` builds the job's query over empty streaming sources with the
+bronze schema of each stream (nothing is read or started) and checks, in order:
+
+1. the query parses and resolves (SQL jobs: the error names the file and the line);
+2. its output has the declared keys and measures;
+3. Spark's own streaming checker accepts it in the job's output mode (``append``, or
+   ``update`` for jobs that MERGE per batch): what ``start()`` would refuse, found now;
+4. every stateful operator can evict its state:
+
+   - an aggregation groups by a watermarked column (a ``window()`` or ``session_window()`` of
+     the event time, or the event time itself);
+   - a deduplication keys on the watermark or is ``dropDuplicatesWithinWatermark``;
+   - a stream-stream join bounds the state of both sides: a time range between the two event
+     times in its condition, or a watermarked column in its equality keys (Spark's own rule,
+     `StreamingJoinHelper`, asked for each side);
+   - a keyed state (``applyInPandasWithState``) has a timeout.
+
+   An operator that cannot is refused (an error) or, with ``unbounded_state: warn`` (per job)
+   or ``TIDEMARK_UNBOUNDED_STATE=warn`` (for all), reported as a warning. Either way the message
+   names the operator and how to bound it.
+
+`tidemark check` prints every finding; the Dagster code location refuses to load while an error
+stands (`checked`), from a result cached per content of the job files, so a JVM starts only
+when a job or stream changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.ingestion import bronze_schema
+from streaming_jobs.registry import PACKAGE_DIR, job_folders, registry, streams
+from streaming_jobs.schemas import StreamSchema
+from streaming_jobs.spec import JobSpec
+
+WATERMARK_KEY = "spark.watermarkDelayMs"
+POLICIES = ("refuse", "warn")
+
+
+@dataclass(frozen=True)
+class Finding:
+    job: str
+    where: str  # file:line, or the job
+    level: str  # "error" or "warning"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.level}: job {self.job}: {self.message}"
+
+
+class JobCheckError(ValueError):
+    """Jobs the engine would refuse or whose state would grow forever."""
+
+    def __init__(self, findings: list[Finding]):
+        self.findings = findings
+        lines = "\n".join(f"  {f}" for f in findings)
+        super().__init__(f"tidemark check found {len(findings)} error(s); fix them (or set "
+                         f"'unbounded_state: warn' where unbounded state is meant):\n{lines}")
+
+
+# -- the plan, through py4j ---------------------------------------------------------------------
+
+def _seq(scala_seq) -> list:
+    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+
+
+def _children(node) -> list:
+    return _seq(node.children())
+
+
+def _watermarked(attribute) -> bool:
+    return attribute.metadata().contains(WATERMARK_KEY)
+
+
+def _references(expression) -> list:
+    return _seq(expression.references().toSeq())
+
+
+def _names(expressions) -> str:
+    return ", ".join(sorted({a.name() for e in expressions for a in _references(e)})) or "nothing"
+
+
+def _attribute_set(jvm, attributes: list):
+    buffer = jvm.java.util.ArrayList()
+    for a in attributes:
+        buffer.add(a)
+    return jvm.org.apache.spark.sql.catalyst.expressions.AttributeSet.apply(
+        jvm.scala.jdk.javaapi.CollectionConverters.asScala(buffer))
+
+
+def _join_side_bounded(jvm, join, side: str) -> bool:
+    """Whether Spark can compute a state watermark for one side of a stream-stream join."""
+    helper = jvm.org.apache.spark.sql.catalyst.analysis.StreamingJoinHelper
+    if helper.isWatermarkInJoinKeys(join):
+        return True
+    this, other = (join.left(), join.right()) if side == "left" else (join.right(), join.left())
+    condition = join.condition()
+    if condition.isEmpty():
+        return False
+    other_marked = [a for a in _seq(other.output()) if _watermarked(a)]
+    # any event watermark will do: the question is only whether a bound exists at all
+    # (a number above 2**31 travels through py4j as a Long, as Option[Long] needs)
+    bound = helper.getStateValueWatermark(
+        _attribute_set(jvm, _seq(this.output())), _attribute_set(jvm, other_marked),
+        condition, jvm.scala.Some(10 ** 12))
+    return not bound.isEmpty()
+
+
+def _state_operators(node, found: list) -> None:
+    for child in _children(node):
+        _state_operators(child, found)
+    if node.isStreaming():
+        found.append(node)
+
+
+def unbounded_operators(jvm, plan) -> list[str]:
+    """What in ``plan`` keeps state it can never evict, each with how to bound it."""
+    nodes: list = []
+    _state_operators(plan, nodes)
+    problems = []
+    for node in nodes:
+        kind = node.nodeName()
+        if kind == "Aggregate":
+            grouping = _seq(node.groupingExpressions())
+            if not any(_watermarked(a) for e in grouping for a in _references(e)):
+                problems.append(
+                    f"the aggregation by ({_names(grouping)}) keeps a state row per group "
+                    "forever: group by a window of the event time (window(...), "
+                    "session_window(...)) or the event time itself, which the watermark closes")
+        elif kind == "Deduplicate":
+            keys = _seq(node.keys())
+            if not any(_watermarked(a) for e in keys for a in _references(e)):
+                problems.append(
+                    f"the deduplication on ({_names(keys)}) keeps every key forever: use "
+                    "dropDuplicatesWithinWatermark, or include the event time in its columns")
+        elif kind == "Join" and all(c.isStreaming() for c in _children(node)):
+            for side in ("left", "right"):
+                if not _join_side_bounded(jvm, node, side):
+                    problems.append(
+                        f"the stream-stream join ({node.joinType().toString()}) never evicts "
+                        f"its {side} side's state: add a time bound between the two event "
+                        "times to the join condition (e.g. p.payment_time between o.order_time "
+                        "and o.order_time + interval 1 hour), or join on a window of both")
+        elif kind.startswith("FlatMapGroups") and "WithState" in kind:
+            if "NoTimeout" in node.timeout().toString():
+                problems.append(
+                    f"the keyed state ({kind}) has no timeout: pass timeoutConf "
+                    "(GroupStateTimeout.EventTimeTimeout) and remove each key's state when it "
+                    "times out, as a TTL")
+    return problems
+
+
+# -- one job ------------------------------------------------------------------------------------
+
+def _empty_sources(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchema],
+                   scratch: Path) -> list[DataFrame]:
+    frames = []
+    for name in spec.sources:
+        folder = scratch / name
+        folder.mkdir(parents=True, exist_ok=True)
+        frames.append(spark.readStream.schema(bronze_schema(known[name])).json(str(folder)))
+    return frames
+
+
+def _query_line(spec: JobSpec, message: str) -> str:
+    """file:line of a SQL error: the query's first line plus the line Spark names."""
+    found = re.search(r"line (\d+),? pos (\d+)", message)
+    start = spec.origin_lines.get("query")
+    if found and start and spec.origin:
+        return f"{spec.origin}:{start + int(found.group(1)) - 1}"
+    return spec.at("query")
+
+
+def _first_line(exc: Exception) -> str:
+    """The engine's message without its stack trace."""
+    if hasattr(exc, "java_exception"):
+        text = str(exc.java_exception.getMessage())
+    else:
+        text = str(exc)
+    return text.split("\nJVM stacktrace")[0].split(";\n")[0].split("\n== ")[0].strip()
+
+
+def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchema],
+                policy: str = "refuse", scratch: Path | None = None) -> list[Finding]:
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # we report it
+    scratch = scratch or Path(tempfile.mkdtemp(prefix="tidemark-check-"))
+    out: list[Finding] = []
+    try:
+        frame = spec.apply(*_empty_sources(spark, spec, known, scratch))
+    except (PySparkException, Py4JJavaError) as exc:
+        message = _first_line(exc)
+        return [Finding(spec.name, _query_line(spec, message), "error",
+                        f"the query does not resolve against its sources' schemas: {message}")]
+    except Exception as exc:  # a Python job's build that fails on its inputs
+        return [Finding(spec.name, spec.at(), "error", f"build failed: {type(exc).__name__}: {exc}")]
+    for role in ("keys", "measures"):
+        missing = [c for c in getattr(spec, role) if c not in frame.columns]
+        if missing:
+            out.append(Finding(spec.name, spec.at(role), "error",
+                               f"{role} {', '.join(missing)} not in the query's output columns "
+                               f"({', '.join(frame.columns)})"))
+    if not frame.isStreaming:
+        return out + [Finding(spec.name, spec.at("query"), "error",
+                              "the query does not read its sources as a stream")]
+    jvm = spark.sparkContext._jvm
+    plan = frame._jdf.queryExecution().analyzed()
+    mode = jvm.org.apache.spark.sql.streaming.OutputMode
+    try:
+        jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
+            plan, mode.Append() if spec.output_mode == "append" else mode.Update())
+    except (PySparkException, Py4JJavaError) as exc:
+        message = _first_line(exc).split(";;")[0].strip()
+        out.append(Finding(spec.name, spec.at("query"), "error",
+                           f"Spark's streaming engine refuses the query in {spec.output_mode} "
+                           f"mode: {message}"))
+        return out
+    level = "error" if (spec.unbounded_state or policy) == "refuse" else "warning"
+    for problem in unbounded_operators(jvm, plan):
+        out.append(Finding(spec.name, spec.at("query"), level, f"unbounded state: {problem}"))
+    return out
+
+
+def analyze(spark: SparkSession, jobs: dict[str, JobSpec] | None = None,
+            policy: str | None = None) -> list[Finding]:
+    policy = policy or TidemarkConfig.from_env().unbounded_state
+    known, jobs = streams(), registry() if jobs is None else jobs
+    scratch = Path(tempfile.mkdtemp(prefix="tidemark-check-"))
+    return [f for spec in jobs.values() for f in analyze_job(spark, spec, known, policy, scratch)]
+
+
+# -- cached, for the code location's load -------------------------------------------------------
+
+def fingerprint(policy: str) -> str:
+    """A hash of everything the analysis depends on: the job and stream files, the policy and
+    the Spark version."""
+    from pyspark import __version__ as spark_version
+
+    digest = hashlib.sha256(f"{policy}|{spark_version}".encode())
+    here = Path(__file__).resolve().parent
+    files = [here / "schemas.py", here / "analysis.py", here / "sql_jobs.py",
+             *sorted(PACKAGE_DIR.glob("*.py")), *sorted(PACKAGE_DIR.glob("*.sql"))]
+    files += [f for folder in job_folders() for f in sorted(folder.iterdir())
+              if f.suffix in (".py", ".sql")]
+    for f in files:
+        digest.update(str(f).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def checked(cfg: TidemarkConfig) -> list[Finding]:
+    """The findings for the current jobs, from the cache or a fresh analysis; raises
+    `JobCheckError` if any is an error.
+
+    With an active SparkSession the analysis runs in it; without one, in a short-lived process
+    (a code server keeps no JVM).
+    """
+    policy = cfg.unbounded_state
+    cache = cfg.jars_cache.parent / "checks" / f"{fingerprint(policy)}.json"
+    if cache.exists():
+        findings = [Finding(**f) for f in json.loads(cache.read_text())]
+    else:
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            findings = analyze(spark, policy=policy)
+        else:
+            result = subprocess.run([sys.executable, "-m", "streaming_jobs.analysis", "--json"],
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError("tidemark check could not analyse the jobs (run `tidemark "
+                                   f"check` to see why):\n{result.stderr[-3000:]}")
+            findings = [Finding(**f) for f in json.loads(result.stdout.splitlines()[-1])]
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(".partial")
+        partial.write_text(json.dumps([asdict(f) for f in findings]))
+        partial.replace(cache)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        raise JobCheckError(errors)
+    return findings
+
+
+def main() -> int:
+    from streaming_jobs.spark import get_spark
+
+    cfg = TidemarkConfig.from_env()
+    spark = get_spark(cfg)
+    findings = analyze(spark, policy=cfg.unbounded_state)
+    if "--json" in sys.argv:
+        print(json.dumps([asdict(f) for f in findings]))
+    else:
+        for f in findings:
+            print(f)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""`tidemark check`: every job analysed against its sources' schemas before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming_jobs.analysis import JobCheckError, analyze, checked
+from streaming_jobs.registry import registry
+
+ORDERS_PAYMENTS = "-- source: orders\n-- joins: payments\n"
+
+JOBS = {
+    # a join with no time bound: both sides' state grows forever
+    "unbounded_join.sql": (
+        "-- unbounded_join: payments of each order, no time bound.\n" + ORDERS_PAYMENTS +
+        "-- keys: order_id, payment_id\n-- measures: paid\n-- watermark: 10 minutes\n"
+        "select o.order_id, p.payment_id, p.amount as paid\n"
+        "from orders o join payments p on o.order_id = p.order_id\n"),
+    # the same join, bounded by a time range: accepted
+    "bounded_join.sql": (
+        "-- bounded_join: payments within an hour of their order.\n" + ORDERS_PAYMENTS +
+        "-- keys: order_id, payment_id\n-- measures: paid\n-- watermark: 10 minutes\n"
+        "select o.order_id, p.payment_id, p.amount as paid\n"
+        "from orders o join payments p on o.order_id = p.order_id\n"
+        "  and p.payment_time between o.order_time and o.order_time + interval 1 hour\n"),
+    # an aggregation over an aggregation without a window: the engine refuses it
+    "counts_of_counts.sql": (
+        "-- counts_of_counts: how many users clicked n times.\n-- source: clicks\n"
+        "-- keys: n\n-- measures: users\n-- watermark: 10 minutes\n"
+        "select n, count(*) as users\n"
+        "from (select user_id, count(*) as n from events group by user_id)\n"
+        "group by n\n"),
+    # a typo on the query's third line (the file's eighth)
+    "typo.sql": (
+        "-- typo: clicks per page.\n-- source: clicks\n-- keys: page\n-- measures: n\n"
+        "-- watermark: 10 minutes\nselect page, count(*) as n\nfrom events\ngroup by pagee\n"),
+    # a measure the query does not produce
+    "missing_measure.sql": (
+        "-- missing_measure: clicks per page and window.\n-- source: clicks\n"
+        "-- keys: page, window_start, window_end\n-- measures: clicks\n-- watermark: 1 minute\n"
+        "select page, window.start as window_start, window.end as window_end, count(*) as n\n"
+        "from events group by page, window(event_time, '5 minutes')\n"),
+}
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    path = tmp_path / "jobs"
+    path.mkdir()
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(path))
+    return path
+
+
+def by_job(findings):
+    out = {}
+    for f in findings:
+        out.setdefault(f.job, []).append(f)
+    return out
+
+
+def test_the_built_in_jobs_pass(spark):
+    assert analyze(spark, registry(), policy="refuse") == []
+
+
+def test_each_refusal_names_the_file_the_line_and_the_fix(spark, folder):
+    for name, text in JOBS.items():
+        (folder / name).write_text(text)
+    jobs = {n: s for n, s in registry().items() if s.origin and str(folder) in s.origin}
+    found = by_job(analyze(spark, jobs, policy="refuse"))
+    assert set(found) == {"unbounded_join", "counts_of_counts", "typo", "missing_measure"}
+
+    join = found["unbounded_join"]
+    assert [f.level for f in join] == ["error", "error"]
+    assert {f.where for f in join} == {f"{folder / 'unbounded_join.sql'}:7"}
+    assert "never evicts its left side's state" in join[0].message
+    assert "never evicts its right side's state" in join[1].message
+    assert "add a time bound between the two event times" in join[0].message
+
+    (refused,) = found["counts_of_counts"]
+    assert refused.where == f"{folder / 'counts_of_counts.sql'}:6"
+    assert "refuses the query in append mode" in refused.message
+
+    (typo,) = found["typo"]
+    assert typo.where == f"{folder / 'typo.sql'}:8"  # `group by pagee`
+    assert "pagee" in typo.message and "JVM" not in typo.message
+
+    (missing,) = found["missing_measure"]
+    assert missing.where == f"{folder / 'missing_measure.sql'}:4"  # the measures header
+    assert "measures clicks not in the query's output columns" in missing.message
+
+
+def test_unbounded_state_can_be_a_warning_per_job_or_for_all(spark, folder):
+    (folder / "unbounded_join.sql").write_text(JOBS["unbounded_join.sql"])
+    jobs = {"unbounded_join": registry()["unbounded_join"]}
+    assert {f.level for f in analyze(spark, jobs, policy="warn")} == {"warning"}
+    (folder / "unbounded_join.sql").write_text(
+        JOBS["unbounded_join.sql"].replace("-- keys:", "-- unbounded_state: warn\n-- keys:"))
+    jobs = {"unbounded_join": registry()["unbounded_join"]}
+    assert {f.level for f in analyze(spark, jobs, policy="refuse")} == {"warning"}
+
+
+def test_an_unbounded_join_stops_the_code_location_before_anything_runs(spark, cfg, folder):
+    (folder / "unbounded_join.sql").write_text(JOBS["unbounded_join.sql"])
+    from orchestration.definitions import build_definitions
+
+    with pytest.raises(JobCheckError) as raised:
+        build_definitions()
+    assert f"{folder / 'unbounded_join.sql'}:7: error: job unbounded_join" in str(raised.value)
+    assert not cfg.paths.checkpoints.exists() or not any(cfg.paths.checkpoints.iterdir())
+    assert not (cfg.paths.lake / "gold").exists()
+    # the result is cached per content of the job files: the same files, the same answer
+    with pytest.raises(JobCheckError):
+        checked(cfg)
+    # fixed: the location loads
+    (folder / "unbounded_join.sql").write_text(JOBS["bounded_join.sql"])
+    assert checked(cfg) == []
+    assert build_definitions().resolve_asset_graph().has(
+        __import__("dagster").AssetKey(["gold", "bounded_join"]))
