@@ -89,7 +89,7 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
             f"{rec['reconciled_at'] if rec else 'not yet'} | "
             f"{rec['unexplained_rows'] if rec else '-'} | {open_by_job.get(name, 0)} |")
     totals = {
-        "jobs": len(jobs),
+        "job_count": len(jobs),
         "state_rows": sum((r["state_rows"] or 0) for r in last.values()),
         "open_alerts": len(open_rows),
         "unexplained_rows": sum(r["unexplained_rows"] or 0 for r in recon.values()),

@@ -271,7 +271,7 @@ def checked(cfg: TidemarkConfig) -> list[Finding]:
     (a code server keeps no JVM).
     """
     policy = cfg.unbounded_state
-    cache = cfg.jars_cache.parent / "checks" / f"{fingerprint(policy)}.json"
+    cache = cfg.spark.jars_cache.parent / "checks" / f"{fingerprint(policy)}.json"
     if cache.exists():
         findings = [Finding(**f) for f in json.loads(cache.read_text())]
     else:

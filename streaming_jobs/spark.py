@@ -141,6 +141,10 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.sql.streaming.statefulOperator.allowMultiple": "true",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # a job's output may hold arrays of structs whose fields Spark marks NOT NULL (e.g.
+        # collect_list(struct(count(*), ...))); Delta cannot enforce NOT NULL inside arrays and
+        # would refuse the table: keep the column, leave that nested constraint unenforced
+        "spark.databricks.delta.constraints.allowUnenforcedNotNull.enabled": "true",
         # Delta replays its log with 50 tasks by default: 20 s of scheduling on two cores.
         "spark.databricks.delta.snapshotPartitions": str(cfg.spark.shuffle_partitions),
         "spark.ui.showConsoleProgress": "false",

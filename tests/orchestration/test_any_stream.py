@@ -1,6 +1,7 @@
 """Jobs for streams without an id, written from the scaffold, run through Dagster by selection
-and reconciled: a sliding top-N per window, a join of two windowed streams (a set, no
-measures) and a session job; each checked against answers computed here from the events."""
+and reconciled: a sliding top-N per window (an array measure), a join of two windowed streams
+(a set: no measures) and a session job; each checked against answers computed here from the
+events."""
 
 from __future__ import annotations
 
@@ -52,16 +53,25 @@ from per_site
 group by w
 """
 
-PAIRS = """-- hot_reading_alarms: hot readings and alarms of the same site in the same 5 minutes.
+PAIRS = """-- hot_alarmed_windows: sites with a hot reading and an alarm in the same 5 minutes.
 -- source: readings
 -- joins: alarms
--- keys: site, window_start, window_end, sensor_id, read_at, level, raised_at
+-- keys: site, window_start, window_end
 -- watermark: 5 minutes
-select r.site, r.w.start as window_start, r.w.end as window_end, r.sensor_id, r.read_at,
-       a.level, a.raised_at
-from (select *, window(read_at, '5 minutes') as w from readings where celsius > 30) as r
-join (select *, window(raised_at, '5 minutes') as w from alarms) as a
-  on r.site = a.site and r.w = a.w
+with hot as (
+    select site, window(read_at, '5 minutes') as w
+    from readings
+    where celsius > 30
+    group by site, window(read_at, '5 minutes')
+),
+raised as (
+    select site, window(raised_at, '5 minutes') as w
+    from alarms
+    group by site, window(raised_at, '5 minutes')
+)
+select hot.site, hot.w.start as window_start, hot.w.end as window_end
+from hot
+join raised on hot.site = raised.site and hot.w = raised.w
 """
 
 START = datetime(2026, 3, 1)
@@ -117,16 +127,10 @@ def expected_top(readings) -> dict:
 
 
 def expected_pairs(readings, alarms) -> set:
-    out = set()
-    for r in readings:
-        if r["celsius"] <= 30:
-            continue
-        for a in alarms:
-            w = floor(ts(r["read_at"]), 5)
-            if a["site"] == r["site"] and floor(ts(a["raised_at"]), 5) == w:
-                out.add((r["site"], w, w + timedelta(minutes=5), r["sensor_id"], ts(r["read_at"]),
-                         a["level"], ts(a["raised_at"])))
-    return out
+    """(site, window start, window end) of every 5 minutes with a hot reading and an alarm."""
+    hot = {(r["site"], floor(ts(r["read_at"]), 5)) for r in readings if r["celsius"] > 30}
+    raised = {(a["site"], floor(ts(a["raised_at"]), 5)) for a in alarms}
+    return {(site, w, w + timedelta(minutes=5)) for site, w in hot & raised}
 
 
 def expected_sessions(readings) -> dict:
@@ -166,7 +170,7 @@ def sensors_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
     (folder / "sensors.py").write_text(SENSORS)
     (folder / "hot_sites_top2.sql").write_text(TOP_SITES)
-    (folder / "hot_reading_alarms.sql").write_text(PAIRS)
+    (folder / "hot_alarmed_windows.sql").write_text(PAIRS)
     # the session job starts from the scaffold, edited as a user would
     path = scaffold("job", "sensor_sessions", folder=str(folder), source="readings")
     text = path.read_text()
@@ -184,7 +188,7 @@ def sensors_folder(tmp_path, monkeypatch):
     return folder
 
 
-JOBS = ("hot_sites_top2", "hot_reading_alarms", "sensor_sessions")
+JOBS = ("hot_sites_top2", "hot_alarmed_windows", "sensor_sessions")
 
 
 def select(*assets: str) -> str:
@@ -196,7 +200,7 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
         spark, cfg, sensors_folder):
     jobs = registry()
     assert jobs["sensor_sessions"].recon_open_when.startswith("coalesce(t.session_end")
-    assert jobs["hot_reading_alarms"].measures == ()
+    assert jobs["hot_alarmed_windows"].measures == ()
     assert cli.main(["check"]) == 0
 
     waves = make_waves()
@@ -226,9 +230,9 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
     want_top = expected_top(readings)
     assert top and top == {w: v for w, v in want_top.items() if w[1] <= watermark["hot_sites_top2"]}
 
-    pairs = {(r.site, r.window_start, r.window_end, r.sensor_id, r.read_at, r.level, r.raised_at)
-             for r in rows("hot_reading_alarms")}
-    assert pairs and pairs == expected_pairs(readings, alarms)
+    pairs = {(r.site, r.window_start, r.window_end) for r in rows("hot_alarmed_windows")}
+    want_pairs = expected_pairs(readings, alarms)
+    assert pairs and pairs == {p for p in want_pairs if p[2] <= watermark["hot_alarmed_windows"]}
 
     sessions = {(r.sensor_id, r.session_start, r.session_end): (r.readings, r.peak)
                 for r in rows("sensor_sessions")}
@@ -236,16 +240,16 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
     closed = {k: v for k, v in want_sessions.items() if k[2] <= watermark["sensor_sessions"]}
     assert sessions and sessions == closed
 
-    # reconciliation through Dagster: the recon models of the three jobs and what they read
-    recon = select(*(f"recon/recon_{j}" for j in JOBS))
-    assert cli.main(["materialize", "--select", f"{recon} or key:\"recon/recon_summary\""]) == 0
-    summary = {r.job: r for r in read_table(
-        spark, cfg.paths.dbt_table("recon", "recon_summary")).collect() if r.job in JOBS}
-    assert set(summary) == set(JOBS)
+    # reconciliation through Dagster: the three jobs' dbt models (staging, batch, recon) and
+    # their dbt tests, no_unexplained_rows__<job> among them (blocking)
+    recon = " or ".join(f'+key:"recon/recon_{j}"' for j in JOBS)
+    assert cli.main(["materialize", "--select", f"({recon}) and kind:dbt"]) == 0
+    from orchestration.recon_report import UNEXPLAINED
+
     for job in JOBS:
-        classes = {r.recon_class for r in read_table(
-            spark, cfg.paths.dbt_table("recon", f"recon_{job}")).collect()}
-        assert summary[job].unexplained_rows == 0, (job, classes)
+        classes = [r.recon_class for r in read_table(
+            spark, cfg.paths.dbt_table("recon", f"recon_{job}")).collect()]
+        assert classes and not set(classes) & set(UNEXPLAINED), (job, sorted(set(classes)))
     top_classes = {(r.window_start, r.window_end): r.recon_class for r in read_table(
         spark, cfg.paths.dbt_table("recon", "recon_hot_sites_top2")).collect()}
     assert top_classes == {w: "match" if w[1] <= watermark["hot_sites_top2"] else "window_open"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from dagster import AssetKey
 
 from streaming_jobs.analysis import JobCheckError, analyze, checked
 from streaming_jobs.registry import registry
@@ -114,5 +115,5 @@ def test_an_unbounded_join_stops_the_code_location_before_anything_runs(spark, c
     # fixed: the location loads
     (folder / "unbounded_join.sql").write_text(JOBS["bounded_join.sql"])
     assert checked(cfg) == []
-    assert build_definitions().resolve_asset_graph().has(
-        __import__("dagster").AssetKey(["gold", "bounded_join"]))
+    graph = build_definitions().resolve_asset_graph()
+    assert graph.has(AssetKey(["gold", "unbounded_join"]))  # the file's name: now bounded
