@@ -60,9 +60,22 @@ class StreamSchema:
     fields: tuple[Field, ...]
     event_time: str
     key: str | tuple[str, ...] | None = None
+    # How far ahead of its ingest time an event may be: a line dated later is quarantined (one
+    # far-future event would move every watermark past all real data). None: no bound.
+    max_ahead: str | None = "1 day"
 
     def __post_init__(self) -> None:
+        from streaming_jobs.intervals import interval_seconds
+
         where = f"stream {self.name!r}"
+        if self.max_ahead is not None:
+            try:
+                seconds = interval_seconds(self.max_ahead)
+            except ValueError:
+                seconds = None
+            if seconds is None or seconds < 0:
+                raise ValueError(f"{where}: max_ahead {self.max_ahead!r} is not an interval such "
+                                 "as '1 day' or '2 hours' (or None for no bound)")
         if not isinstance(self.name, str) or not NAME.match(self.name):
             raise ValueError(f"{where}: a stream name is lower case letters, digits and _, "
                              "starting with a letter (it names folders, tables and dbt models)")

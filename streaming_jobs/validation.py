@@ -3,6 +3,20 @@
 `parse_lines` is pure: a DataFrame of raw lines in, the same rows out with the typed fields
 and a ``_reason`` column that is null for a good row. Bronze keeps the good rows, quarantine
 keeps the raw line and the reason, so every line lands in exactly one of the two.
+
+Strict by default. The first rule a line breaks is its reason (`REASONS` lists them in
+order):
+
+- the line is one JSON object and nothing else (no second value, no text after it);
+- every field is present and not null;
+- each field has its JSON type: a string field a JSON string (not a number, object or
+  boolean written as text), a number field a JSON number (not ``"12"``, ``"NaN"`` or
+  ``"Infinity"`` in quotes), a timestamp an ISO-8601 string with its date;
+- the value converts to the field's type (a number that fits, a timestamp that exists);
+- the stream's key columns are not blank;
+- the event time is at most ``max_ahead`` (the stream's setting, default 1 day) after the
+  line's ingest time: one far-future event would otherwise move every job's watermark past all
+  real data, and every later event would be dropped as late.
 """
 
 from __future__ import annotations
@@ -11,7 +25,25 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.schemas import StreamSchema
+
+REASONS = (
+    "empty line",
+    "invalid JSON",
+    "not a JSON object",
+    "more than one JSON value on the line",
+    "missing required field(s): <fields>",
+    "<field> is a JSON <type>, not a <string|number|boolean|timestamp string>",
+    "<field> has no date (a timestamp is an ISO-8601 date and time)",
+    "<field> is not a valid <type>",
+    "key <field> is blank",
+    "<event time> is more than <max_ahead> after its ingest time",
+)
+NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
+           T.DecimalType)
+JSON_NUMBERS = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
+ISO_DATE = r"^\d{4}-\d{2}-\d{2}([Tt ]|$)"
 
 
 def _typed(raw: Column, dtype: T.DataType) -> Column:
@@ -22,25 +54,69 @@ def _typed(raw: Column, dtype: T.DataType) -> Column:
     return raw.try_cast(dtype)
 
 
+def _json_type(variant: Column, name: str) -> Column:
+    """The JSON type of one field as Spark's variant names it: STRING, BIGINT, DOUBLE,
+    DECIMAL(p,s), BOOLEAN, OBJECT<...>, ARRAY<...>, VOID (null)."""
+    return F.schema_of_variant(F.variant_get(variant, f"$.{name}", "variant"))
+
+
+def _wrong_json_type(name: str, dtype: T.DataType, json_type: Column) -> Column:
+    """The reason when a present field has the wrong JSON type, else null."""
+    if isinstance(dtype, (T.StringType, T.TimestampType)):
+        wanted, ok = ("timestamp string" if isinstance(dtype, T.TimestampType) else "string",
+                      json_type == "STRING")
+    elif isinstance(dtype, NUMERIC):
+        wanted = "number"
+        ok = F.split(json_type, r"\(")[0].isin(*JSON_NUMBERS)
+    elif isinstance(dtype, T.BooleanType):
+        wanted, ok = "boolean", json_type == "BOOLEAN"
+    else:
+        return F.lit(None).cast("string")
+    kind = F.lower(F.regexp_replace(json_type, r"[<(].*$", ""))
+    return F.when((json_type != "VOID") & ~ok,
+                  F.concat(F.lit(f"{name} is a JSON "), kind, F.lit(f", not a {wanted}")))
+
+
 def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = "value") -> DataFrame:
     """Add the typed fields of ``schema`` and ``_reason`` (null when the line is good)."""
-    raw = F.from_json(F.col(line_col), schema.raw_struct)
-    parsed = lines.withColumn("_raw", raw)
+    line = F.col(line_col)
+    parsed = lines.withColumn("_raw", F.from_json(line, schema.raw_struct)).withColumn(
+        "_variant", F.try_parse_json(line))
     typed = [_typed(F.col("_raw")[f.name], f.dtype).alias(f.name) for f in schema.fields]
     missing = [F.when(F.col("_raw")[f.name].isNull(), F.lit(f.name)) for f in schema.fields]
+    json_types = [_wrong_json_type(f.name, f.dtype, _json_type(F.col("_variant"), f.name))
+                  for f in schema.fields]
+    no_date = [F.when(~F.col("_raw")[f.name].rlike(ISO_DATE),
+                      F.lit(f"{f.name} has no date (a timestamp is an ISO-8601 date and time)"))
+               for f in schema.fields if isinstance(f.dtype, T.TimestampType)]
     bad_type = [
         F.when(F.col("_raw")[f.name].isNotNull() & F.col(f.name).isNull(),
                F.lit(f"{f.name} is not a valid {f.dtype.simpleString()}"))
         for f in schema.fields
     ]
+    blank_key = [F.when(F.trim(F.col(k)) == "", F.lit(f"key {k} is blank"))
+                 for k in schema.key or () if isinstance(schema.field(k).dtype, T.StringType)]
     with_fields = parsed.select("*", *typed)
     missing_list = F.concat_ws(", ", *missing)
-    type_list = F.concat_ws("; ", *bad_type)
     reason = (
-        F.when(F.trim(F.col(line_col)) == "", F.lit("empty line"))
-        .when(F.try_parse_json(F.col(line_col)).isNull(), F.lit("invalid JSON"))
-        .when(~F.ltrim(F.col(line_col)).startswith("{"), F.lit("not a JSON object"))
+        F.when(F.trim(line) == "", F.lit("empty line"))
+        .when(F.col("_variant").isNull(), F.lit("invalid JSON"))
+        .when(~F.ltrim(line).startswith("{"), F.lit("not a JSON object"))
+        # a second value, or text, after the object: '[' line ']' is then not a one-element
+        # array (Spark's JSON parsers read the first value and ignore the rest)
+        .when(F.coalesce(F.json_array_length(F.concat(F.lit("["), line, F.lit("]"))),
+                         F.lit(0)) != 1, F.lit("more than one JSON value on the line"))
         .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
-        .when(type_list != "", type_list)
     )
-    return with_fields.withColumn("_reason", reason).drop("_raw")
+    for rule in (F.concat_ws("; ", *json_types), F.concat_ws("; ", *no_date),
+                 F.concat_ws("; ", *bad_type), F.concat_ws("; ", *blank_key)):
+        reason = reason.when(rule != "", rule)
+    if schema.max_ahead is not None:
+        seconds = interval_seconds(schema.max_ahead)
+        event_time = F.col(schema.event_time)
+        reason = reason.when(
+            event_time > F.current_timestamp() + F.expr(f"make_dt_interval(0, 0, 0, {seconds})"),
+            F.concat(F.lit(f"{schema.event_time} "), event_time.cast("string"),
+                     F.lit(f" is more than {schema.max_ahead} after its ingest time "
+                           "(the stream's max_ahead)")))
+    return with_fields.withColumn("_reason", reason).drop("_raw", "_variant")

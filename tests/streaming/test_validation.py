@@ -27,11 +27,65 @@ def test_each_line_gets_its_fields_or_its_reason(spark):
     result = parse_lines(df, TRANSACTIONS).select("value", "event_id", "amount", "event_time", "_reason")
     expected = spark.createDataFrame([
         (lines[0], "e1", 12.5, datetime(2026, 1, 1, 0, 0, 1, 250000), None),
-        (lines[1], "e1", None, datetime(2026, 1, 1, 0, 0, 1, 250000), "amount is not a valid double"),
-        (lines[2], "e1", 12.5, None, "event_time is not a valid timestamp"),
+        (lines[1], "e1", None, datetime(2026, 1, 1, 0, 0, 1, 250000),
+         "amount is a JSON string, not a number"),
+        (lines[2], "e1", 12.5, None,
+         "event_time has no date (a timestamp is an ISO-8601 date and time)"),
         (lines[3], "e1", 12.5, datetime(2026, 1, 1, 0, 0, 1, 250000), "missing required field(s): merchant"),
         (lines[4], None, None, None, "invalid JSON"),
         (lines[5], None, None, None, "not a JSON object"),
         (lines[6], None, None, None, "empty line"),
     ], "value string, event_id string, amount double, event_time timestamp, _reason string")
     assertDataFrameEqual(result, expected)
+
+
+def reasons(spark, lines, schema=TRANSACTIONS) -> list:
+    df = spark.createDataFrame([(line,) for line in lines], "value string")
+    return [r._reason for r in parse_lines(df, schema).select("_reason").collect()]
+
+
+def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_reason(spark):
+    lines = [
+        GOOD + '{"event_id":"e2"}',                               # two objects on a line
+        GOOD + " trailing text",                                  # text after the object
+        GOOD.replace('"amount":12.5', '"amount":"12.5"'),         # a number written as text
+        GOOD.replace('"amount":12.5', '"amount":"NaN"'),
+        GOOD.replace('"amount":12.5', '"amount":"Infinity"'),
+        GOOD.replace('"merchant":"m"', '"merchant":42'),          # a string field holding a number
+        GOOD.replace('"merchant":"m"', '"merchant":{"name":"m"}'),
+        GOOD.replace('"2026-01-01T00:00:01.250Z"', '"00:00:01"'),  # a time without its date
+        GOOD.replace('"event_id":"e1"', '"event_id":"  "'),       # a blank key
+        GOOD.replace('"event_id":"e1"', '"event_id":""'),
+        GOOD.replace('"2026-01-01T00:00:01.250Z"', '"9999-12-31T00:00:00Z"'),  # far future
+        GOOD.replace('"merchant":"m"', '"merchant":null'),        # null is missing
+        GOOD,
+    ]
+    assert reasons(spark, lines) == [
+        "more than one JSON value on the line",
+        "more than one JSON value on the line",
+        "amount is a JSON string, not a number",
+        "amount is a JSON string, not a number",
+        "amount is a JSON string, not a number",
+        "merchant is a JSON bigint, not a string",
+        "merchant is a JSON object, not a string",
+        "event_time has no date (a timestamp is an ISO-8601 date and time)",
+        "key event_id is blank",
+        "key event_id is blank",
+        "event_time 9999-12-31 00:00:00 is more than 1 day after its ingest time "
+        "(the stream's max_ahead)",
+        "missing required field(s): merchant",
+        None,
+    ]
+
+
+def test_the_future_bound_is_the_streams_setting(spark):
+    from dataclasses import replace
+    from datetime import timedelta
+
+    soon = (datetime.utcnow() + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    line = GOOD.replace("2026-01-01T00:00:01.250Z", soon)
+    assert reasons(spark, [line]) == [None]  # within the default day
+    strict = replace(TRANSACTIONS, max_ahead="1 hour")
+    assert reasons(spark, [line], strict)[0].endswith("is more than 1 hour after its ingest "
+                                                      "time (the stream's max_ahead)")
+    assert reasons(spark, [line], replace(TRANSACTIONS, max_ahead=None)) == [None]

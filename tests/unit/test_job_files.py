@@ -84,6 +84,7 @@ def test_every_layer_gets_the_declared_key(folder):
     ({"event_time": "site"}, "must be a T.TimestampType() field"),
     ({"event_time": "missing"}, "event_time 'missing' is not one of its fields"),
     ({"name": "../escape"}, "lower case letters, digits and _"),
+    ({"max_ahead": "soon"}, "max_ahead 'soon' is not an interval"),
 ])
 def test_a_bad_stream_declaration_names_the_stream_and_the_fix(bad, message):
     from pyspark.sql import types as T
