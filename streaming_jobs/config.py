@@ -34,6 +34,7 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -148,17 +149,19 @@ class OpsSettings:
     max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
 
 
-def _number(env: dict, name: str, default, kind=float):
+def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
+    """A finite number of at least ``minimum`` (nan, inf and words are refused by name)."""
     raw = env.get(name)
     if raw is None:
         return default
     try:
         value = kind(raw)
-        if value < 0:
+        if not math.isfinite(value) or value < minimum:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a non-negative "
-                          f"{'whole number' if kind is int else 'number'}") from None
+        raise ConfigError(f"{name}={raw!r} is not a "
+                          f"{'whole number' if kind is int else 'finite number'} of at least "
+                          f"{minimum:g}") from None
     return value
 
 
@@ -167,15 +170,15 @@ def _ops_settings(env: dict) -> OpsSettings:
     return OpsSettings(
         savepoint_cron=_parse_cron(env.get("TIDEMARK_SAVEPOINT_CRON", d.savepoint_cron),
                                    "TIDEMARK_SAVEPOINT_CRON"),
-        savepoints_keep=_number(env, "TIDEMARK_SAVEPOINTS_KEEP", d.savepoints_keep, int),
-        stall_seconds=_number(env, "TIDEMARK_STALL_SECONDS", d.stall_seconds),
-        idle_seconds=_number(env, "TIDEMARK_IDLE_SECONDS", d.idle_seconds),
+        savepoints_keep=_number(env, "TIDEMARK_SAVEPOINTS_KEEP", d.savepoints_keep, int, 1),
+        stall_seconds=_number(env, "TIDEMARK_STALL_SECONDS", d.stall_seconds, minimum=1),
+        idle_seconds=_number(env, "TIDEMARK_IDLE_SECONDS", d.idle_seconds, minimum=1),
         growth_horizon_hours=_number(env, "TIDEMARK_GROWTH_HORIZON_HOURS", d.growth_horizon_hours),
         restart_attempts=_number(env, "TIDEMARK_RESTART_ATTEMPTS", d.restart_attempts, int),
         restart_backoff_seconds=_number(env, "TIDEMARK_RESTART_BACKOFF_SECONDS",
                                         d.restart_backoff_seconds),
         max_concurrent_runs=_number(env, "TIDEMARK_MAX_CONCURRENT_RUNS", d.max_concurrent_runs,
-                                    int),
+                                    int, 1),
     )
 
 
@@ -193,7 +196,7 @@ class SqlEndpointSettings:
 
 def _sql_settings(env: dict) -> SqlEndpointSettings:
     d = SqlEndpointSettings()
-    port = _number(env, "TIDEMARK_SQL_PORT", d.port, int)
+    port = _number(env, "TIDEMARK_SQL_PORT", d.port, int, 1)
     if not 1 <= port <= 65535:
         raise ConfigError(f"TIDEMARK_SQL_PORT={port} is not a TCP port (1-65535)")
     target = env.get("TIDEMARK_DBT_TARGET", d.dbt_target)

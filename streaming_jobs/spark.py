@@ -124,8 +124,9 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # Two cores: 200 default shuffle partitions would mean 200 state stores per operator.
         "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
         "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
+        # The Spark UI binds to SPARK_LOCAL_IP (set to loopback in `start_session`; there is no
+        # spark.ui.bindAddress); the driver's RPC to spark.driver.bindAddress.
         "spark.ui.enabled": "true" if cfg.spark.ui_enabled else "false",
-        "spark.ui.bindAddress": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
         # Event times are UTC everywhere: generator, stream, dbt and recon agree on windows.
@@ -210,6 +211,11 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     # PySpark takes the Python workers' interpreter from the environment when the context starts
     # (the conf above covers executors on a cluster); without pandas there, transformWithState fails.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark's web UI listens on SPARK_LOCAL_IP, or on every interface without it: loopback,
+    # unless the driver is made reachable on purpose (spark.driver.host overridden for a
+    # remote master in TIDEMARK_SPARK_CONF, or SPARK_LOCAL_IP set by the user).
+    if conf.get("spark.driver.host", "127.0.0.1") in ("127.0.0.1", "localhost"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
     cfg.paths.logs.mkdir(parents=True, exist_ok=True)  # spark.log

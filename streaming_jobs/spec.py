@@ -123,6 +123,10 @@ class JobSpec:
             raise ValueError(
                 f"job {self.name!r}: a job name is lower case letters, digits and _, starting "
                 "with a letter (it names the checkpoint, the gold table and dbt models)")
+        if self.name.startswith("bronze_"):
+            raise ValueError(f"job {self.name!r}: names starting with bronze_ are the ingestion "
+                             "queries' (bronze_<stream>): their checkpoints would be shared; "
+                             "rename the job")
         if not self.keys:
             raise ValueError(f"job {self.name}: declare its keys: the output columns that "
                              "identify a row")

@@ -26,6 +26,7 @@ import fcntl
 import json
 import logging
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -172,20 +173,54 @@ def payload(row: dict, event: str) -> dict:
     }
 
 
+class WebhookRefused(RuntimeError):
+    """The webhook URL or its answer is not one tidemark sends a token to."""
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not an instruction: the token and the body never follow it."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        raise WebhookRefused(f"the webhook answered HTTP {code} (a redirect); tidemark does "
+                             "not follow redirects: set TIDEMARK_ALERT_WEBHOOK_URL to the final "
+                             "address")
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def check_url(url: str) -> None:
+    """HTTPS, or plain HTTP to this machine only: the bearer token never crosses a network in
+    clear text."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname in LOOPBACK:
+        return
+    raise WebhookRefused("TIDEMARK_ALERT_WEBHOOK_URL must be an https:// URL (plain http only to "
+                         "127.0.0.1 or localhost); the alert stays pending until it is fixed")
+
+
 def _post(settings: DeliverySettings, body: dict, idempotency_key: str) -> None:
+    check_url(settings.url)
     request = urllib.request.Request(
         settings.url, data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
     token = settings.token
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=settings.timeout_seconds) as answer:
+    with _OPENER.open(request, timeout=settings.timeout_seconds) as answer:
         if not 200 <= answer.status < 300:
             raise urllib.error.HTTPError(settings.url, answer.status, "not 2xx", answer.headers, None)
 
 
 def _reason(exc: Exception) -> str:
     """Why a POST failed, without the URL (it may hold a secret)."""
+    if isinstance(exc, WebhookRefused):
+        return str(exc)
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
     if isinstance(exc, urllib.error.URLError):

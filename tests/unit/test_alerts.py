@@ -127,3 +127,63 @@ def test_backoff_defers_a_failed_delivery(cfg, monkeypatch):
     assert retry.failed == [] and retry.sent == [] and retry.waiting == 1
     with pytest.raises(ValueError, match="severity must be one of"):
         alerts.raise_alert(cfg, job="j", kind="k", severity="loud", message="m")
+
+
+class Redirector(Hook):
+    """Answers every POST with a 307 to ``target``; records what it received."""
+
+    def __init__(self, target: str) -> None:
+        self.target, self.hits = target, 0
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                hook.hits += 1
+                self.send_response(307)
+                self.send_header("Location", hook.target)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_redirecting_webhook_never_gets_the_token_elsewhere_and_the_alert_stays_pending(
+        cfg, settings, monkeypatch):
+    elsewhere = Hook()
+    elsewhere.down = False
+    redirector = Redirector(f"http://127.0.0.1:{elsewhere.port}/stolen")
+    try:
+        monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_TOKEN", TOKEN)
+        monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL",
+                           f"http://127.0.0.1:{redirector.port}{SECRET_URL_PATH}")
+        alerts.raise_alert(cfg, job="j", kind="k", severity="critical", message="m")
+        result = alerts.deliver(cfg, settings)
+        assert result.sent == [] and len(result.failed) == 1
+        assert redirector.hits == 1 and elsewhere.received == []  # nothing followed it
+        [row] = alerts.load(cfg)
+        assert alerts.owed(row) == "firing"
+        assert "does not follow redirects" in row["last_error"]
+        assert TOKEN not in row["last_error"] and SECRET_URL_PATH not in row["last_error"]
+    finally:
+        redirector.close()
+        elsewhere.close()
+
+
+@pytest.mark.parametrize("url, ok", [
+    ("https://hooks.example.test/x", True),
+    ("http://127.0.0.1:8080/x", True),
+    ("http://localhost/x", True),
+    ("http://hooks.example.test/x", False),   # a token in clear text across a network
+    ("ftp://127.0.0.1/x", False),
+    ("https:///x", False),
+])
+def test_the_webhook_url_is_https_or_loopback(url, ok):
+    if ok:
+        alerts.check_url(url)
+    else:
+        with pytest.raises(alerts.WebhookRefused, match="must be an https:// URL"):
+            alerts.check_url(url)

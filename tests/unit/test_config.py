@@ -63,6 +63,14 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
 @pytest.mark.parametrize("env,needle", [
     ({"TIDEMARK_SPARK_CONF": "no-equals-sign"}, "TIDEMARK_SPARK_CONF"),
     ({"TIDEMARK_SHUFFLE_PARTITIONS": "zero"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
+    ({"TIDEMARK_STALL_SECONDS": "nan"}, "TIDEMARK_STALL_SECONDS='nan' is not a finite number"),
+    ({"TIDEMARK_IDLE_SECONDS": "inf"}, "TIDEMARK_IDLE_SECONDS='inf' is not a finite number"),
+    ({"TIDEMARK_SAVEPOINTS_KEEP": "0"}, "TIDEMARK_SAVEPOINTS_KEEP='0' is not a whole number of "
+                                        "at least 1"),
+    ({"TIDEMARK_ALERT_RETRY_SECONDS": "soon"}, "TIDEMARK_ALERT_RETRY_SECONDS"),
+    ({"TIDEMARK_MAX_CONCURRENT_RUNS": "0"}, "TIDEMARK_MAX_CONCURRENT_RUNS"),
+    ({"TIDEMARK_UNBOUNDED_STATE": "ignore"}, "TIDEMARK_UNBOUNDED_STATE='ignore': use refuse or "
+                                             "warn"),
 ])
 def test_malformed_settings_name_the_variable(env, needle):
     with pytest.raises(ConfigError, match=needle):

@@ -150,11 +150,18 @@ def test_a_header_key_given_twice_names_both_lines(folder):
         load_sql_job(path, streams())
 
 
-def test_a_job_name_that_escapes_the_data_root_is_refused(folder):
+@pytest.mark.parametrize("name, message", [
+    ("../../etc", "lower case letters, digits and _"),      # escapes the data root
+    ("it's", "lower case letters, digits and _"),           # a quote: SQL, Jinja, Dagster keys
+    ("two words", "lower case letters, digits and _"),
+    ("Upper", "lower case letters, digits and _"),
+    ("bronze_readings", "names starting with bronze_ are the ingestion queries'"),
+])
+def test_a_job_name_that_escapes_or_collides_is_refused(folder, name, message):
     path = folder / "ok.sql"
-    path.write_text(sql_job(name="../../etc", source="readings", keys="site",
+    path.write_text(sql_job(name=name, source="readings", keys="site",
                             watermark="1 minute", query="select site from events"))
-    with pytest.raises(JobFileError, match="lower case letters, digits and _"):
+    with pytest.raises(JobFileError, match=message):
         load_sql_job(path, streams())
 
 
