@@ -39,7 +39,9 @@ def checkpoint_health(cfg: TidemarkConfig, spec: JobSpec):
     """The job's checkpoint findings and their asset check evaluation."""
     findings = check_checkpoint(cfg, spec.name, spec.sources,
                                 stall_seconds=cfg.ops.stall_seconds,
-                                idle_seconds=cfg.ops.idle_seconds)
+                                idle_seconds=cfg.ops.idle_seconds,
+                                late_share=cfg.ops.late_share,
+                                watermark_ahead_seconds=cfg.ops.watermark_ahead_seconds)
     critical = any(f.severity == CRITICAL for f in findings)
     evaluation = dg.AssetCheckEvaluation(
         asset_key=keys.gold(spec.name), check_name=CHECKPOINT_CHECK, passed=not findings,

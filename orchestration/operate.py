@@ -62,6 +62,8 @@ def health(cfg: TidemarkConfig, args) -> int:
         (spec.name, spec.sources) for spec in registry().values()]
     for query, sources in queries:
         findings = check_checkpoint(cfg, query, sources, stall_seconds=cfg.ops.stall_seconds,
+                                    late_share=cfg.ops.late_share,
+                                    watermark_ahead_seconds=cfg.ops.watermark_ahead_seconds,
                                     idle_seconds=cfg.ops.idle_seconds)
         print(f"{query}: {'healthy' if not findings else ''}")
         for f in findings:

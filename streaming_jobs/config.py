@@ -22,6 +22,8 @@ Environment variables (all optional):
 - ``TIDEMARK_RESTART_ATTEMPTS`` restarts of a failed streaming run before giving up (default 3)
 - ``TIDEMARK_RESTART_BACKOFF_SECONDS`` wait before the first restart; doubles each time (default 60)
 - ``TIDEMARK_MAX_CONCURRENT_RUNS`` runs the Dagster instance runs at once (default 8)
+- ``TIDEMARK_LATE_SHARE``       share of rows dropped as late that raises late_share (default 0.5)
+- ``TIDEMARK_WATERMARK_AHEAD_SECONDS`` a watermark this far past the clock is critical (86400)
 - ``TIDEMARK_SQL_PORT``         the SQL endpoint's port on 127.0.0.1 (default 10000)
 - ``TIDEMARK_SQL_MEMORY``       the SQL endpoint's driver memory (default 3g)
 - ``TIDEMARK_ALERT_WEBHOOK_URL`` / ``TIDEMARK_ALERT_WEBHOOK_TOKEN`` where alerts are POSTed
@@ -147,6 +149,8 @@ class OpsSettings:
     restart_attempts: int = 3
     restart_backoff_seconds: float = 60.0
     max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
+    late_share: float = 0.5  # share of rows dropped as late over recent batches that warns
+    watermark_ahead_seconds: float = 86400.0  # a watermark this far past the clock is critical
 
 
 def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
@@ -165,6 +169,13 @@ def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
     return value
 
 
+def _fraction(env: dict, name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if value > 1:
+        raise ConfigError(f"{name}={env[name]!r} is a share: a number from 0 to 1")
+    return value
+
+
 def _ops_settings(env: dict) -> OpsSettings:
     d = OpsSettings()
     return OpsSettings(
@@ -179,6 +190,9 @@ def _ops_settings(env: dict) -> OpsSettings:
                                         d.restart_backoff_seconds),
         max_concurrent_runs=_number(env, "TIDEMARK_MAX_CONCURRENT_RUNS", d.max_concurrent_runs,
                                     int, 1),
+        late_share=_fraction(env, "TIDEMARK_LATE_SHARE", d.late_share),
+        watermark_ahead_seconds=_number(env, "TIDEMARK_WATERMARK_AHEAD_SECONDS",
+                                        d.watermark_ahead_seconds, minimum=60),
     )
 
 

@@ -11,6 +11,12 @@
   (``offsets/N``) more than ``stall_seconds`` ago without a commit.
 - ``falling_behind`` (warning): its source has bronze versions it has not read, and its last
   commit is older than ``idle_seconds``.
+- ``watermark_ahead`` (critical): the job's watermark is later than the wall clock of the batch
+  that set it by more than ``watermark_ahead_seconds``: an event dated in the future moved it,
+  and every real event from now on is dropped as late. Restore a savepoint taken before it
+  (or rebuild the job) after quarantining the event; tighten the stream's ``max_ahead``.
+- ``late_share`` (warning): over the job's last batches, more than ``late_share`` of the rows
+  read were dropped as late (a watermark pushed too far, or a source that lags).
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ def structural_findings(checkpoint: Path) -> list[Finding]:
 
 def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = (), *,
                      stall_seconds: float = 900.0, idle_seconds: float = 3600.0,
+                     late_share: float = 0.5, watermark_ahead_seconds: float = 86400.0,
                      now: float | None = None) -> list[Finding]:
     """Every finding for ``query``'s checkpoint (``sources``: the bronze tables it reads).
 
@@ -122,6 +129,9 @@ def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] =
                                     f"{query}: its last run failed at "
                                     f"{last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: "
                                     f"{(last['error'] or '')[:500]}"))
+    findings += lateness_findings(_recent_batches(cfg, query), query,
+                                  late_share=late_share,
+                                  watermark_ahead_seconds=watermark_ahead_seconds)
     behind = _unread_sources(cfg, query, sources)
     if behind and now - last_commit_at > idle_seconds:
         findings.append(Finding("falling_behind", WARNING,
@@ -145,3 +155,45 @@ def _unread_sources(cfg: TidemarkConfig, query: str, sources) -> list[str]:
                                               else -1):
             behind.append(f"bronze/{source}")
     return behind
+
+
+RECENT_BATCHES = 10
+
+
+def _recent_batches(cfg: TidemarkConfig, query: str) -> list[dict]:
+    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(query)}",
+                           columns=["query_id", "batch_id", "ts", "watermark", "num_input_rows",
+                                    "rows_dropped_by_watermark"])
+    if not rows:
+        return []
+    newest = max(rows, key=lambda r: (r["ts"], r["batch_id"]))
+    lineage = [r for r in rows if r["query_id"] == newest["query_id"]]
+    return sorted(lineage, key=lambda r: r["batch_id"])[-RECENT_BATCHES:]
+
+
+def lateness_findings(batches: list[dict], query: str, *, late_share: float,
+                      watermark_ahead_seconds: float) -> list[Finding]:
+    """``watermark_ahead`` and ``late_share`` from a job's recent batches (a pure function)."""
+    out = []
+    ahead = [(r, (r["watermark"] - r["ts"]).total_seconds()) for r in batches
+             if r.get("watermark") and r.get("ts")]
+    if ahead:
+        row, seconds = max(ahead, key=lambda item: item[1])
+        if seconds > watermark_ahead_seconds:
+            mark = row["watermark"].strftime("%Y-%m-%d %H:%M:%S")
+            out.append(Finding(
+                "watermark_ahead", CRITICAL,
+                f"{query}: batch {row['batch_id']} set the watermark to {mark}, "
+                f"{seconds / 3600:.1f} h ahead of the clock: an event dated in the "
+                "future moved it and every real event is now dropped as late. Quarantine that "
+                "event, then restore a savepoint taken before it (tidemark restore) or rebuild "
+                "the job (tidemark rebuild); tighten the stream's max_ahead"))
+    read = sum(r.get("num_input_rows") or 0 for r in batches)
+    late = sum(r.get("rows_dropped_by_watermark") or 0 for r in batches)
+    if read and late / read > late_share:
+        out.append(Finding(
+            "late_share", WARNING,
+            f"{query}: {late:,} of the {read:,} rows its last {len(batches)} batches read were "
+            f"dropped as late ({late / read:.0%}, limit {late_share:.0%}); check the watermark "
+            "(a far-future event?) and whether a source lags"))
+    return out

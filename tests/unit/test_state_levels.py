@@ -31,3 +31,29 @@ def test_growth_projects_when_state_reaches_critical_and_hysteresis_holds_the_le
     assert level(reading(0, 95), limits, previous="ok")[0] == "ok"
     assert level(reading(0, 950), limits, previous="critical")[0] == "critical"
     assert level(reading(0, 850), limits, previous="critical")[0] == "warning"
+
+
+def test_a_far_future_watermark_is_critical_and_a_high_late_share_warns():
+    from datetime import datetime, timedelta
+
+    from streaming_jobs.operations.health import lateness_findings
+
+    now = datetime(2026, 11, 22, 12, 0)
+    normal = [{"batch_id": b, "ts": now + timedelta(minutes=b), "num_input_rows": 100,
+               "watermark": now + timedelta(minutes=b) - timedelta(minutes=10),
+               "rows_dropped_by_watermark": 2} for b in range(5)]
+    assert lateness_findings(normal, "j", late_share=0.5, watermark_ahead_seconds=86400) == []
+    # an event dated 9999 arrives: the watermark leaps; later batches drop everything
+    poisoned = normal + [
+        {"batch_id": 5, "ts": now + timedelta(minutes=5), "num_input_rows": 1,
+         "watermark": datetime(9999, 12, 30), "rows_dropped_by_watermark": 0},
+        *({"batch_id": b, "ts": now + timedelta(minutes=b), "num_input_rows": 200,
+           "watermark": datetime(9999, 12, 30), "rows_dropped_by_watermark": 200}
+          for b in range(6, 9))]
+    found = {f.kind: f for f in lateness_findings(poisoned, "j", late_share=0.5,
+                                                  watermark_ahead_seconds=86400)}
+    assert set(found) == {"watermark_ahead", "late_share"}
+    assert found["watermark_ahead"].severity == "critical"
+    assert "batch 5 set the watermark to 9999-12-30" in found["watermark_ahead"].message
+    assert f"{5 * 2 + 3 * 200} of the 1,{5 * 100 + 1 + 3 * 200 - 1000:03d} rows" in found["late_share"].message
+    assert found["late_share"].severity == "warning"
