@@ -10,6 +10,7 @@ from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import landing_files
+from streaming_jobs.operations.landing import account
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
 
@@ -22,6 +23,7 @@ class Summary:
     bronze_rows: dict[str, int] = field(default_factory=dict)
     quarantine_rows: dict[str, int] = field(default_factory=dict)
     quarantine_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    landing_findings: dict[str, list] = field(default_factory=dict)  # files breaking the contract
     gold_rows: dict[str, int] = field(default_factory=dict)
     recon: dict[str, dict] = field(default_factory=dict)
 
@@ -46,6 +48,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
         out.landing_lines[stream] = (
             spark.read.text([str(f) for f in files]).count() if files else 0)
         out.bronze_rows[stream] = _count(spark, paths.table("bronze", stream))
+        out.landing_findings[stream] = account(cfg, stream).findings
         quarantine = paths.table("quarantine", stream)
         out.quarantine_rows[stream] = _count(spark, quarantine)
         if out.quarantine_rows[stream]:
@@ -81,6 +84,7 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
                             sorted(summary.quarantine_reasons.get(stream, {}).items()))
         lines.append(f"  {stream}: {landing:,} landing lines = {bronze:,} bronze + "
                      f"{quarantined:,} quarantined ({verdict})" + (f": {reasons}" if reasons else ""))
+        lines += [f"    {f.message}" for f in summary.landing_findings.get(stream, [])]
     if summary.gold_rows:
         lines.append("  gold rows: " + ", ".join(f"{job} {rows:,}"
                                                  for job, rows in summary.gold_rows.items()))

@@ -17,7 +17,10 @@ import dagster as dg
 
 from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
-from streaming_jobs.registry import registry
+from streaming_jobs.ingestion import query_name
+from streaming_jobs.operations.health import check_checkpoint
+from streaming_jobs.operations.landing import account
+from streaming_jobs.registry import registry, streams
 
 from orchestration import keys
 from orchestration.concurrency import recovery_tags
@@ -29,8 +32,10 @@ from orchestration.resources import TidemarkResource
 @dg.sensor(name="checkpoint_health_sensor", job_name="recovery_job", minimum_interval_seconds=60,
            default_status=dg.DefaultSensorStatus.RUNNING,
            description="Per job: checkpoint files readable, batches committing, the query not "
-                       "failed, not falling behind. Alerts, and restores a broken checkpoint "
-                       "from its latest savepoint (recovery_job).")
+                       "failed, not falling behind, the watermark not in the future; per "
+                       "stream: ingestion healthy and every landing line accounted for. "
+                       "Alerts, and restores a broken checkpoint from its latest savepoint "
+                       "(recovery_job).")
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     events, requests = [], []
@@ -51,6 +56,15 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
                 job_name="recovery_job",
                 run_config={"ops": {"recover": {"config": {"job": spec.name, "restore": True}}}},
                 tags=recovery_tags(spec)))
+    for stream in streams():  # bronze ingestion: its checkpoint, and the landing contract
+        query = query_name(stream)
+        findings = check_checkpoint(cfg, query, stall_seconds=cfg.ops.stall_seconds,
+                                    idle_seconds=cfg.ops.idle_seconds) + account(cfg, stream).findings
+        firing = {}
+        for f in findings:
+            severity, message = firing.get(f.kind, (f.severity, ""))
+            firing[f.kind] = (severity, f"{message}; {f.message}" if message else f.message)
+        sync_alerts(cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows)
     delivery = alerts.deliver(cfg)
     context.log.info(f"checkpoint health: {len(requests)} restores requested; alerts sent "
                      f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}")

@@ -1,0 +1,101 @@
+"""Landing accounting: every line of every landing file is in bronze or in quarantine.
+
+Spark's file source reads a path once, when it first lists it. So a file that grows after it
+was read, a second file under a name already read, a file older than the source's
+``maxFileAge`` and names starting with ``.`` or ``_`` are skipped without a trace. The landing
+contract (README "Streams") is: write a file under a hidden name, then rename it to a unique
+name, and never touch it again. `account` checks the contract per file, without a JVM: the
+lines each file holds now against the rows bronze and quarantine hold from it (their
+``_source_file`` lineage column, read with delta-rs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from streaming_jobs.checkpoints import last_committed_batch
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.ingestion import landing_files, query_name
+from streaming_jobs.operations.health import WARNING, Finding
+
+# A hidden (``.``/``_``) file older than this is a file someone forgot to rename.
+HIDDEN_GRACE_SECONDS = 3600
+
+
+def count_lines(path: Path) -> int:
+    """Lines as Spark's text source counts them (a last line without a newline counts)."""
+    data = path.read_bytes()
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _rows_per_file(table: Path) -> dict[str, int]:
+    from deltalake import DeltaTable, QueryBuilder
+    from deltalake.exceptions import TableNotFoundError
+    import pyarrow as pa
+
+    try:
+        handle = DeltaTable(str(table))
+    except TableNotFoundError:
+        return {}
+    rows = pa.table(QueryBuilder().register("t", handle).execute(
+        'select "_source_file" as f, count(*) as n from t group by "_source_file"')).to_pylist()
+    return {unquote(urlsplit(r["f"]).path) if r["f"] else "": r["n"] for r in rows}
+
+
+@dataclass(frozen=True)
+class Accounting:
+    stream: str
+    lines: int  # in the files bronze reads
+    ingested: int  # bronze + quarantine rows from those files
+    findings: list[Finding]
+
+    @property
+    def holds(self) -> bool:
+        return self.lines == self.ingested and not self.findings
+
+
+def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accounting:
+    """Per file of ``landing/<stream>/``: its lines against what bronze and quarantine hold."""
+    now = time.time() if now is None else now
+    folder = cfg.paths.landing_dir(stream)
+    ingested: dict[str, int] = {}
+    for layer in ("bronze", "quarantine"):
+        for name, n in _rows_per_file(cfg.paths.table(layer, stream)).items():
+            ingested[name] = ingested.get(name, 0) + n
+    checkpoint = cfg.paths.checkpoint(query_name(stream))
+    commit = checkpoint / "commits" / str(last_committed_batch(checkpoint))
+    read_until = commit.stat().st_mtime if commit.exists() else None
+    findings, lines, got = [], 0, 0
+    for path in landing_files(folder):
+        n, rows = count_lines(path), ingested.get(str(path.resolve()), 0)
+        lines, got = lines + n, got + rows
+        if rows == n:
+            continue
+        if rows and rows < n:
+            problem = (f"{n - rows:,} lines were added after it was read ({rows:,} of {n:,} "
+                       "ingested): a landed file is read once; land new lines as a new file")
+        elif rows > n:
+            problem = (f"it holds {n:,} lines but {rows:,} were ingested from its name: it was "
+                       "replaced or truncated after it was read; land every file under a unique "
+                       "name")
+        elif read_until is not None and path.stat().st_mtime < read_until - 5:
+            problem = (f"none of its {n:,} lines were ingested though ingestion ran after it "
+                       "landed: its name was already read once (reuse of a name), or it is "
+                       "older than the source's maxFileAge; land it again under a new name")
+        else:
+            continue  # landed after the last ingestion: the next run reads it
+        findings.append(Finding("landing_unaccounted", WARNING,
+                                f"landing/{stream}/{path.name}: {problem}"))
+    if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and path.name.startswith((".", "_")) and \
+                    now - path.stat().st_mtime > HIDDEN_GRACE_SECONDS:
+                findings.append(Finding(
+                    "landing_unaccounted", WARNING,
+                    f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
+                    f"read, and this file is {(now - path.stat().st_mtime) / 3600:.1f} h old: "
+                    "rename it when it is complete"))
+    return Accounting(stream, lines, got, findings)

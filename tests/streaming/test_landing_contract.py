@@ -1,0 +1,49 @@
+"""The landing contract, enforced: every line of every landing file is in bronze or quarantine,
+and each way Spark's file source skips lines without a trace is found and named."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from helpers import land, txn
+from streaming_jobs.operations.landing import account, count_lines
+from streaming_jobs.runner import run_bronze
+
+
+def test_every_way_of_breaking_the_contract_is_found(spark, cfg):
+    good = land(cfg, "a.jsonl", [txn("a1", "u", 1), txn("a2", "u", 2), "not json"])
+    grown = land(cfg, "b.json", [txn("b1", "u", 3)])
+    renamed = land(cfg, "c.jsonl", [txn("c1", "u", 4), txn("c2", "u", 5)])
+    run_bronze(spark, cfg, "transactions")
+    assert account(cfg, "transactions").holds
+
+    # after ingestion: a file grows, a name is reused for new content, a hidden file is left
+    with grown.open("a") as handle:
+        handle.write('{"event_id": "late-line"}\n')
+    renamed.unlink()
+    land(cfg, "c.jsonl", [txn("c3", "u", 6)])
+    hidden = land(cfg, ".d.jsonl", [txn("d1", "u", 7)])
+    old = time.time() - 7200
+    os.utime(hidden, (old, old))
+    for path in (cfg.paths.landing_dir("transactions") / "c.jsonl",):
+        os.utime(path, (old, old))  # landed (by its mtime) before the last ingestion
+    run_bronze(spark, cfg, "transactions")
+
+    result = account(cfg, "transactions")
+    messages = sorted(f.message for f in result.findings)
+    assert [m.split(":")[0] for m in messages] == [
+        "landing/transactions/.d.jsonl", "landing/transactions/b.json",
+        "landing/transactions/c.jsonl"]
+    assert "never read" in messages[0] and "rename it" in messages[0]
+    assert "1 lines were added after it was read (1 of 2 ingested)" in messages[1]
+    assert "it holds 1 lines but 2 were ingested from its name" in messages[2]
+    assert result.lines == count_lines(good) + 2 + 1 == 6
+    assert result.ingested == 3 + 1 + 2 == 6 and not result.holds
+
+
+def test_line_counting_matches_sparks_text_source(spark, tmp_path):
+    cases = {"n.txt": b"a\nb\n", "m.txt": b"a\nb", "e.txt": b"", "blank.txt": b"\n\n"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert count_lines(tmp_path / name) == spark.read.text(str(tmp_path / name)).count()
