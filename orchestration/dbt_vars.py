@@ -77,7 +77,7 @@ def last_batches(progress_rows: list[dict]) -> dict[str, dict]:
 def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
     """The streams' committed position, pinned for one dbt invocation (see the module doc)."""
     from streaming_jobs.checkpoints import query_id
-    from streaming_jobs.delta_log import version_as_of_batch
+    from streaming_jobs.delta_log import latest_version, version_as_of_batch
     from streaming_jobs.gold import sink_app_id
 
     version = ops_tables.version(cfg, "stream_progress")
@@ -90,9 +90,16 @@ def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
     recorded = last_batches(rows)
     gold = {}
     for job, spec in jobs.items():
+        # The table's version first, then the checkpoint: a stream writes only after its
+        # checkpoint has a query id, so a job found without one had written nothing by then.
+        latest = latest_version(cfg.paths.table("gold", job))
         current = query_id(cfg.paths.checkpoint(job))
         if current is None:
-            continue  # never ran: its gold table holds nothing written by a stream
+            # never ran (yet): pin it where it stands, or a job starting while dbt reads would
+            # show rows whose progress this invocation does not see
+            if latest is not None:
+                gold[job] = latest
+            continue
         last = recorded.get(job)
         if last is None or last["query_id"] != current:
             # no batch of this checkpoint recorded yet: gold as it was before its first batch

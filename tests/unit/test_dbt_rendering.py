@@ -113,3 +113,22 @@ def test_vars_and_the_data_root_are_placed_where_dbt_expects_them():
     assert with_vars(["clean"], {"a": 1}) == ["clean"]
     assert split_data_root(["--data-root", "/d", "build"]) == ("/d", ["build"])
     assert split_data_root(["build"]) == (None, ["build"])
+
+
+def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):
+    """A reconciliation must not see rows a job writes while dbt reads (its progress rows are
+    pinned): a job without a checkpoint yet is read as of its gold table's version now."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from streaming_jobs import ops_tables
+    from orchestration.dbt_vars import position_vars
+
+    ops_tables.ensure_all(cfg)
+    jobs = {n: s for n, s in registry().items() if n in ("user_sessions", "events_by_type")}
+    gold = cfg.paths.table("gold", "user_sessions")
+    write_deltalake(str(gold), pa.table({"user_id": pa.array([], pa.string())}))  # version 0
+    write_deltalake(str(gold), pa.table({"user_id": ["u1"]}), mode="append")     # version 1
+    pinned = position_vars(cfg, jobs)
+    assert pinned["gold_versions"] == {"user_sessions": 1}  # events_by_type: no table yet
+    assert pinned["progress_version"] == ops_tables.version(cfg, "stream_progress")
