@@ -11,7 +11,7 @@ import dagster as dg
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.operations import alerts
-from streaming_jobs.operations.health import CRITICAL, check_checkpoint
+from streaming_jobs.operations.health import CRITICAL, Finding, check
 from streaming_jobs.operations.state import Reading, history, level
 from streaming_jobs.spec import JobSpec
 
@@ -35,13 +35,18 @@ def sync_alerts(cfg: TidemarkConfig, job: str, prefix: str, firing: dict[str, tu
     return changes
 
 
+def firing_kinds(findings: list[Finding]) -> dict[str, tuple[str, str]]:
+    """One alert per kind: (severity of the first, messages of the kind joined)."""
+    firing: dict[str, tuple[str, str]] = {}
+    for f in findings:
+        severity, message = firing.get(f.kind, (f.severity, ""))
+        firing[f.kind] = (severity, f"{message}; {f.message}" if message else f.message)
+    return firing
+
+
 def checkpoint_health(cfg: TidemarkConfig, spec: JobSpec):
     """The job's checkpoint findings and their asset check evaluation."""
-    findings = check_checkpoint(cfg, spec.name, spec.sources,
-                                stall_seconds=cfg.ops.stall_seconds,
-                                idle_seconds=cfg.ops.idle_seconds,
-                                late_share=cfg.ops.late_share,
-                                watermark_ahead_seconds=cfg.ops.watermark_ahead_seconds)
+    findings = check(cfg, spec.name, spec.sources)
     critical = any(f.severity == CRITICAL for f in findings)
     evaluation = dg.AssetCheckEvaluation(
         asset_key=keys.gold(spec.name), check_name=CHECKPOINT_CHECK, passed=not findings,

@@ -54,17 +54,14 @@ def continuous(cfg: TidemarkConfig, args) -> int:
 
 def health(cfg: TidemarkConfig, args) -> int:
     from streaming_jobs.ingestion import query_name
-    from streaming_jobs.operations.health import CRITICAL, check_checkpoint
+    from streaming_jobs.operations.health import CRITICAL, check
     from streaming_jobs.registry import registry, streams
 
     critical = 0
     queries = [(query_name(s), ()) for s in streams()] + [
         (spec.name, spec.sources) for spec in registry().values()]
     for query, sources in queries:
-        findings = check_checkpoint(cfg, query, sources, stall_seconds=cfg.ops.stall_seconds,
-                                    late_share=cfg.ops.late_share,
-                                    watermark_ahead_seconds=cfg.ops.watermark_ahead_seconds,
-                                    idle_seconds=cfg.ops.idle_seconds)
+        findings = check(cfg, query, sources)
         print(f"{query}: {'healthy' if not findings else ''}")
         for f in findings:
             critical += f.severity == CRITICAL

@@ -140,6 +140,14 @@ def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] =
     return findings
 
 
+def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> list[Finding]:
+    """`check_checkpoint` with the limits of ``cfg.ops`` (what every caller wants)."""
+    ops = cfg.ops
+    return check_checkpoint(cfg, query, sources, stall_seconds=ops.stall_seconds,
+                            idle_seconds=ops.idle_seconds, late_share=ops.late_share,
+                            watermark_ahead_seconds=ops.watermark_ahead_seconds)
+
+
 def _unread_sources(cfg: TidemarkConfig, query: str, sources) -> list[str]:
     """Sources whose bronze table has versions the query's last recorded batch had not read."""
     if not sources:

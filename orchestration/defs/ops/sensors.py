@@ -18,13 +18,14 @@ import dagster as dg
 from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
 from streaming_jobs.ingestion import query_name
-from streaming_jobs.operations.health import check_checkpoint
+from streaming_jobs.operations.health import check
 from streaming_jobs.operations.landing import account
 from streaming_jobs.registry import registry, streams
 
 from orchestration import keys
 from orchestration.concurrency import recovery_tags
-from orchestration.evaluations import checkpoint_health, open_level, state_evaluation, sync_alerts
+from orchestration.evaluations import (checkpoint_health, firing_kinds, open_level,
+                                       state_evaluation, sync_alerts)
 from orchestration.overview import ops_observations
 from orchestration.resources import TidemarkResource
 
@@ -43,10 +44,7 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
     for spec in registry().values():
         findings, evaluation = checkpoint_health(cfg, spec)
         events.append(evaluation)
-        firing = {}
-        for f in findings:  # one alert per kind; messages of the same kind are joined
-            severity, message = firing.get(f.kind, (f.severity, ""))
-            firing[f.kind] = (severity, f"{message}; {f.message}" if message else f.message)
+        firing = firing_kinds(findings)
         changes = sync_alerts(cfg, spec.name, "checkpoint", firing,
                               "checkpoint healthy again", open_rows)
         if "checkpoint_corrupt" in firing:
@@ -58,12 +56,7 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
                 tags=recovery_tags(spec)))
     for stream in streams():  # bronze ingestion: its checkpoint, and the landing contract
         query = query_name(stream)
-        findings = check_checkpoint(cfg, query, stall_seconds=cfg.ops.stall_seconds,
-                                    idle_seconds=cfg.ops.idle_seconds) + account(cfg, stream).findings
-        firing = {}
-        for f in findings:
-            severity, message = firing.get(f.kind, (f.severity, ""))
-            firing[f.kind] = (severity, f"{message}; {f.message}" if message else f.message)
+        firing = firing_kinds(check(cfg, query) + account(cfg, stream).findings)
         sync_alerts(cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows)
     delivery = alerts.deliver(cfg)
     context.log.info(f"checkpoint health: {len(requests)} restores requested; alerts sent "
