@@ -26,9 +26,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from streaming_jobs.checkpoints import CheckpointBusy
 from streaming_jobs.config import ConfigError, TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, write_files
 from streaming_jobs.spark import SparkStartupError, get_spark
+from streaming_jobs.runner import StreamRunError
 from streaming_jobs.sql_endpoint import EndpointError
 
 from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
@@ -273,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         from streaming_jobs.generator import main as generator_main
 
         return generator_main(rest)
-    except (ConfigError, SparkStartupError, OperationError, ServiceError, EndpointError) as exc:
+    except (ConfigError, SparkStartupError, OperationError, ServiceError, EndpointError,
+            StreamRunError, CheckpointBusy) as exc:
+        # expected failures: one message naming what failed and what to do, no traceback
         print(f"tidemark: {exc}", file=sys.stderr)
         return 2
 

@@ -165,6 +165,11 @@ def batch_yml(spec: JobSpec) -> str:
     }]}, HEADER)
 
 
+WATERMARK_PLAUSIBLE = ("Fails when the job's watermark is further past the reconciliation's "
+                      "clock than TIDEMARK_WATERMARK_AHEAD_SECONDS: a far-future event moved "
+                      "it, and the rows it made late_dropped are lost, not explained. Blocking.")
+
+
 def recon_yml(spec: JobSpec) -> str:
     from orchestration.recon_report import EXPLAINED, UNEXPLAINED
 
@@ -189,6 +194,10 @@ def recon_yml(spec: JobSpec) -> str:
                                          "config": {"severity": "warn", "meta": {
                                              "description": "Warns when more rows are explained "
                                                             "than the job's recon_warn_share."}}}},
+            {"watermark_plausible": {"name": f"watermark_plausible__{job}",
+                                     "arguments": {"job": job},
+                                     "config": {"severity": "error", "meta": {
+                                         "description": WATERMARK_PLAUSIBLE}}}},
             {"recon_class_is_known": {"name": f"recon_class_is_known__{job}",
                                       "config": {"meta": {"description": "Every row has one "
                                                           "of the known recon classes."}}}},

@@ -148,4 +148,5 @@ def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None) -> dic
     if cfg is not None:
         out.update(position_vars(cfg, jobs))
         out["text_measures"] = text_measures(gold_types(cfg, jobs), jobs)
+        out["watermark_ahead_seconds"] = int(cfg.ops.watermark_ahead_seconds)
     return out

@@ -35,6 +35,38 @@ def sync_alerts(cfg: TidemarkConfig, job: str, prefix: str, firing: dict[str, tu
     return changes
 
 
+def sync_incidents(cfg: TidemarkConfig, prefix: str, kind: str,
+                   firing: dict[str, str], resolution: str, open_rows: list[dict]) -> None:
+    """A critical alert per subject of ``firing`` (subject -> message) under ``prefix``; the
+    prefix's open alerts whose subject no longer fires are resolved."""
+    for subject, message in firing.items():
+        alerts.raise_alert(cfg, job=subject, kind=kind, severity=CRITICAL, message=message,
+                           dedup_key=f"{prefix}:{subject}:{kind}")
+    for row in open_rows:
+        if row["dedup_key"].startswith(f"{prefix}:") and row["job"] not in firing:
+            alerts.resolve(cfg, row["dedup_key"], resolution)
+
+
+def sync_load_problems(cfg: TidemarkConfig, problems, open_rows: list[dict]) -> None:
+    """A critical ``job_file`` alert per file left out of the code location; resolved once the
+    file loads again (or is removed)."""
+    messages: dict[str, list[str]] = {}
+    for problem in problems:
+        messages.setdefault(problem.subject, []).append(str(problem))
+    sync_incidents(cfg, "load", "job_file", {
+        subject: f"left out of the code location (its jobs do not run): {'; '.join(found)}"
+        for subject, found in messages.items()}, "the file loads again", open_rows)
+
+
+def sync_setting_problems(cfg: TidemarkConfig, problems: dict[str, str],
+                          open_rows: list[dict]) -> None:
+    """A critical ``setting`` alert per malformed variable (it runs with its default)."""
+    sync_incidents(cfg, "setting", "setting", {
+        variable: f"{message}; running with its default until it is fixed (then reload the "
+                  "code location)" for variable, message in problems.items()},
+        "the setting is valid again", open_rows)
+
+
 def firing_kinds(findings: list[Finding]) -> dict[str, tuple[str, str]]:
     """One alert per kind: (severity of the first, messages of the kind joined)."""
     firing: dict[str, tuple[str, str]] = {}
@@ -82,3 +114,32 @@ def state_evaluation(cfg: TidemarkConfig, spec: JobSpec, readings: list[Reading]
                   "state_memory_bytes": dg.MetadataValue.int(latest.memory_bytes),
                   "state_disk_bytes": dg.MetadataValue.int(latest.disk_bytes),
                   "level": dg.MetadataValue.text(name), "why": dg.MetadataValue.text(why)})
+
+
+def expectation_check_name(e) -> str:
+    return f"expect_{e.name}"
+
+
+def expectation_evaluation(asset_key: dg.AssetKey, e, rows: list[dict]) -> dg.AssetCheckEvaluation:
+    """A declared expectation's check: passed when the latest batch has no failing row.
+
+    ``rows``: its recorded batches, oldest first (`streaming_jobs.expectations.latest`)."""
+    last = rows[-1] if rows else None
+    failed = last["rows_failed"] if last else 0
+    checked = last["rows_checked"] if last else 0
+    recent = sum(r["rows_failed"] for r in rows)
+    what = {"warn": "kept and counted", "quarantine": "sent to quarantine",
+            "fail": "stopped the batch"}[e.action]
+    return dg.AssetCheckEvaluation(
+        asset_key=asset_key, check_name=expectation_check_name(e), passed=failed == 0,
+        severity=dg.AssetCheckSeverity.ERROR if e.action == "fail" else dg.AssetCheckSeverity.WARN,
+        description=(f"{e.rule} ({e.action})" if last is None else
+                     f"batch {last['batch_id']}: {failed:,} of {checked:,} rows failed "
+                     f"{e.rule} ({what})"),
+        metadata={"rule": dg.MetadataValue.text(e.rule),
+                  "action": dg.MetadataValue.text(e.action),
+                  "batch_id": dg.MetadataValue.int(last["batch_id"] if last else -1),
+                  "rows_checked": dg.MetadataValue.int(checked),
+                  "rows_failed": dg.MetadataValue.int(failed),
+                  "failed_share": dg.MetadataValue.float(failed / checked if checked else 0.0),
+                  f"rows_failed_last_{len(rows)}_batches": dg.MetadataValue.int(recent)})

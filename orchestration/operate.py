@@ -171,18 +171,17 @@ def rescale(cfg: TidemarkConfig, args) -> int:
 def check(cfg: TidemarkConfig, args) -> int:
     """Load every job and analyse it against its sources' schemas (nothing runs)."""
     from streaming_jobs.analysis import analyze
-    from streaming_jobs.registry import registry
+    from streaming_jobs.registry import catalogue
 
-    try:
-        jobs = registry()  # load-time errors (headers, names, streams) raise here
-    except (ValueError, ImportError, KeyError) as exc:
-        print(f"tidemark check: {exc}")
-        return 1
-    findings = analyze(_spark(cfg), jobs, policy=cfg.unbounded_state)
+    found = catalogue(analysed=False)  # each file on its own: the ones that fail are problems
+    for problem in found.problems:
+        print(f"{problem}: error: left out")
+    findings = analyze(_spark(cfg), found.jobs, policy=cfg.unbounded_state)
     for finding in findings:
         print(finding)
-    errors = sum(f.level == "error" for f in findings)
-    print(f"tidemark check: {len(jobs)} jobs, {errors} errors, {len(findings) - errors} warnings")
+    errors = sum(f.level == "error" for f in findings) + len(found.problems)
+    print(f"tidemark check: {len(found.jobs)} jobs, {errors} errors, "
+          f"{len(findings) + len(found.problems) - errors} warnings")
     return 1 if errors else 0
 
 

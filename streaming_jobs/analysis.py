@@ -22,14 +22,15 @@ bronze schema of each stream (nothing is read or started) and checks, in order:
    or ``TIDEMARK_UNBOUNDED_STATE=warn`` (for all), reported as a warning. Either way the message
    names the operator and how to bound it.
 
-`tidemark check` prints every finding; the Dagster code location refuses to load while an error
-stands (`checked`), from a result cached per content of the job files, so a JVM starts only
-when a job or stream changed.
+`tidemark check` prints every finding. The Dagster code location analyses the jobs when it
+loads (`checked`, cached per content of the job files, so a JVM starts only when a job or
+stream changed); a job with an error is left out of `registry()` and reported as a load
+problem (an alert, `tidemark check`), and the other jobs load and run.
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
 import json
 import logging
 import re
@@ -43,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import bronze_schema
-from streaming_jobs.registry import PACKAGE_DIR, job_folders, registry, streams
+from streaming_jobs.registry import analysis_cache, catalogue
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.spec import JobSpec
 
@@ -60,16 +61,6 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.level}: job {self.job}: {self.message}"
-
-
-class JobCheckError(ValueError):
-    """Jobs the engine would refuse or whose state would grow forever."""
-
-    def __init__(self, findings: list[Finding]):
-        self.findings = findings
-        lines = "\n".join(f"  {f}" for f in findings)
-        super().__init__(f"tidemark check found {len(findings)} error(s); fix them (or set "
-                         f"'unbounded_state: warn' where unbounded state is meant):\n{lines}")
 
 
 # -- the plan, through py4j ---------------------------------------------------------------------
@@ -240,58 +231,38 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
 def analyze(spark: SparkSession, jobs: dict[str, JobSpec] | None = None,
             policy: str | None = None) -> list[Finding]:
     policy = policy or TidemarkConfig.from_env().unbounded_state
-    known, jobs = streams(), registry() if jobs is None else jobs
+    found = catalogue(analysed=False)
+    known, jobs = found.streams, found.jobs if jobs is None else jobs
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-check-"))
     return [f for spec in jobs.values() for f in analyze_job(spark, spec, known, policy, scratch)]
 
 
 # -- cached, for the code location's load -------------------------------------------------------
 
-def fingerprint(policy: str) -> str:
-    """A hash of everything the analysis depends on: the job and stream files, the policy and
-    the Spark version."""
-    from pyspark import __version__ as spark_version
-
-    digest = hashlib.sha256(f"{policy}|{spark_version}".encode())
-    here = Path(__file__).resolve().parent
-    files = [here / "schemas.py", here / "analysis.py", here / "sql_jobs.py",
-             *sorted(PACKAGE_DIR.glob("*.py")), *sorted(PACKAGE_DIR.glob("*.sql"))]
-    files += [f for folder in job_folders() for f in sorted(folder.iterdir())
-              if f.suffix in (".py", ".sql")]
-    for f in files:
-        digest.update(str(f).encode() + b"\0" + f.read_bytes())
-    return digest.hexdigest()[:24]
-
-
 def checked(cfg: TidemarkConfig) -> list[Finding]:
-    """The findings for the current jobs, from the cache or a fresh analysis; raises
-    `JobCheckError` if any is an error.
+    """The findings for the current jobs, from the cache or a fresh analysis (then cached).
 
     With an active SparkSession the analysis runs in it; without one, in a short-lived process
-    (a code server keeps no JVM).
+    (a code server keeps no JVM). A job with an error is left out of `registry()` (and so of
+    the code location), reported as a load problem; the others load.
     """
-    policy = cfg.unbounded_state
-    cache = cfg.spark.jars_cache.parent / "checks" / f"{fingerprint(policy)}.json"
+    cache = analysis_cache(cfg)
     if cache.exists():
-        findings = [Finding(**f) for f in json.loads(cache.read_text())]
+        return [Finding(**f) for f in json.loads(cache.read_text())]
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        findings = analyze(spark, policy=cfg.unbounded_state)
     else:
-        spark = SparkSession.getActiveSession()
-        if spark is not None:
-            findings = analyze(spark, policy=policy)
-        else:
-            result = subprocess.run([sys.executable, "-m", "streaming_jobs.analysis", "--json"],
-                                    capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError("tidemark check could not analyse the jobs (run `tidemark "
-                                   f"check` to see why):\n{result.stderr[-3000:]}")
-            findings = [Finding(**f) for f in json.loads(result.stdout.splitlines()[-1])]
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_suffix(".partial")
-        partial.write_text(json.dumps([asdict(f) for f in findings]))
-        partial.replace(cache)
-    errors = [f for f in findings if f.level == "error"]
-    if errors:
-        raise JobCheckError(errors)
+        result = subprocess.run([sys.executable, "-m", "streaming_jobs.analysis", "--json"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError("tidemark check could not analyse the jobs (run `tidemark "
+                               f"check` to see why):\n{result.stderr[-3000:]}")
+        findings = [Finding(**f) for f in json.loads(result.stdout.splitlines()[-1])]
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps([asdict(f) for f in findings]))
+    partial.replace(cache)
     return findings
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -49,14 +50,39 @@ class ConfigError(ValueError):
     """A setting is malformed; the message names the variable and the fix."""
 
 
+_VARIABLE = re.compile(r"^(TIDEMARK_[A-Z_]+)")
+# Set in a long-running process (the Dagster code location): see `tolerate_bad_settings`.
+_TOLERANT = False
+_PROBLEMS: dict[str, str] = {}
+
+
+def tolerate_bad_settings(on: bool = True) -> None:
+    """From now on in this process, `TidemarkConfig.from_env` reading the real environment
+    removes a malformed variable from it (so it takes its default here and in every process
+    started from here) instead of raising, and `setting_problems` names it (the health sensor
+    alerts on each): one bad variable must not stop every sensor and alert. The command line
+    stays strict: one clear message, nothing runs."""
+    global _TOLERANT
+    _TOLERANT = on
+    if not on:
+        _PROBLEMS.clear()
+
+
+def setting_problems() -> dict[str, str]:
+    """Variable -> what is wrong with it, for the settings this process runs with their
+    defaults (see `tolerate_bad_settings`)."""
+    return dict(_PROBLEMS)
+
+
 def _parse_spark_conf(raw: str) -> dict[str, str]:
     conf: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in raw.split(";"))):
+    for number, item in enumerate(filter(None, (part.strip() for part in raw.split(";"))), 1):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
+            # the text is not repeated: it may be a credential
             raise ConfigError(
-                f"TIDEMARK_SPARK_CONF: cannot read {item!r}; write settings as "
-                "'spark.key=value;spark.other=value'"
+                f"TIDEMARK_SPARK_CONF: cannot read its setting number {number} (no 'key=value'); "
+                "write settings as 'spark.key=value;spark.other=value'"
             )
         conf[key.strip()] = value.strip()
     return conf
@@ -125,7 +151,8 @@ class SparkSettings:
     ui_enabled: bool = False
     jars_cache: Path = DEFAULT_HOME / "ivy"
     extra_packages: tuple[str, ...] = ()
-    extra_conf: dict[str, str] = field(default_factory=dict)
+    # TIDEMARK_SPARK_CONF: may hold credentials, so kept out of repr (logs, errors, the UI)
+    extra_conf: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _parse_cron(raw: str, name: str = "TIDEMARK_RECON_CRON") -> str:
@@ -257,7 +284,24 @@ class TidemarkConfig:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "TidemarkConfig":
-        env = dict(os.environ if env is None else env)
+        """The settings of ``env`` (default: the process environment); raises `ConfigError`
+        naming a malformed variable (unless `tolerate_bad_settings` is on)."""
+        if env is not None or not _TOLERANT:
+            return cls._parse(dict(os.environ if env is None else env))
+        while True:
+            try:
+                return cls._parse(dict(os.environ))
+            except ConfigError as exc:
+                name = _VARIABLE.match(str(exc))
+                if not name or name.group(1) not in os.environ:
+                    raise
+                # its default from now on, in this process and every process it starts (dbt,
+                # the analysis), until the code location restarts with the variable fixed
+                _PROBLEMS[name.group(1)] = str(exc)
+                os.environ.pop(name.group(1))
+
+    @classmethod
+    def _parse(cls, env: dict[str, str]) -> "TidemarkConfig":
         partitions_raw = env.get("TIDEMARK_SHUFFLE_PARTITIONS", "4")
         try:
             partitions = int(partitions_raw)

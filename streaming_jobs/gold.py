@@ -12,6 +12,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from streaming_jobs.checkpoints import query_id
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import version_of_batch
+from streaming_jobs.expectations import counts, guard, record, resolve, result_rows
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.lake import ensure_table, merge_once, table_exists
 
@@ -34,6 +35,11 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
                       .option("maxFilesPerTrigger", UNLIMITED_FILES)
                       .load(str(bronze)))
     result = spec.apply(*frames)
+    resolve(result, f"job {spec.name}", spec.expectations)
+    # 'fail' rules raise inside the query (the batch never commits); counts are observed per
+    # batch (append) or counted by the MERGE's foreachBatch (update)
+    result = guard(result, f"job {spec.name}", spec.expectations,
+                   observe=spec.output_mode == "append")
     target = paths.table("gold", spec.name)
     ensure_table(spark, target, result.schema, spec.table_properties, list(spec.partition_by))
     writer = (result.writeStream.queryName(spec.name)
@@ -44,6 +50,7 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
             writer = writer.partitionBy(*spec.partition_by)
         return writer.format("delta").outputMode("append").option("path", str(target))
     return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
+
 
 
 def merge_app_id(query_id: str) -> str:
@@ -75,6 +82,7 @@ class UpsertBatch:
     def __init__(self, spec: JobSpec, target, cfg: TidemarkConfig) -> None:
         self.keys, self.target = spec.keys, target
         self.checkpoint = cfg.paths.checkpoint(spec.name)
+        self.spec, self.cfg = spec, cfg
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         # Keyed by the checkpoint's identity, read now (the query wrote it when it started):
@@ -87,6 +95,11 @@ class UpsertBatch:
             # skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose stateful
             # partitions never ran), and the MERGE then reads cached rows.
             batch.count()
+            if self.spec.expectations:  # 'fail' rules already raised inside the query
+                identity = query_id(self.checkpoint)
+                record(self.cfg, result_rows(self.spec.name, identity, batch_id,
+                                             self.spec.expectations,
+                                             counts(batch, self.spec.expectations)))
             merge_once(batch, self.target, self.keys, app_id, batch_id)
         finally:
             batch.unpersist()

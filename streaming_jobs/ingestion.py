@@ -2,7 +2,9 @@
 
 Every landing line ends in exactly one table: a valid line in bronze (typed fields plus
 ``_source_file``, ``_ingested_at`` and ``_ingest_batch_id``), a malformed one in quarantine
-(``raw_line`` and ``reason``). Both writes of a micro-batch are idempotent Delta writes keyed by
+(``raw_line``, its exact bytes ``raw_bytes`` and ``reason``). A valid line that fails one of the
+stream's ``quarantine`` expectations goes to quarantine too, with the rule as its reason; a
+``fail`` expectation stops the batch before anything is written (`streaming_jobs.expectations`). Both writes of a micro-batch are idempotent Delta writes keyed by
 the batch id, so a batch replayed after a crash adds nothing twice: exactly-once across restarts.
 
 Bronze keeps duplicates and late events as they arrived; the jobs decide what they mean.
@@ -19,7 +21,8 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.checkpoints import query_id
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.lake import ROW_TRACKING, append_once, ensure_table
+from streaming_jobs.expectations import record, resolve, result_rows, split
+from streaming_jobs.lake import ROW_TRACKING, add_missing_columns, append_once, ensure_table
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.validation import parse_lines
 
@@ -28,9 +31,12 @@ LINEAGE = [
     T.StructField("_ingested_at", T.TimestampType()),
     T.StructField("_ingest_batch_id", T.LongType()),
 ]
-QUARANTINE_SCHEMA = T.StructType(
-    [T.StructField("raw_line", T.StringType()), T.StructField("reason", T.StringType()), *LINEAGE]
-)
+QUARANTINE_SCHEMA = T.StructType([
+    T.StructField("raw_line", T.StringType()),  # the line as text (bytes not UTF-8 show as U+FFFD)
+    T.StructField("reason", T.StringType()),
+    *LINEAGE,
+    T.StructField("raw_bytes", T.BinaryType()),  # the line's exact bytes, as landed
+])
 
 
 BRONZE_QUERY_PREFIX = "bronze_"
@@ -73,6 +79,9 @@ class BronzeBatchWriter:
         self.written: dict[int, tuple[int, int]] = {}
         ensure_table(spark, self.bronze, bronze_schema(schema), ROW_TRACKING)
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
+        add_missing_columns(spark, self.quarantine, QUARANTINE_SCHEMA)  # older data roots
+        resolve(spark.createDataFrame([], schema.struct), f"stream {schema.name}",
+                schema.expectations)
 
     def __call__(self, lines: DataFrame, batch_id: int) -> None:
         parsed = (
@@ -82,14 +91,23 @@ class BronzeBatchWriter:
             .persist()
         )
         try:
-            good = parsed.where(F.col("_reason").isNull()).select(
-                *self.schema.field_names, *[f.name for f in LINEAGE])
-            bad = parsed.where(F.col("_reason").isNotNull()).select(
-                F.col("value").alias("raw_line"), F.col("_reason").alias("reason"),
-                *[f.name for f in LINEAGE])
+            columns = [*self.schema.field_names, *[f.name for f in LINEAGE]]
+            valid = parsed.where(F.col("_reason").isNull())
+            # the stream's expectations, on the valid rows (raises before any write on 'fail')
+            good, failed, found = split(valid, f"stream {self.schema.name} (batch {batch_id})",
+                                        self.schema.expectations)
+            bad = parsed.where(F.col("_reason").isNotNull())
+            if failed is not None:
+                bad = bad.unionByName(failed)
+            bad = bad.select(F.col("value").alias("raw_line"), F.col("_reason").alias("reason"),
+                             *[f.name for f in LINEAGE],
+                             F.col("value").cast("binary").alias("raw_bytes"))
             # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
-            app_id = f"tidemark.bronze.{query_id(self.checkpoint)}"
-            append_once(good, self.bronze, app_id, batch_id)
+            identity = query_id(self.checkpoint)
+            app_id = f"tidemark.bronze.{identity}"
+            record(self.cfg, result_rows(query_name(self.schema.name), identity, batch_id,
+                                         self.schema.expectations, found))
+            append_once(good.select(*columns), self.bronze, app_id, batch_id)
             append_once(bad, self.quarantine, app_id, batch_id)
             self.written[batch_id] = (good.count(), bad.count())
         finally:

@@ -51,6 +51,19 @@ def ensure_table(spark: SparkSession, path: Path, schema: T.StructType,
             time.sleep(0.2 * (attempt + 1))
 
 
+def add_missing_columns(spark: SparkSession, path: Path, schema: T.StructType) -> list[str]:
+    """Add the columns of ``schema`` that the table at ``path`` lacks (a table made by an older
+    tidemark); returns their names."""
+    from delta.tables import DeltaTable
+
+    have = set(DeltaTable.forPath(spark, str(path)).toDF().columns)
+    missing = [f for f in schema.fields if f.name not in have]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    return [f.name for f in missing]
+
+
 def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
     """Append ``df`` unless this (app_id, version) was committed before: replays are no-ops.
 

@@ -109,10 +109,26 @@ ALERT_SCHEMA = T.StructType([
     T.StructField("last_error", T.StringType()),
 ])
 
+# Declared expectations, counted: one row per query, checkpoint identity, batch and rule
+# (`streaming_jobs.expectations`).
+EXPECTATION_SCHEMA = T.StructType([
+    T.StructField("result_id", T.StringType()),  # <query>:<query_id>:<batch_id>:<rule>
+    T.StructField("job", T.StringType()),  # the query: a job, or bronze_<stream>
+    T.StructField("rule", T.StringType()),
+    T.StructField("predicate", T.StringType()),
+    T.StructField("action", T.StringType()),
+    T.StructField("query_id", T.StringType()),
+    T.StructField("batch_id", T.LongType()),
+    T.StructField("rows_checked", T.LongType()),
+    T.StructField("rows_failed", T.LongType()),
+    T.StructField("recorded_at", T.TimestampType()),
+])
+
 SCHEMAS: dict[str, T.StructType] = {
     "stream_progress": PROGRESS_SCHEMA,
     "stream_failures": FAILURE_SCHEMA,
     "alerts": ALERT_SCHEMA,
+    "expectations": EXPECTATION_SCHEMA,
 }
 CHECKPOINT_EVERY = 50
 COMMIT_ATTEMPTS = 8

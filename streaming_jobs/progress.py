@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming_jobs import ops_tables
+from streaming_jobs.expectations import from_progress, record
 from streaming_jobs.config import TidemarkConfig
 
 
@@ -161,13 +162,16 @@ class ProgressLog(StreamingQueryListener):
             return self._rows.pop(run_id, [])
 
     def flush(self, cfg: TidemarkConfig, rows: list[dict],
-              sink_version: Callable[[dict], int | None] | None = None) -> None:
-        """Append ``rows`` to ``ops/stream_progress``, each with its ``sink_version``."""
+              sink_version: Callable[[dict], int | None] | None = None, spec=None) -> None:
+        """Append ``rows`` to ``ops/stream_progress``, each with its ``sink_version``; for the
+        job ``spec`` (append mode), its expectations' counts to ``ops/expectations``."""
         if sink_version:
             for row in rows:
                 if row.get("sink_version") is None:
                     row["sink_version"] = sink_version(row)
         ops_tables.append(cfg, "stream_progress", rows)
+        if spec is not None and spec.expectations and spec.output_mode == "append":
+            record(cfg, from_progress(rows, spec.expectations))
 
 
 _LOGS: dict[int, ProgressLog] = {}
@@ -197,7 +201,7 @@ def forget_previous_lineage(cfg: TidemarkConfig, query: str) -> int:
     if last_planned_batch(cfg.paths.checkpoint(query)) is not None:
         return 0
     removed = 0
-    for table in ("stream_progress", "stream_failures"):
+    for table in ("stream_progress", "stream_failures", "expectations"):
         with ops_tables.locked(cfg, table) as handle:
             predicate = f"job = {ops_tables.literal(query)}"
             stale = handle.read(where=predicate, columns=["job"])

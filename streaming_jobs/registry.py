@@ -10,14 +10,20 @@ Jobs come from the package `streaming_jobs.jobs` and from the folders in ``TIDEM
 A module in those folders may also declare streams (``STREAM`` or ``STREAMS``, `StreamSchema`):
 a landing folder of JSON lines with its schema. The runner, the Dagster assets and the
 generated dbt models all pick them up from `registry()` and `streams()`.
+
+Each file loads on its own (`catalogue`): one that fails is left out as a `LoadProblem` naming
+the file (and line), and everything else loads; so does a job the cached `tidemark check`
+refused. `load_problems()` lists them: the health sensor alerts on each.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import json
 import pkgutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -55,72 +61,177 @@ def _files(suffix: str) -> list[Path]:
 _LOADED: dict[tuple[str, float], ModuleType] = {}
 
 
-def _path_modules():
-    for file in _files(".py"):
-        key = (str(file), file.stat().st_mtime)
-        if key not in _LOADED:
-            spec = importlib.util.spec_from_file_location(f"tidemark_user_jobs.{file.stem}", file)
-            module = importlib.util.module_from_spec(spec)
-            try:
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                raise ImportError(f"job module {file} failed to load: {exc}") from exc
-            _LOADED[key] = module
-        yield str(file), _LOADED[key]
+@dataclass(frozen=True)
+class LoadProblem:
+    """A job or stream file that could not be loaded (or a job refused by `tidemark check`).
+
+    The file is left out and everything else loads: its jobs do not run, the health sensor
+    raises a ``job_file`` alert naming the file, and `tidemark check` prints it."""
+
+    file: str
+    message: str
+    job: str | None = None
+
+    @property
+    def subject(self) -> str:
+        """Who the alert is about: the job, or the file's stem."""
+        return self.job or Path(self.file.split(":")[0]).stem
+
+    def __str__(self) -> str:
+        return self.message if self.file in self.message else f"{self.file}: {self.message}"
 
 
-def _sql_specs(known: dict[str, StreamSchema]):
-    from streaming_jobs.sql_jobs import load_sql_job
+@dataclass(frozen=True)
+class Catalogue:
+    streams: dict[str, StreamSchema]
+    jobs: dict[str, JobSpec]
+    problems: tuple[LoadProblem, ...]
 
-    for file in [*sorted(PACKAGE_DIR.glob("*.sql")), *_files(".sql")]:
-        yield str(file), load_sql_job(file, known)
+
+def _module(file: Path) -> ModuleType:
+    key = (str(file), file.stat().st_mtime)
+    if key not in _LOADED:
+        spec = importlib.util.spec_from_file_location(f"tidemark_user_jobs.{file.stem}", file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _LOADED[key] = module
+    return _LOADED[key]
 
 
-def streams() -> dict[str, StreamSchema]:
-    """The built-in streams and those declared in the job folders."""
+def _streams(modules, problems: list[LoadProblem]) -> dict[str, StreamSchema]:
     known, where = dict(STREAMS), {name: "streaming_jobs/schemas.py" for name in STREAMS}
-    for origin, module in _path_modules():
+    for origin, module in modules:
         declared = getattr(module, "STREAMS", None) or [getattr(module, "STREAM", None)]
         for stream in declared:
-            if isinstance(stream, StreamSchema):
-                if stream.name in known:
-                    raise ValueError(
-                        f"stream {stream.name!r} is declared twice ({where[stream.name]} and "
-                        f"{origin}); rename one of them")
-                known[stream.name], where[stream.name] = stream, origin
+            if not isinstance(stream, StreamSchema):
+                continue
+            if stream.name in known:
+                problems.append(LoadProblem(origin, (
+                    f"{origin}: stream {stream.name!r} is already declared in "
+                    f"{where[stream.name]}; rename one of them (this one is left out)")))
+                continue
+            known[stream.name], where[stream.name] = stream, origin
     return known
 
 
-def registry() -> dict[str, JobSpec]:
-    specs: dict[str, JobSpec] = {}
-    where: dict[str, str] = {}
-    modules = [(getattr(m, "__file__", None) or o, getattr(m, "SPEC", None))
-               for o, m in [*_package_modules(), *_path_modules()]]
-    known = streams()
-    for origin, spec in [*modules, *_sql_specs(known)]:
+def catalogue(analysed: bool = True) -> Catalogue:
+    """Every stream and job that loads, and a `LoadProblem` for each file that does not.
+
+    Each file is loaded on its own: a module that fails to import, a SQL job with a bad header,
+    a name declared twice (the later file is left out), a job reading an unknown stream, and
+    (``analysed``) a job the cached `tidemark check` refused are reported; the rest load."""
+    from streaming_jobs.sql_jobs import load_sql_job
+
+    problems: list[LoadProblem] = []
+    modules = []
+    try:
+        py_files, sql_files = _files(".py"), _files(".sql")
+    except FileNotFoundError as exc:
+        problems.append(LoadProblem("TIDEMARK_JOBS_PATH", str(exc)))
+        py_files, sql_files = [], []
+    for file in py_files:
+        try:
+            modules.append((str(file), _module(file)))
+        except Exception as exc:  # any error of a user's module: report it, load the rest
+            problems.append(LoadProblem(str(file), (
+                f"job module {file} failed to load: {type(exc).__name__}: {exc}; fix the file "
+                "(`tidemark check` shows every problem)")))
+    known = _streams(modules, problems)
+    found: list[tuple[str, JobSpec]] = []
+    for origin, module in [*_package_modules(), *modules]:
+        spec = getattr(module, "SPEC", None)
         if isinstance(spec, JobSpec):
-            if spec.name in specs:
-                raise ValueError(
-                    f"job name {spec.name!r} is declared twice ({where[spec.name]} and {origin}); "
-                    "rename one of them")
-            if spec.origin is None:
-                spec = replace(spec, origin=origin)
-            specs[spec.name], where[spec.name] = spec, origin
-    for name, spec in specs.items():
+            found.append((getattr(module, "__file__", None) or origin, spec))
+    for file in [*sorted(PACKAGE_DIR.glob("*.sql")), *sql_files]:
+        try:
+            found.append((str(file), load_sql_job(file, known)))
+        except Exception as exc:  # JobFileError names file and line; anything else, the file
+            message = str(exc) if str(file) in str(exc) else f"SQL job {file}: {exc}"
+            problems.append(LoadProblem(str(file), message))
+    specs: dict[str, JobSpec] = {}
+    for origin, spec in found:
+        if spec.name in specs:
+            problems.append(LoadProblem(origin, (
+                f"{origin}: job name {spec.name!r} is already declared in "
+                f"{specs[spec.name].origin}; rename one of them (this one is left out)")))
+            continue
         unknown = [s for s in spec.sources if s not in known]
         if unknown:
-            raise ValueError(
-                f"job {name} ({where[name]}) reads {', '.join(unknown)}, which no registered "
-                f"stream declares; registered streams: {', '.join(sorted(known))}")
-    return dict(sorted(specs.items()))
+            problems.append(LoadProblem(origin, (
+                f"{origin}: job {spec.name} reads {', '.join(unknown)}, which no registered "
+                f"stream declares; registered streams: {', '.join(sorted(known))}"), spec.name))
+            continue
+        specs[spec.name] = spec if spec.origin else replace(spec, origin=origin)
+    if analysed:
+        refused = [f for f in _refused() if f["job"] in specs]
+        for f in refused:
+            specs.pop(f["job"], None)
+            problems.append(LoadProblem(f["where"], (
+                f"{f['where']}: error: job {f['job']}: {f['message']}"), f["job"]))
+    return Catalogue(known, dict(sorted(specs.items())), tuple(problems))
+
+
+# -- the cached analysis (`streaming_jobs.analysis.checked` writes it) ---------------------------
+
+def _fingerprint(policy: str) -> str:
+    """A hash of everything the analysis depends on: the job and stream files, the policy and
+    the Spark version."""
+    from pyspark import __version__ as spark_version
+
+    digest = hashlib.sha256(f"{policy}|{spark_version}".encode())
+    here = Path(__file__).resolve().parent
+    files = [here / "schemas.py", here / "analysis.py", here / "sql_jobs.py",
+             *sorted(PACKAGE_DIR.glob("*.py")), *sorted(PACKAGE_DIR.glob("*.sql"))]
+    files += [f for folder in job_folders() for f in sorted(folder.iterdir())
+              if f.suffix in (".py", ".sql")]
+    for f in files:
+        digest.update(str(f).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def analysis_cache(cfg) -> Path:
+    """Where the analysis of the current job files is cached (one file per content)."""
+    return cfg.spark.jars_cache.parent / "checks" / f"{_fingerprint(cfg.unbounded_state)}.json"
+
+
+def _refused() -> list[dict]:
+    """The errors of the cached analysis of the current job files (none when not analysed
+    yet): the jobs `registry()` leaves out."""
+    from streaming_jobs.config import TidemarkConfig
+
+    try:
+        cache = analysis_cache(TidemarkConfig.from_env())
+        if not cache.exists():
+            return []
+        return [f for f in json.loads(cache.read_text()) if f["level"] == "error"]
+    except (OSError, ValueError):  # an unreadable folder or cache: analysed again at load
+        return []
+
+
+def streams() -> dict[str, StreamSchema]:
+    """The built-in streams and those declared in the job folders (those that load)."""
+    return catalogue(analysed=False).streams
+
+
+def registry() -> dict[str, JobSpec]:
+    """Every job that loads and that `tidemark check` did not refuse; see `load_problems`."""
+    return catalogue().jobs
+
+
+def load_problems() -> tuple[LoadProblem, ...]:
+    """The files left out of `registry()` and `streams()`, each with its reason."""
+    return catalogue().problems
 
 
 def get_job(name: str) -> JobSpec:
-    jobs = registry()
+    found = catalogue()
     try:
-        return jobs[name]
+        return found.jobs[name]
     except KeyError:
-        raise KeyError(f"unknown job {name!r}; known jobs: {', '.join(jobs)}") from None
+        broken = [p for p in found.problems if p.subject == name]
+        if broken:
+            raise KeyError(f"job {name!r} is left out: {broken[0]}") from None
+        raise KeyError(f"unknown job {name!r}; known jobs: {', '.join(found.jobs)}") from None
 
 
 def stream_schema(name: str) -> StreamSchema:

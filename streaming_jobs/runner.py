@@ -8,6 +8,7 @@ materialization metadata.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -56,15 +57,24 @@ class RunMetrics:
 
 def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
                        writer: DataStreamWriter, holder: str,
-                       sink_version=None) -> tuple[list[dict], float]:
+                       sink_version=None, spec=None) -> tuple[list[dict], float]:
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
         forget_previous_lineage(cfg, name)
-        return _available_now(spark, cfg, name, writer, sink_version)
+        return _available_now(spark, cfg, name, writer, sink_version, spec)
+
+
+def raised_by_rule(exc: BaseException) -> str | None:
+    """The message of a ``raise_error`` in the query (a failed expectation), found in the JVM
+    exception and its causes; the streaming error that wraps it does not repeat it."""
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
+    match = re.search(r"\[USER_RAISED_EXCEPTION\] (.*?)(?: SQLSTATE: \w+|\n|$)", text)
+    return match.group(1) if match else None
 
 
 def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
-                   writer: DataStreamWriter, sink_version=None) -> tuple[list[dict], float]:
+                   writer: DataStreamWriter, sink_version=None,
+                   spec=None) -> tuple[list[dict], float]:
     log = progress_log(spark)
     checkpoint = cfg.paths.checkpoint(name)
     started = time.monotonic()
@@ -73,9 +83,10 @@ def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
     try:
         query.awaitTermination()
     except Exception as exc:  # noqa: BLE001 - re-raised with the query named
-        record_failure(cfg, name, run_id, str(exc))
+        reason = raised_by_rule(exc) or str(exc)
+        record_failure(cfg, name, run_id, reason)
         raise StreamRunError(
-            f"streaming query {name} failed (checkpoint {checkpoint}): {exc}. "
+            f"streaming query {name} failed (checkpoint {checkpoint}): {reason}. "
             "Fix the cause and run it again: it resumes from its last committed batch."
         ) from exc
     finally:
@@ -83,7 +94,7 @@ def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
             LOG.warning("streaming query %s: no termination event within 30 s; recording the "
                         "progress received so far", name)
         rows = log.take(run_id)
-        log.flush(cfg, rows, sink_version)
+        log.flush(cfg, rows, sink_version, spec)
     return rows, time.monotonic() - started
 
 
@@ -153,7 +164,7 @@ def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
     target = cfg.paths.table("gold", spec.name)
     before = table_version(spark, target)
     rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
-                                       sink_version_of(cfg, spec))
+                                       sink_version_of(cfg, spec), spec)
     return metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
                    output_rows=rows_written_since(spark, target, before),
                    previous=None if rows else last_reading(cfg, spec.name))

@@ -40,6 +40,65 @@ class Field:
     description: str
 
 
+ACTIONS = ("warn", "quarantine", "fail")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A rule every row should satisfy: a Spark SQL predicate over the row's columns, and what
+    happens to a row for which it is false or null (the row "fails" it).
+
+    - ``warn``: the row is kept; the failures are counted per batch (``ops/expectations``, the
+      Dagster check ``expect_<name>`` turns yellow);
+    - ``quarantine`` (streams only): the row goes to ``quarantine/<stream>`` with the reason
+      ``expectation <name> failed: <rule>`` instead of bronze, and is counted;
+    - ``fail``: the batch is not committed; the query stops with the rule and a failing row in
+      its error. Fix the source (or the rule) and run again: nothing was written.
+
+    Streams declare them in ``StreamSchema(expectations=...)``; a job's output in
+    ``JobSpec(expectations=...)`` or a SQL job's header (``-- expect <name>: <rule> on
+    violation fail``), with ``warn`` or ``fail`` (a job's rows are not quarantined: the
+    reconciliation would count each as a difference).
+    """
+
+    name: str
+    rule: str
+    action: str = "warn"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME.match(self.name):
+            raise ValueError(f"expectation {self.name!r}: a name is lower case letters, digits "
+                             "and _, starting with a letter")
+        if not isinstance(self.rule, str) or not self.rule.strip():
+            raise ValueError(f"expectation {self.name}: write its rule, a SQL predicate such as "
+                             "'amount >= 0'")
+        if self.action not in ACTIONS:
+            raise ValueError(f"expectation {self.name}: action is one of {', '.join(ACTIONS)}, "
+                             f"got {self.action!r}")
+
+    @property
+    def reason(self) -> str:
+        """The quarantine reason of a row that fails it."""
+        return f"expectation {self.name} failed: {self.rule}"
+
+
+def check_expectations(where: str, expectations, actions: tuple[str, ...] = ACTIONS) -> tuple:
+    """Validate a declared list: Expectation objects, distinct names, allowed actions."""
+    expectations = tuple(expectations or ())
+    for e in expectations:
+        if not isinstance(e, Expectation):
+            raise ValueError(f"{where}: expectations are Expectation(name, rule, action), "
+                             f"got {e!r}")
+        if e.action not in actions:
+            raise ValueError(f"{where}: expectation {e.name} has action {e.action!r}; here the "
+                             f"action is one of {', '.join(actions)}")
+    names = [e.name for e in expectations]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{where}: expectation {', '.join(twice)} declared twice")
+    return expectations
+
+
 @dataclass(frozen=True)
 class StreamSchema:
     """A stream: a landing folder of JSON lines with these fields.
@@ -63,6 +122,8 @@ class StreamSchema:
     # How far ahead of its ingest time an event may be: a line dated later is quarantined (one
     # far-future event would move every watermark past all real data). None: no bound.
     max_ahead: str | None = "1 day"
+    # Rules on the typed rows, checked after the schema (`Expectation`): warn, quarantine, fail.
+    expectations: tuple[Expectation, ...] = ()
 
     def __post_init__(self) -> None:
         from streaming_jobs.intervals import interval_seconds
@@ -97,6 +158,7 @@ class StreamSchema:
             raise ValueError(f"{where}: key {', '.join(unknown or key)} is not a list of distinct "
                              f"fields ({', '.join(names)}); name its dedup columns, or None")
         object.__setattr__(self, "key", key or None)
+        object.__setattr__(self, "expectations", check_expectations(where, self.expectations))
 
     def field(self, name: str) -> Field:
         return next(f for f in self.fields if f.name == name)

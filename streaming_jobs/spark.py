@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
@@ -197,6 +200,36 @@ def get_spark(cfg: TidemarkConfig, *, hive_metastore: bool = False):
     return start_session(cfg, spark_conf(cfg, hive_metastore=hive_metastore))
 
 
+# Spark's own default, kept: settings whose key or value looks like a credential
+SPARK_REDACTION = r"(?i)secret|password|token|access[.]?key"
+
+
+def redaction_regex(private: dict[str, str]) -> str:
+    """Spark's redaction pattern (or the one given in ``private``) plus its exact keys."""
+    keys = "|".join(re.escape(k) for k in sorted(private))
+    return f"{private.get('spark.redaction.regex', SPARK_REDACTION)}|^(?:{keys})$"
+
+
+def _escape(text: str, key: bool = False) -> str:
+    """A Java properties file's escaping (backslash, line breaks; separators in keys)."""
+    out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    if key:
+        for ch in (" ", "=", ":", "#", "!"):
+            out = out.replace(ch, "\\" + ch)
+    elif out.startswith(" "):
+        out = "\\" + out
+    return out
+
+
+def _properties_file(settings: dict[str, str]) -> str:
+    """Write ``settings`` to a file only this user can read; returns its path."""
+    handle, path = tempfile.mkstemp(prefix="tidemark-spark-", suffix=".properties")
+    with os.fdopen(handle, "w") as out:
+        for key, value in settings.items():
+            out.write(f"{_escape(key, key=True)}={_escape(value)}\n")
+    return path
+
+
 def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     """Start (or return the running) session with ``conf``; explain failures to the user."""
     check_java()
@@ -205,8 +238,15 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # TIDEMARK_SPARK_CONF may hold credentials: its values never reach the JVM's command line
+    # (PySpark passes builder settings as --conf arguments, readable by every local user) but a
+    # private properties file, and Spark redacts them in its UI, event logs and errors.
+    private = {k: conf[k] for k in cfg.spark.extra_conf if k in conf}
+    launch = {k: v for k, v in conf.items() if k not in private}
+    if private:
+        launch["spark.redaction.regex"] = redaction_regex(private)
     builder = SparkSession.builder
-    for key, value in conf.items():
+    for key, value in launch.items():
         builder = builder.config(key, value)
     # PySpark takes the Python workers' interpreter from the environment when the context starts
     # (the conf above covers executors on a cluster); without pandas there, transformWithState fails.
@@ -219,6 +259,11 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
     cfg.paths.logs.mkdir(parents=True, exist_ok=True)  # spark.log
+    properties = _properties_file(private) if private else None
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    if properties:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f"--properties-file {shlex.quote(properties)} {submit_args or 'pyspark-shell'}")
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - re-raised with what to do
@@ -231,6 +276,13 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
                 "Spark's own output above has the details."
             ) from exc
         raise SparkStartupError(f"Spark could not start: {exc}") from exc
+    finally:
+        if properties:  # read when the JVM started; gone now
+            os.unlink(properties)
+            if submit_args is None:
+                os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+            else:
+                os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     if cached_jars(cfg) is None:
         _write_manifest(cfg, spark)
     spark.sparkContext.setLogLevel("WARN")

@@ -67,6 +67,8 @@ class JobSpec:
     # query), for errors; set by the registry.
     origin: str | None = None
     origin_lines: dict = field(default_factory=dict)
+    # Rules on the job's output rows (`streaming_jobs.schemas.Expectation`): warn or fail.
+    expectations: tuple = ()
 
     @property
     def recon_open_when(self) -> str:
@@ -140,6 +142,10 @@ class JobSpec:
             raise ValueError(
                 f"job {self.name}: output_mode must be 'append' or 'update', got {self.output_mode!r}"
             )
+        from streaming_jobs.schemas import check_expectations
+
+        object.__setattr__(self, "expectations", check_expectations(
+            f"job {self.name}", self.expectations, ("warn", "fail")))
         if not (self.state.watermark or self.state.ttl):
             raise ValueError(
                 f"job {self.name}: a stateful job must bound its state: declare a watermark or a ttl"

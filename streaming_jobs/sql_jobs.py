@@ -22,6 +22,11 @@ Header keys (`HEADER_KEYS`): ``source``, ``keys``, ``watermark`` (required); ``m
 ``warn_rows``, ``critical_rows``, ``unbounded_state``, ``name`` (default: the file name). Other
 comment lines are the job's description (the first) and documentation. Errors name the file and
 the line.
+
+Expectations on the output rows, one line each (`streaming_jobs.schemas.Expectation`)::
+
+    -- expect some_failures: failures > 0
+    -- expect known_merchant: merchant is not null and merchant <> '' on violation fail
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from streaming_jobs.stateful.dedup import dedup_stream
-from streaming_jobs.schemas import StreamSchema
+from streaming_jobs.schemas import Expectation, StreamSchema
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 # Every header key: (required, what it holds). README "Add your own stateful job" lists them.
@@ -57,6 +62,9 @@ HEADER_KEYS = {
 KEYS = set(HEADER_KEYS)
 REQUIRED = tuple(k for k, (required, _) in HEADER_KEYS.items() if required)
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*?)\s*$")
+# "-- expect positive: failures > 0 on violation fail" (the action is optional: warn)
+_EXPECT = re.compile(r"^--\s*expect\s+(\S+?)\s*:\s*(.*?)\s*$")
+_ON_VIOLATION = re.compile(r"^(.*?)\s+on\s+violation\s+(\S+)$", re.IGNORECASE)
 _WINDOWED = re.compile(r"\b(window|session_window|window_time)\s*\(", re.IGNORECASE)
 # Temporary views are session-wide: one job at a time registers its own and resolves its query.
 _VIEWS = threading.Lock()
@@ -99,6 +107,7 @@ class JobFile:
     description: list[str]
     sql: str
     sql_line: int
+    expectations: tuple[tuple[str, str, int], ...] = ()  # (name, text, line)
 
     def at(self, key: str | None = None) -> str:
         """``path:line`` of a header key (or of the query)."""
@@ -106,7 +115,7 @@ class JobFile:
 
     @classmethod
     def read(cls, path: Path) -> "JobFile":
-        header, lines, text, body, sql_line = {}, {}, [], [], 0
+        header, lines, text, body, sql_line, expect = {}, {}, [], [], 0, []
         raw = path.read_text().splitlines()
         for number, line in enumerate(raw, start=1):
             if not line.startswith("--"):
@@ -117,6 +126,10 @@ class JobFile:
             if body:
                 body.append(line)
                 continue
+            expectation = _EXPECT.match(line)
+            if expectation:
+                expect.append((expectation.group(1), expectation.group(2), number))
+                continue
             match = _HEADER.match(line)
             if match and match.group(1) in KEYS:
                 key = match.group(1)
@@ -126,7 +139,26 @@ class JobFile:
                 header[key], lines[key] = match.group(2), number
             else:
                 text.append(line[2:].strip())
-        return cls(path, header, lines, text, "\n".join(body).strip().rstrip(";"), sql_line)
+        return cls(path, header, lines, text, "\n".join(body).strip().rstrip(";"), sql_line,
+                   tuple(expect))
+
+    def declared_expectations(self) -> tuple[Expectation, ...]:
+        """The ``-- expect <name>: <rule> [on violation warn|fail]`` lines, checked."""
+        out = []
+        for name, text, number in self.expectations:
+            match = _ON_VIOLATION.match(text)
+            rule, action = (match.group(1), match.group(2).lower()) if match else (text, "warn")
+            try:
+                out.append(Expectation(name, rule, action))
+            except ValueError as exc:
+                raise JobFileError(f"SQL job {self.path}:{number}: {exc}; write '-- expect "
+                                   "<name>: <rule> on violation warn|fail'") from None
+            if action == "quarantine":
+                raise JobFileError(
+                    f"SQL job {self.path}:{number}: expectation {name}: a job's output rows "
+                    "are not quarantined (the reconciliation would count each as a "
+                    "difference); use warn or fail, or quarantine in the stream's expectations")
+        return tuple(out)
 
 
 def window_end_key(keys: tuple[str, ...], window_end: str | None, sql: str) -> str | None:
@@ -196,6 +228,7 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             "when a row is final: name the key holding the window's end ('-- window_end: "
             "session_end'), or write '-- open_when: <condition>' (see README); without it the "
             "recon would count every open window as missing")
+    expectations = job.declared_expectations()
     if open_when is None:
         open_when = "false"  # rows are emitted as their events are read: nothing is pending
     try:
@@ -219,6 +252,7 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             unbounded_state=unbounded,
             origin=str(path),
             origin_lines={**job.lines, "query": job.sql_line},
+            expectations=expectations,
         )
     except ValueError as exc:
         raise JobFileError(f"SQL job {path}:1: {exc}") from None

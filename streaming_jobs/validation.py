@@ -7,6 +7,7 @@ keeps the raw line and the reason, so every line lands in exactly one of the two
 Strict by default. The first rule a line breaks is its reason (`REASONS` lists them in
 order):
 
+- the line is UTF-8 text (quarantine keeps every line's exact bytes in ``raw_bytes``);
 - the line is one JSON object and nothing else (no second value, no text after it);
 - every field is present and not null;
 - each field has its JSON type: a string field a JSON string (not a number, object or
@@ -29,6 +30,7 @@ from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.schemas import StreamSchema
 
 REASONS = (
+    "not valid UTF-8 (its bytes are kept in raw_bytes)",
     "empty line",
     "invalid JSON",
     "not a JSON object",
@@ -94,12 +96,15 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = "value")
                F.lit(f"{f.name} is not a valid {f.dtype.simpleString()}"))
         for f in schema.fields
     ]
-    blank_key = [F.when(F.trim(F.col(k)) == "", F.lit(f"key {k} is blank"))
+    blank_key = [F.when(F.col(k).rlike(r"^\s*$"), F.lit(f"key {k} is blank"))
                  for k in schema.key or () if isinstance(schema.field(k).dtype, T.StringType)]
     with_fields = parsed.select("*", *typed)
     missing_list = F.concat_ws(", ", *missing)
     reason = (
-        F.when(F.trim(line) == "", F.lit("empty line"))
+        # Spark's text source keeps a line's bytes as they are; shown as text, bytes that are
+        # not UTF-8 would become U+FFFD and the line would be parsed altered
+        F.when(~F.is_valid_utf8(line), F.lit(REASONS[0]))
+        .when(line.rlike(r"^\s*$"), F.lit("empty line"))  # spaces, tabs: nothing
         .when(F.col("_variant").isNull(), F.lit("invalid JSON"))
         .when(~F.ltrim(line).startswith("{"), F.lit("not a JSON object"))
         # a second value, or text, after the object: '[' line ']' is then not a one-element

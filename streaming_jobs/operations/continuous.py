@@ -41,7 +41,8 @@ from streaming_jobs.operations import savepoints
 from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.progress import forget_previous_lineage, progress_log
-from streaming_jobs.runner import RunMetrics, StreamRunError, last_reading, metrics
+from streaming_jobs.runner import (RunMetrics, StreamRunError, last_reading, metrics,
+                                   raised_by_rule)
 from streaming_jobs.registry import stream_schema
 
 LOG = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ class _Host:
         for name in names or list(self.queries):
             rows = self.log.take(str(self.queries[name].runId))
             if rows:
-                self.log.flush(self.cfg, rows, self.resolvers.get(name))
+                self.log.flush(self.cfg, rows, self.resolvers.get(name),
+                               get_job(name) if name in self.jobs else None)
                 self.totals[name].add(rows)
 
     def metrics(self, name: str) -> RunMetrics:
@@ -230,10 +232,11 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             out.metrics = {name: host.metrics(name) for name in host.names}
         if failure:
             name, exc = failure
-            record_failure(cfg, name, str(host.queries[name].runId), str(exc))
+            reason = raised_by_rule(exc) or str(exc)
+            record_failure(cfg, name, str(host.queries[name].runId), reason)
             raise StreamRunError(
                 f"continuous run: streaming query {name} failed (checkpoint "
-                f"{cfg.paths.checkpoint(name)}): {exc}. The other queries were stopped cleanly. "
+                f"{cfg.paths.checkpoint(name)}): {reason}. The other queries were stopped cleanly. "
                 "Fix the cause and start the run again: every query resumes from its last "
                 "committed batch.")
     return out

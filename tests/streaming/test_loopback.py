@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 PROBE = """
 import os, sys, time
@@ -17,7 +18,8 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.spark import get_spark
 spark = get_spark(TidemarkConfig.from_env())
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-print("PID", pid, spark.sparkContext.uiWebUrl, flush=True)
+print("CONF", spark.conf.get("spark.tidemark.probe.credential"), flush=True)
+print("PID", pid, spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId, flush=True)
 sys.stdin.readline()  # hold the session until the test has looked
 """
 
@@ -45,19 +47,34 @@ def listening(pid: int) -> list[str]:
     return out
 
 
+SECRET = "s3cr3t-value=with;chars"
+
+
 @pytest.mark.slow
-def test_spark_with_its_ui_on_listens_on_loopback_only(cfg):
-    env = {**os.environ, "TIDEMARK_SPARK_UI": "1", "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
+def test_spark_with_its_ui_on_listens_on_loopback_only_and_hides_spark_conf_values(cfg):
+    env = {**os.environ, "TIDEMARK_SPARK_UI": "1", "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+           "TIDEMARK_SPARK_CONF": f"spark.tidemark.probe.credential={SECRET.replace(';', '%3B')}"}
     env.pop("SPARK_LOCAL_IP", None)
     probe = subprocess.Popen([sys.executable, "-c", PROBE], env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 300
-        line = ""
+        line, lines = "", []
         while not line.startswith("PID") and time.monotonic() < deadline:
             line = probe.stdout.readline()
+            lines.append(line)
             assert line or probe.poll() is None, "the probe's Spark did not start"
-        _, pid, ui = line.split()
+        _, pid, ui, app = line.split()
+        # the setting reached the session, and neither the JVM's command line nor the UI shows it
+        assert f"CONF {SECRET.replace(';', '%3B')}\n" in lines
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        assert "spark.tidemark.probe.credential" not in cmdline and "s3cr3t" not in cmdline
+        assert "--properties-file" in cmdline
+        environment = requests.get(f"{ui}/api/v1/applications/{app}/environment",
+                                   timeout=30).json()
+        shown = dict(environment["sparkProperties"])
+        assert "s3cr3t" not in str(environment)
+        assert shown["spark.tidemark.probe.credential"].startswith("*********")
         addresses = listening(int(pid))
         assert ui.startswith("http://127.0.0.1:")  # the UI is on
         assert addresses, "the JVM listens on nothing: the probe is wrong"

@@ -1,23 +1,29 @@
-"""The ops checks, declared on every job's gold asset: ``checkpoint_health`` and ``state_size``.
+"""The ops checks, declared on every job's gold asset: ``checkpoint_health`` and ``state_size``;
+and one ``expect_<name>`` per declared expectation, on the stream's bronze asset or the job's
+gold asset.
 
 The ops sensors report them on every tick; they can also be run by hand (or by the whole-graph
-job). Neither blocks anything: they are signals, the sensors raise the alerts.
+job). None blocks anything: they are signals, the sensors raise the alerts (a ``fail``
+expectation has already stopped its query).
 """
 
 import dagster as dg
 
-from streaming_jobs.registry import registry
+from streaming_jobs.expectations import latest
+from streaming_jobs.ingestion import query_name
+from streaming_jobs.registry import catalogue
 from streaming_jobs.spec import JobSpec
 
 from orchestration import keys
 from orchestration.evaluations import (CHECKPOINT_CHECK, STATE_CHECK, checkpoint_health,
+                                       expectation_check_name, expectation_evaluation,
                                        state_evaluation)
 from orchestration.resources import TidemarkResource
 
 
 def _result(evaluation: dg.AssetCheckEvaluation) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=evaluation.passed, severity=evaluation.severity,
-                               metadata=evaluation.metadata)
+                               metadata=evaluation.metadata, description=evaluation.description)
 
 
 def checks_for(spec: JobSpec) -> list[dg.AssetChecksDefinition]:
@@ -37,8 +43,31 @@ def checks_for(spec: JobSpec) -> list[dg.AssetChecksDefinition]:
     return [health, state]
 
 
+def expectation_checks(asset_key: dg.AssetKey, query: str, expectations) -> list:
+    """One check per declared expectation of ``query`` (a job, or ``bronze_<stream>``)."""
+    out = []
+    for e in expectations:
+        @dg.asset_check(asset=asset_key, name=expectation_check_name(e), blocking=False,
+                        description=f"Expectation {e.name}: {e.rule} (on violation: "
+                                    f"{e.action}); rows failing it per batch (reported by "
+                                    "expectations_sensor).")
+        def expectation(tidemark: TidemarkResource, e=e) -> dg.AssetCheckResult:
+            rows = latest(tidemark.config(), query).get(e.name, [])
+            return _result(expectation_evaluation(asset_key, e, rows))
+
+        out.append(expectation)
+    return out
+
+
 def ops_checks() -> list[dg.AssetChecksDefinition]:
-    return [check for spec in registry().values() for check in checks_for(spec)]
+    found = catalogue()
+    checks = [check for spec in found.jobs.values() for check in checks_for(spec)]
+    checks += [c for spec in found.jobs.values()
+               for c in expectation_checks(keys.gold(spec.name), spec.name, spec.expectations)]
+    checks += [c for name, stream in found.streams.items()
+               for c in expectation_checks(keys.bronze(name), query_name(name),
+                                           stream.expectations)]
+    return checks
 
 
 @dg.definitions

@@ -1,0 +1,121 @@
+"""The bad-input catalogue: every kind of bad line or file, landed for real and ingested for real.
+
+Each case is one line of a landing file and where it must end: bronze (reason None) or
+quarantine with its reason. To add a case, add a line to `CASES`. The test checks each line's
+destination and reason, that quarantine keeps each line's exact bytes, and that nothing is
+lost: lines landed = bronze + quarantine + the lines of files ingestion never reads (which the
+landing accounting names).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+
+import pytest
+
+from helpers import txn
+from streaming_jobs.lake import read_table
+from streaming_jobs.operations.landing import account
+from streaming_jobs.runner import run_bronze
+from streaming_jobs.schemas import STREAMS, Expectation
+
+NONNEGATIVE = Expectation("nonnegative_amount", "amount >= 0", "quarantine")
+
+
+def line(event_id: str, **changes) -> bytes:
+    event = {**txn(event_id, "u1", 1), **changes}
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def with_text(event_id: str, old: str, new: str) -> bytes:
+    return line(event_id).replace(old.encode(), new.encode())
+
+
+FUTURE = "event_time 9999-12-31 00:00:00 is more than 1 day after its ingest time (the " \
+         "stream's max_ahead)"
+# (case, the landed line, its quarantine reason or None for bronze)
+CASES = [
+    ("valid", line("ok1"), None),
+    ("valid, unicode text", line("ok2", merchant="café ☕"), None),
+    ("valid, keys in another order", json.dumps(dict(reversed(list(
+        txn("ok3", "u1", 2).items())))).encode(), None),
+    ("empty line", b"", "empty line"),
+    ("blank line", b"   \t", "empty line"),
+    ("not JSON", b'{"event_id": "x1", ', "invalid JSON"),
+    ("a JSON array", b'[{"event_id": "x2"}]', "not a JSON object"),
+    ("a JSON string", b'"just text"', "not a JSON object"),
+    ("two objects on a line", line("x3") + line("x4"), "more than one JSON value on the line"),
+    ("an object and text", line("x5") + b" trailing", "more than one JSON value on the line"),
+    ("a field missing", with_text("x6", ',"merchant":"m1"', ""),
+     "missing required field(s): merchant"),
+    ("a field null", line("x7", merchant=None), "missing required field(s): merchant"),
+    ("a number as text", line("x8", amount="12.5"), "amount is a JSON string, not a number"),
+    ("NaN as text", line("x9", amount="NaN"), "amount is a JSON string, not a number"),
+    ("Infinity as text", line("x10", amount="Infinity"), "amount is a JSON string, not a number"),
+    ("a string field holding a number", line("x11", merchant=42),
+     "merchant is a JSON bigint, not a string"),
+    ("a string field holding an object", line("x12", merchant={"name": "m"}),
+     "merchant is a JSON object, not a string"),
+    ("a string field holding a boolean", line("x13", currency=True),
+     "currency is a JSON boolean, not a string"),
+    ("a time without its date", line("x14", event_time="00:00:01"),
+     "event_time has no date (a timestamp is an ISO-8601 date and time)"),
+    ("a date that does not exist", line("x15", event_time="2026-02-30T00:00:00Z"),
+     "event_time is not a valid timestamp"),
+    ("an empty key", line(""), "key event_id is blank"),
+    ("a blank key", line("   "), "key event_id is blank"),
+    ("far future", line("x16", event_time="9999-12-31T00:00:00Z"), FUTURE),
+    ("not UTF-8", line("x17", merchant="caf\udce9").replace(b"\\udce9", b"\xe9"),
+     "not valid UTF-8 (its bytes are kept in raw_bytes)"),
+    ("control bytes, not UTF-8", b"\xff\xfe" + line("x18"),
+     "not valid UTF-8 (its bytes are kept in raw_bytes)"),
+    ("a stream expectation (quarantine)", line("x19", amount=-5.0),
+     "expectation nonnegative_amount failed: amount >= 0"),
+]
+
+
+@pytest.mark.slow
+def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monkeypatch):
+    monkeypatch.setitem(STREAMS, "transactions",
+                        replace(STREAMS["transactions"], expectations=(NONNEGATIVE,)))
+    folder = cfg.paths.landing_dir("transactions")
+    folder.mkdir(parents=True)
+    landed = b"".join(raw + b"\n" for _, raw, _ in CASES)
+    (folder / "catalogue.jsonl").write_bytes(landed)
+    # a file in Windows line endings is read line by line too
+    (folder / "crlf.jsonl").write_bytes(line("crlf1") + b"\r\n" + line("crlf2") + b"\r\n")
+    # files ingestion never reads (the landing contract: write under such a name, then rename)
+    old = time.time() - 7200
+    for hidden in (".partial.jsonl", "_tmp.jsonl"):
+        (folder / hidden).write_bytes(line(f"hidden-{hidden}") + b"\n")
+        os.utime(folder / hidden, (old, old))
+    run_bronze(spark, cfg, "transactions")
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    quarantine = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
+    expected_bronze = sorted([json.loads(raw)["event_id"] for _, raw, reason in CASES
+                              if reason is None] + ["crlf1", "crlf2"])
+    assert sorted(r.event_id for r in bronze) == expected_bronze
+    assert next(r.merchant for r in bronze if r.event_id == "ok2") == "café ☕"
+
+    got = sorted((bytes(r.raw_bytes), r.reason) for r in quarantine)
+    want = sorted((raw, reason) for _, raw, reason in CASES if reason is not None)
+    # line by line, with names, so a failure says which case went where
+    by_bytes = dict(got)
+    for case, raw, reason in CASES:
+        if reason is not None:
+            assert by_bytes.get(raw) == reason, (case, by_bytes.get(raw), reason)
+    assert got == want  # each line exactly once, its bytes exactly as landed
+    assert all(r.raw_line is not None and r._source_file.endswith("catalogue.jsonl")
+               for r in quarantine)
+
+    # nothing lost: every landed line is in bronze, in quarantine, or in a file that is named
+    landed_lines = sum(f.read_bytes().count(b"\n") for f in folder.iterdir())
+    accounting = account(cfg, "transactions")
+    assert accounting.lines == accounting.ingested == len(bronze) + len(quarantine)
+    skipped = sorted(f.message.split(":")[0] for f in accounting.findings)
+    assert skipped == ["landing/transactions/.partial.jsonl", "landing/transactions/_tmp.jsonl"]
+    assert landed_lines == len(bronze) + len(quarantine) + 2

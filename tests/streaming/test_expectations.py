@@ -1,0 +1,158 @@
+"""Declared expectations: warn counts, quarantine moves the row with the rule as its reason,
+fail stops the batch before it commits, with the rule and a failing row in the error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from helpers import land, txn
+from streaming_jobs import ops_tables
+from streaming_jobs.lake import read_table
+from streaming_jobs.registry import get_job
+from streaming_jobs.runner import StreamRunError, run_bronze, run_job
+from streaming_jobs.schemas import STREAMS, Expectation
+
+CURRENCY = Expectation("known_currency", "currency in ('USD', 'EUR')", "quarantine")
+POSITIVE = Expectation("positive_amount", "amount > 0", "warn")
+NO_TEST = Expectation("no_test_merchant", "merchant <> 'TEST'", "fail")
+
+JOB = """-- failures_per_merchant: FAILED transactions per merchant per 10 minutes.
+-- source: transactions
+-- keys: merchant, window_start, window_end
+-- measures: failures
+-- watermark: 5 minutes
+-- expect few_failures: failures < 5
+-- expect real_merchant: merchant <> 'BAD' on violation fail
+select merchant, window.start as window_start, window.end as window_end, count(*) as failures
+from events where status = 'FAILED'
+group by merchant, window(event_time, '10 minutes')
+"""
+
+
+def results(cfg, query: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(rule, batch) -> (rows checked, rows failed), from ops/expectations."""
+    rows = ops_tables.read(cfg, "expectations", where=f"job = {ops_tables.literal(query)}")
+    return {(r["rule"], r["batch_id"]): (r["rows_checked"], r["rows_failed"]) for r in rows}
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    stream = replace(STREAMS["transactions"], expectations=(CURRENCY, POSITIVE, NO_TEST))
+    monkeypatch.setitem(STREAMS, "transactions", stream)
+    return stream
+
+
+@pytest.mark.slow
+def test_stream_expectations_warn_quarantine_and_fail(spark, cfg, guarded, monkeypatch):
+    events = [txn(f"e{i}", "u1", i) for i in range(10)]
+    for i in (2, 5):
+        events[i]["currency"] = "XXX"
+    for i in (5, 6, 7):
+        events[i]["amount"] = -1.0
+    path = land(cfg, "w1.jsonl", events)
+    run_bronze(spark, cfg, "transactions")
+
+    bronze = {r.event_id for r in read_table(spark, cfg.paths.table("bronze", "transactions"))
+              .collect()}
+    assert bronze == {f"e{i}" for i in range(10)} - {"e2", "e5"}
+    quarantined = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
+    lines = path.read_bytes().splitlines()
+    assert sorted((r.raw_bytes, r.reason) for r in quarantined) == [
+        (bytes(lines[i]), "expectation known_currency failed: currency in ('USD', 'EUR')")
+        for i in (2, 5)]
+    # counted on every valid row of the batch, quarantined ones included
+    assert results(cfg, "bronze_transactions") == {
+        ("known_currency", 0): (10, 2), ("positive_amount", 0): (10, 3),
+        ("no_test_merchant", 0): (10, 0)}
+
+    # a 'fail' rule: the batch stops before anything is written, the row is in the error
+    bad = [txn("t1", "u2", 20), dict(txn("t2", "u2", 21), merchant="TEST")]
+    land(cfg, "w2.jsonl", bad)
+    with pytest.raises(StreamRunError) as raised:
+        run_bronze(spark, cfg, "transactions")
+    message = str(raised.value)
+    assert "stream transactions (batch 1): expectation no_test_merchant (merchant <> 'TEST')" \
+        in message and '"event_id":"t2"' in message and "nothing of the batch was committed" \
+        in message
+    assert read_table(spark, cfg.paths.table("bronze", "transactions")).count() == 8
+    assert read_table(spark, cfg.paths.table("quarantine", "transactions")).count() == 2
+
+    # made a warning: the same batch runs again and commits, each line once
+    monkeypatch.setitem(STREAMS, "transactions", replace(guarded, expectations=(
+        CURRENCY, POSITIVE, replace(NO_TEST, action="warn"))))
+    run_bronze(spark, cfg, "transactions")
+    assert read_table(spark, cfg.paths.table("bronze", "transactions")).count() == 10
+    assert results(cfg, "bronze_transactions")[("no_test_merchant", 1)] == (2, 1)
+
+
+@pytest.mark.slow
+def test_job_expectations_count_per_batch_and_fail_before_commit(spark, cfg, tmp_path,
+                                                                monkeypatch, guarded):
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "failures_per_merchant.sql").write_text(JOB)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    spec = get_job("failures_per_merchant")
+    assert [(e.name, e.action) for e in spec.expectations] == [("few_failures", "warn"),
+                                                               ("real_merchant", "fail")]
+    # m1: 7 failures in [0,10), m2: 2; the watermark (31 - 5) closes both windows
+    events = [dict(txn(f"a{i}", "u1", i), merchant="m1") for i in range(7)]
+    events += [dict(txn(f"b{i}", "u1", i), merchant="m2") for i in range(2)]
+    events += [dict(txn("late", "u1", 31), merchant="m3")]
+    land(cfg, "w1.jsonl", events)
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, spec)
+    gold = {r.merchant: r.failures for r in
+            read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    assert gold == {"m1": 7, "m2": 2}
+    counted = results(cfg, spec.name)
+    # the rows the job emitted, over its batches: 2 checked, 1 (m1's 7) failing few_failures
+    checked = sum(v[0] for (rule, _), v in counted.items() if rule == "few_failures")
+    failed = sum(v[1] for (rule, _), v in counted.items() if rule == "few_failures")
+    assert (checked, failed) == (2, 1)
+    assert sum(v[1] for (rule, _), v in counted.items() if rule == "real_merchant") == 0
+
+    # in Dagster: a check per expectation, reported by the expectations sensor
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_sensor_context
+
+    from orchestration.definitions import build_definitions
+    from orchestration.defs.ops.sensors import expectations_sensor
+    from orchestration.resources import TidemarkResource
+
+    defs = build_definitions()
+    repository = defs.get_repository_def()
+    gold, bronze = AssetKey(["gold", spec.name]), AssetKey(["bronze", "transactions"])
+    assert {AssetCheckKey(gold, "expect_few_failures"), AssetCheckKey(gold, "expect_real_merchant"),
+            AssetCheckKey(bronze, "expect_known_currency"),
+            AssetCheckKey(bronze, "expect_no_test_merchant")} <= set(
+        repository.asset_graph.asset_check_keys)
+    def context(cursor=None):
+        return build_sensor_context(
+            instance=DagsterInstance.ephemeral(), repository_def=repository, cursor=cursor,
+            resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))})
+
+    tick = expectations_sensor(context())
+    verdicts = {(e.asset_key.path[-1], e.check_name): e for e in tick.asset_events
+                if hasattr(e, "check_name")}
+    last_batch = max(b for (rule, b) in counted if rule == "few_failures")
+    expected_failed = counted[("few_failures", last_batch)][1]
+    few = verdicts[(spec.name, "expect_few_failures")]
+    assert few.passed == (expected_failed == 0)
+    assert few.metadata["rows_failed"].value == expected_failed
+    assert verdicts[("transactions", "expect_known_currency")].passed
+    observed = [e for e in tick.asset_events if not hasattr(e, "check_name")]
+    assert {e.asset_key for e in observed} == {gold, bronze}
+    # nothing new since: nothing reported
+    assert expectations_sensor(context(tick.cursor)).asset_events == []
+
+    land(cfg, "w2.jsonl", [dict(txn("x1", "u1", 40), merchant="BAD"),
+                           dict(txn("x2", "u1", 60), merchant="m1")])
+    run_bronze(spark, cfg, "transactions")
+    before = read_table(spark, cfg.paths.table("gold", spec.name)).count()
+    with pytest.raises(StreamRunError) as raised:
+        run_job(spark, cfg, spec)
+    assert "job failures_per_merchant: expectation real_merchant (merchant <> 'BAD')" \
+        in str(raised.value) and '"merchant":"BAD"' in str(raised.value)
+    assert read_table(spark, cfg.paths.table("gold", spec.name)).count() == before
