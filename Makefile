@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-live clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-live chaos clean
 
 setup: $(JARS)
 
@@ -54,6 +54,13 @@ dbt-models: $(INSTALLED)
 # Any dbt command with tidemark's Spark session and job vars, e.g. make dbt ARGS="build -s recon"
 dbt: setup
 	$(BIN)/tidemark-dbt $(ARGS)
+
+# Fault injection (RELIABILITY.md): TRIALS kill -9 trials per fault point, results in
+# RELIABILITY.results.json. CI runs two trials (tests/streaming/test_chaos.py).
+TRIALS ?= 20
+SEED ?= 7
+chaos: setup
+	$(BIN)/python tests/chaos.py --trials $(TRIALS) --seed $(SEED)
 
 # The sliding-window benchmark (BENCHMARKS.md): EVENTS=200000 for a quick run.
 EVENTS ?= 2000000

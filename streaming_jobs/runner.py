@@ -26,6 +26,7 @@ from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.registry import stream_schema
+from streaming_jobs.restores import finish_pending
 
 
 LOG = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
                        sink_version=None, spec=None) -> tuple[list[dict], float]:
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
+        finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
         forget_previous_lineage(cfg, name)
         return _available_now(spark, cfg, name, writer, sink_version, spec)
 

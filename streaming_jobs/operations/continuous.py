@@ -40,6 +40,7 @@ from streaming_jobs.registry import get_job
 from streaming_jobs.operations import savepoints
 from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
+from streaming_jobs.restores import finish_pending
 from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.runner import (RunMetrics, StreamRunError, last_reading, metrics,
                                    raised_by_rule)
@@ -195,6 +196,7 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             locks.enter_context(checkpoint_lock(cfg.paths.checkpoint(name), holder,
                                                 takes_savepoint_requests=name in jobs))
         for name in names:
+            finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
             forget_previous_lineage(cfg, name)
         host = _Host(spark, cfg, streams, jobs, trigger_seconds)
         failure: tuple[str, Exception] | None = None

@@ -14,11 +14,12 @@ table's Delta version and the last committed batch. It refuses a checkpoint that
 `structural_findings` says is broken. No JVM is needed: the copy is files, the version comes
 from the Delta log.
 
-`restore` puts one back, under the lock: the broken checkpoint is moved aside (kept under
-``checkpoints/.replaced/`` for inspection), the savepoint's copy takes its place with a new
-query id, the gold table is restored to the recorded version (Delta ``RESTORE``), and the
-progress rows of the batches after the savepoint are removed from ``ops/stream_progress`` (the
-kept ones move to the new query id). The next run replays those batches from bronze. The sinks
+`restore` puts one back, under the lock, in stages a crash cannot leave half done
+(`streaming_jobs.restores`: a plan written first, finished by the next run that takes the lock):
+the gold table is restored to the recorded version (Delta ``RESTORE``), the savepoint's copy is
+staged with a new query id and swapped in (the broken checkpoint is kept under
+``checkpoints/.replaced/`` for inspection), and the progress rows of the batches after the
+savepoint are removed from ``ops/stream_progress`` (the kept ones move to the new query id). The next run replays those batches from bronze. The sinks
 key their idempotent writes by the checkpoint's query id, and Delta's RESTORE keeps the table's
 old markers, so the new id is what makes the replayed batches be written instead of skipped.
 
@@ -30,7 +31,6 @@ Layout: ``savepoints/<job>/<taken_at>-b<batch>/{checkpoint/, savepoint.json}``; 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import uuid
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from streaming_jobs import ops_tables
-from streaming_jobs.checkpoints import last_committed_batch, query_id
+from streaming_jobs import restores
+from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version
 from streaming_jobs.operations.health import structural_findings
@@ -79,19 +79,12 @@ def savepoints(cfg: TidemarkConfig, job: str) -> list[Savepoint]:
     return sorted(found, key=lambda s: (s.taken_at, s.batch_id))
 
 
-def _write_json(path: Path, data: dict) -> None:
-    """Write ``path`` whole or not at all: a temporary file, flushed to disk, renamed."""
-    temp = path.with_name(f".{path.name}.tmp")
-    with open(temp, "w") as handle:
-        handle.write(json.dumps(data))
-        handle.flush()
-        os.fsync(handle.fileno())
-    temp.rename(path)
-
-
 def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
     """Copy the job's checkpoint; the caller holds its lock (no batch can be in flight)."""
     checkpoint = cfg.paths.checkpoint(job)
+    if restores.pending(cfg, job):
+        raise SavepointError(f"job {job}: a restore of its checkpoint was cut short; it finishes "
+                             "at the job's next run (or `tidemark restore`), then take one")
     batch = last_committed_batch(checkpoint)
     if batch is None:
         raise SavepointError(f"job {job}: checkpoint {checkpoint} has no committed batch "
@@ -103,9 +96,12 @@ def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
     version = latest_version(cfg.paths.table("gold", job))
     taken_at = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     target = cfg.paths.savepoints / job / f"{taken_at}-b{batch}"
+    # copies cut short by a crash (we hold the lock: no other copy is being made)
+    for stale in target.parent.glob(".*.partial") if target.parent.is_dir() else []:
+        shutil.rmtree(stale, ignore_errors=True)
     staging = target.with_name(f".{target.name}.partial")
     shutil.copytree(checkpoint, staging / "checkpoint")
-    _write_json(staging / "savepoint.json",
+    restores.write_json(staging / "savepoint.json",
                 {"job": job, "batch_id": batch, "gold_version": version, "taken_at": taken_at})
     staging.rename(target)  # complete or absent
     for old in savepoints(cfg, job)[:-keep] if keep > 0 else []:
@@ -130,7 +126,7 @@ def request(cfg: TidemarkConfig, job: str, requester: str) -> str:
     folder = _requests(cfg, job)
     folder.mkdir(parents=True, exist_ok=True)
     request_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    _write_json(folder / f"{request_id}.request", {"requester": requester})
+    restores.write_json(folder / f"{request_id}.request", {"requester": requester})
     return request_id
 
 
@@ -144,7 +140,7 @@ def answer(cfg: TidemarkConfig, job: str, request_id: str, *, savepoint: Savepoi
            error: str | None = None) -> None:
     """Record the outcome of a request (by the run that owns the checkpoint)."""
     folder = _requests(cfg, job)
-    _write_json(folder / f"{request_id}.answer",
+    restores.write_json(folder / f"{request_id}.answer",
                 {"savepoint": savepoint.path.name if savepoint else None, "error": error})
     (folder / f"{request_id}.request").unlink(missing_ok=True)
 
@@ -216,29 +212,10 @@ def restore(spark, cfg: TidemarkConfig, job: str, savepoint: Savepoint | None = 
                 "one, the job can only be rebuilt from bronze: delete its checkpoint and gold "
                 "table and run it again.")
         savepoint = available[-1]
-    checkpoint = cfg.paths.checkpoint(job)
-    with checkpoint_lock(checkpoint, holder):
-        old_id = query_id(checkpoint)
-        if checkpoint.exists():
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-            aside = cfg.paths.checkpoints / ".replaced" / f"{job}-{stamp}"
-            aside.parent.mkdir(parents=True, exist_ok=True)
-            checkpoint.rename(aside)
-        # plain copies: file times say "restored now", later than any failure recorded before
-        shutil.copytree(savepoint.path / "checkpoint", checkpoint, copy_function=shutil.copy)
-        # A new query id: the sinks' idempotency keys (see the module doc).
-        old_id = old_id or query_id(checkpoint)
-        new_id = str(uuid.uuid4())
-        (checkpoint / "metadata").write_text(json.dumps({"id": new_id}) + "\n")
-        gold = cfg.paths.table("gold", job)
-        current = latest_version(gold)
-        if savepoint.gold_version is not None and current is not None \
-                and current > savepoint.gold_version:
-            spark.sql(f"RESTORE TABLE delta.`{gold}` TO VERSION AS OF {savepoint.gold_version}")
-        ops_tables.delete(cfg, "stream_progress",
-                          f"job = '{job}' AND batch_id > {savepoint.batch_id}")
-        # the kept batches join the new query id: one lineage of batches for reconciliation
-        if old_id:
-            ops_tables.update(cfg, "stream_progress", {"query_id": new_id},
-                              f"job = '{job}' AND query_id = '{old_id}'")
+    with checkpoint_lock(cfg.paths.checkpoint(job), holder):
+        # an earlier restore cut short is finished first; then this one, in stages
+        restores.finish_pending(lambda: spark, cfg, job)
+        steps = restores.plan(cfg, job, savepoint.path, savepoint.batch_id,
+                              savepoint.gold_version)
+        restores.finish(spark, cfg, steps)
     return savepoint

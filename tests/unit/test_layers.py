@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
     base         config, intervals, schemas, spec, delta_log, checkpoints, validation, stateful.*
                  (and the packages' own __init__)
     storage      ops_tables, spark, lake, failures, jobs.*, sql_jobs, registry, generator,
-                 expectations
+                 expectations, restores
     streaming    ingestion, gold, progress, tables, runner, analysis
     operations   operations.*, sql_endpoint
     orchestration  orchestration.* (never imported by streaming_jobs)
@@ -28,7 +28,7 @@ LAYERS = [
     ("storage", ["streaming_jobs.ops_tables", "streaming_jobs.spark", "streaming_jobs.lake",
                  "streaming_jobs.failures", "streaming_jobs.jobs", "streaming_jobs.sql_jobs",
                  "streaming_jobs.registry", "streaming_jobs.generator",
-                 "streaming_jobs.expectations"]),
+                 "streaming_jobs.expectations", "streaming_jobs.restores"]),
     ("streaming", ["streaming_jobs.ingestion", "streaming_jobs.gold", "streaming_jobs.progress",
                    "streaming_jobs.analysis",
                    "streaming_jobs.tables", "streaming_jobs.runner"]),

@@ -1,0 +1,23 @@
+"""A few trials of the fault-injection harness (`tests/chaos.py`; the long runs are a command,
+their results in RELIABILITY.md): SIGKILL at a random instant of an incremental run, and a
+restore killed right after its swap. Each recovery must need nobody and end with
+exactly the bronze and gold rows of an uninterrupted run."""
+
+from __future__ import annotations
+
+import pytest
+
+import chaos
+
+
+@pytest.mark.slow
+def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tmp_path):
+    # the killed runs get processes of their own; the others run in the tests' session
+    trials = chaos.run_trials(["incremental", "restore.swap"], trials=1, seed=11,
+                              work=tmp_path, events=3000, spark=spark)
+    assert [t.point for t in trials] == ["incremental", "restore.swap"]
+    for t in trials:
+        assert (t.events_lost, t.events_duplicated, t.gold_rows_lost, t.gold_rows_duplicated,
+                t.manual_interventions) == (0, 0, 0, 0, 0), t
+    summary = chaos.summarize(trials)
+    assert [row["trials"] for row in summary] == [1, 1]
