@@ -16,7 +16,8 @@ Fault points:
 After each trial the recovery run must succeed by itself (else it counts as a manual
 intervention), and the outcome is compared with an uninterrupted run on the same events, row
 by row: bronze rows lost or duplicated (event, event time, landing file) and gold rows lost or
-duplicated. Each trial works in its own data root under ``--work``. Results go to a JSON file; `RELIABILITY.md` shows them.
+duplicated. Each trial works in its own data root under ``--work``. Results go to a JSON
+file; `RELIABILITY.md` shows them.
 """
 
 from __future__ import annotations
