@@ -7,6 +7,8 @@ keeps one alert per firing kind and resolves the ones that stopped firing.
 
 from __future__ import annotations
 
+import shutil
+
 import dagster as dg
 
 from streaming_jobs.config import TidemarkConfig
@@ -65,6 +67,19 @@ def sync_setting_problems(cfg: TidemarkConfig, problems: dict[str, str],
         variable: f"{message}; running with its default until it is fixed (then reload the "
                   "code location)" for variable, message in problems.items()},
         "the setting is valid again", open_rows)
+
+
+def sync_disk_space(cfg: TidemarkConfig, open_rows: list[dict]) -> None:
+    """A critical ``disk_space`` alert while the data root's disk has less free space than
+    ``TIDEMARK_MIN_FREE_GB`` (checkpoints, Delta commits and the alert outbox all need it)."""
+    root = cfg.data_root if cfg.data_root.exists() else cfg.data_root.parent
+    free_gb = shutil.disk_usage(root).free / 1024 ** 3
+    firing = {}
+    if free_gb < cfg.ops.min_free_gb:
+        firing["data_root"] = (f"{free_gb:.2f} GB free on the disk of {cfg.data_root} (below "
+                               f"TIDEMARK_MIN_FREE_GB={cfg.ops.min_free_gb:g}): free space, or "
+                               "move the data root, before commits start to fail")
+    sync_incidents(cfg, "disk", "disk_space", firing, "free space is back", open_rows)
 
 
 def firing_kinds(findings: list[Finding]) -> dict[str, tuple[str, str]]:

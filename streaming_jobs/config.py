@@ -24,6 +24,7 @@ Environment variables (all optional):
 - ``TIDEMARK_MAX_CONCURRENT_RUNS`` runs the Dagster instance runs at once (default 8)
 - ``TIDEMARK_LATE_SHARE``       share of rows dropped as late that raises late_share (default 0.5)
 - ``TIDEMARK_WATERMARK_AHEAD_SECONDS`` a watermark this far past the clock is critical (86400)
+- ``TIDEMARK_MIN_FREE_GB``      free space on the data root's disk that is critical below (2)
 - ``TIDEMARK_SQL_PORT``         the SQL endpoint's port on 127.0.0.1 (default 10000)
 - ``TIDEMARK_SQL_MEMORY``       the SQL endpoint's driver memory (default 3g)
 - ``TIDEMARK_ALERT_WEBHOOK_URL`` / ``TIDEMARK_ALERT_WEBHOOK_TOKEN`` where alerts are POSTed
@@ -178,6 +179,7 @@ class OpsSettings:
     max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
     late_share: float = 0.5  # share of rows dropped as late over recent batches that warns
     watermark_ahead_seconds: float = 86400.0  # a watermark this far past the clock is critical
+    min_free_gb: float = 2.0  # free space on the data root's disk below this is critical
 
 
 def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
@@ -220,6 +222,7 @@ def _ops_settings(env: dict) -> OpsSettings:
         late_share=_fraction(env, "TIDEMARK_LATE_SHARE", d.late_share),
         watermark_ahead_seconds=_number(env, "TIDEMARK_WATERMARK_AHEAD_SECONDS",
                                         d.watermark_ahead_seconds, minimum=60),
+        min_free_gb=_number(env, "TIDEMARK_MIN_FREE_GB", d.min_free_gb),
     )
 
 

@@ -14,6 +14,11 @@ drop that one duplicate.
 The webhook URL and token are read from the environment at delivery time, never stored,
 logged or put in metadata; errors are recorded without them.
 
+When the outbox cannot be written (a full disk), an alert still leaves: `raise_alert` logs it
+and POSTs it from memory, once per key (with the same ``Idempotency-Key`` the recorded incident
+would carry), and the incident recorded once the disk has room is marked delivered instead of
+being sent again.
+
 Storage is `ops_tables` (delta-rs, no JVM): one row per incident, upserted by ``alert_id``.
 Read-modify-write sequences hold the table's writer lock; delivery holds a lock of its own
 (``ops/alerts.deliver.lock``), so two processes never send the same notification, while
@@ -107,6 +112,20 @@ def raise_alert(cfg: TidemarkConfig, *, job: str, kind: str, severity: str,
                          f"not {severity!r}")
     key = dedup_key or f"{kind}:{job}"
     now = _now()
+    try:
+        return _raise_recorded(cfg, key, job, kind, severity, message, now)
+    except Exception as exc:  # noqa: BLE001 - the outbox cannot be written (a full disk...)
+        return _raise_unrecorded(cfg, key, job, kind, severity, message, now, exc)
+
+
+# Alerts sent straight from memory because the outbox could not record them, by dedup key:
+# (alert id, when sent). A later recorded incident of the key is then marked delivered
+# instead of being sent a second time.
+_UNRECORDED: dict[str, tuple[str, datetime]] = {}
+
+
+def _raise_recorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severity: str,
+                    message: str, now: datetime) -> Change:
     with ops_tables.locked(cfg, TABLE) as table:
         history = table.read(where=f"dedup_key = {ops_tables.literal(key)}")
         current = next((r for r in history if r["resolved_at"] is None), None)
@@ -122,8 +141,40 @@ def raise_alert(cfg: TidemarkConfig, *, job: str, kind: str, severity: str,
         row.update(alert_id=f"{key}#{incident}", dedup_key=key, incident=incident, job=job,
                    kind=kind, severity=severity, message=message, first_seen=now, last_seen=now,
                    seen_count=1, attempts=0, next_attempt_at=now)
+        sent = _UNRECORDED.get(key)
+        if sent is not None and sent[0] == row["alert_id"]:
+            row["firing_delivered_at"] = sent[1]  # it left from memory while the disk was full
         table.upsert([row], key="alert_id")
+        _UNRECORDED.pop(key, None)
     LOG.warning("alert %s [%s] %s: %s", row["alert_id"], severity, job, message)
+    return Change(row["alert_id"], opened=True)
+
+
+def _raise_unrecorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severity: str,
+                      message: str, now: datetime, error: Exception) -> Change:
+    """The outbox cannot be written: log the alert and send it now, from memory, once per key
+    while the outbox stays unwritable; the original problem is never hidden by this one."""
+    try:
+        history = ops_tables.read(cfg, TABLE, where=f"dedup_key = {ops_tables.literal(key)}")
+    except Exception:  # noqa: BLE001 - unreadable too: the alert still leaves
+        history = []
+    incident = 1 + max((r["incident"] for r in history), default=0)
+    row = dict.fromkeys(FIELDS)
+    row.update(alert_id=f"{key}#{incident}", dedup_key=key, incident=incident, job=job,
+               kind=kind, severity=severity, message=message, first_seen=now, last_seen=now,
+               seen_count=1)
+    LOG.error("alert %s [%s] %s: %s (ops/alerts cannot be written: %s; sending it without "
+              "recording it)", row["alert_id"], severity, job, message, _reason(error))
+    if key in _UNRECORDED:
+        return Change(_UNRECORDED[key][0])
+    settings = DeliverySettings.from_env()
+    try:
+        if settings.url:
+            _post(settings, payload(row, "firing"), f"{row['alert_id']}:firing")
+    except Exception as exc:  # noqa: BLE001 - logged above; retried at the next raise
+        LOG.error("alert %s could not be sent either: %s", row["alert_id"], _reason(exc))
+        return Change(row["alert_id"])
+    _UNRECORDED[key] = (row["alert_id"], now)
     return Change(row["alert_id"], opened=True)
 
 

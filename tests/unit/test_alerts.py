@@ -187,3 +187,53 @@ def test_the_webhook_url_is_https_or_loopback(url, ok):
     else:
         with pytest.raises(alerts.WebhookRefused, match="must be an https:// URL"):
             alerts.check_url(url)
+
+
+FULL_DISK = """
+import json, resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+from streaming_jobs import ops_tables
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.operations import alerts
+cfg = TidemarkConfig.from_env()
+ops_tables.ensure(cfg, "alerts")
+_, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))  # no file can be written: a full disk
+for _ in range(3):  # three sensor ticks while the disk is full
+    alerts.raise_alert(cfg, job="j1", kind="checkpoint_corrupt", severity="critical",
+                       message="checkpoint of j1 is broken")
+recorded_while_full = len(ops_tables.read(cfg, "alerts"))
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # room again
+alerts.raise_alert(cfg, job="j1", kind="checkpoint_corrupt", severity="critical",
+                   message="checkpoint of j1 is broken")
+sent = alerts.deliver(cfg, alerts.DeliverySettings(retry_seconds=0.0)).sent
+rows = ops_tables.read(cfg, "alerts")
+print(json.dumps({"recorded_while_full": recorded_while_full, "sent_after": sent,
+                  "rows": [[r["alert_id"], r["firing_delivered_at"] is not None] for r in rows]}))
+"""
+
+
+def test_with_the_disk_full_the_alert_still_leaves_once_and_is_recorded_later(cfg, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    hook = Hook()
+    hook.down = False
+    try:
+        env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+               "TIDEMARK_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{hook.port}/hook"}
+        probe = subprocess.run([sys.executable, "-c", FULL_DISK], env=env, capture_output=True,
+                               text=True, timeout=300)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        outcome = json.loads(probe.stdout.strip().splitlines()[-1])
+        assert outcome["recorded_while_full"] == 0  # the outbox really could not be written
+        [(body, headers)] = hook.received  # sent once, from memory, not once per tick
+        assert body["message"] == "checkpoint of j1 is broken" and body["event"] == "firing"
+        assert headers["Idempotency-Key"] == "checkpoint_corrupt:j1#1:firing"
+        # once there is room the incident is recorded as already delivered: not sent again
+        assert outcome["rows"] == [["checkpoint_corrupt:j1#1", True]]
+        assert outcome["sent_after"] == [] and len(hook.received) == 1
+        assert "ops/alerts cannot be written" in probe.stderr
+    finally:
+        hook.close()

@@ -29,7 +29,8 @@ from orchestration.concurrency import recovery_tags
 from orchestration.evaluations import (checkpoint_health, firing_kinds, open_level,
                                        expectation_check_name, expectation_evaluation,
                                        state_evaluation, sync_alerts,
-                                       sync_load_problems, sync_setting_problems)
+                                       sync_disk_space, sync_load_problems,
+                                       sync_setting_problems)
 from orchestration.overview import ops_observations
 from orchestration.resources import TidemarkResource
 
@@ -39,7 +40,7 @@ from orchestration.resources import TidemarkResource
            description="Per job: checkpoint files readable, batches committing, the query not "
                        "failed, not falling behind, the watermark not in the future; per "
                        "stream: ingestion healthy and every landing line accounted for; "
-                       "every job file loads and every setting is valid. "
+                       "every job file loads, every setting is valid, the disk has room. "
                        "Alerts, and restores a broken checkpoint from its latest savepoint "
                        "(recovery_job).")
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
@@ -49,6 +50,7 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
     found = catalogue()  # the files as they are now: one that broke, or was fixed, since load
     sync_load_problems(cfg, found.problems, open_rows)
     sync_setting_problems(cfg, setting_problems(), open_rows)
+    sync_disk_space(cfg, open_rows)
     for spec in found.jobs.values():
         findings, evaluation = checkpoint_health(cfg, spec)
         events.append(evaluation)
