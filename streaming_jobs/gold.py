@@ -52,7 +52,6 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
     return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
 
 
-
 def merge_app_id(query_id: str) -> str:
     """The idempotency key of an update-mode job's MERGEs: its checkpoint's identity."""
     return f"tidemark.gold.{query_id}"

@@ -4,8 +4,9 @@ Every landing line ends in exactly one table: a valid line in bronze (typed fiel
 ``_source_file``, ``_ingested_at`` and ``_ingest_batch_id``), a malformed one in quarantine
 (``raw_line``, its exact bytes ``raw_bytes`` and ``reason``). A valid line that fails one of the
 stream's ``quarantine`` expectations goes to quarantine too, with the rule as its reason; a
-``fail`` expectation stops the batch before anything is written (`streaming_jobs.expectations`). Both writes of a micro-batch are idempotent Delta writes keyed by
-the batch id, so a batch replayed after a crash adds nothing twice: exactly-once across restarts.
+``fail`` expectation stops the batch before anything is written (`streaming_jobs.expectations`).
+Both writes of a micro-batch are idempotent Delta writes keyed by the batch id, so a batch
+replayed after a crash adds nothing twice: exactly-once across restarts.
 
 Bronze keeps duplicates and late events as they arrived; the jobs decide what they mean.
 """
