@@ -43,3 +43,13 @@ def _no_dagster_home_leak(tmp_path, monkeypatch):
     # Dagster code under test must never touch a developer's real Dagster home.
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     (tmp_path / "dagster_home").mkdir(exist_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def _strict_settings_after_each_test():
+    # Loading the code location turns on tolerant settings for the process (a malformed
+    # variable takes its default and is alerted); each test starts strict and clean again.
+    yield
+    from streaming_jobs.config import tolerate_bad_settings
+
+    tolerate_bad_settings(False)

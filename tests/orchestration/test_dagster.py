@@ -283,9 +283,13 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     monkeypatch.setenv("TIDEMARK_RECON_CRON", "*/15 * * * *")
     every_15 = build_definitions()
     assert every_15.resolve_schedule_def("reconciliation_schedule").cron_schedule == "*/15 * * * *"
-    monkeypatch.setenv("TIDEMARK_RECON_CRON", "hourly")
+    # the command line refuses a malformed cron by name (read strictly); the code location runs
+    # the default schedule and alerts instead (tests/orchestration/test_isolation.py)
     with pytest.raises(ConfigError, match="TIDEMARK_RECON_CRON"):
-        TidemarkConfig.from_env()
+        TidemarkConfig.from_env({**os.environ, "TIDEMARK_RECON_CRON": "hourly"})
+    monkeypatch.setenv("TIDEMARK_RECON_CRON", "hourly")
+    fallback = build_definitions()
+    assert fallback.resolve_schedule_def("reconciliation_schedule").cron_schedule == "0 * * * *"
 
 
 def test_freshness_policies_schedules_and_sensors_are_on_in_a_fresh_instance(cfg):
