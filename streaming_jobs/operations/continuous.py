@@ -113,13 +113,14 @@ class _Host:
         self.totals = {name: Totals() for name in self.names}
         self.reported = {name: 0 for name in self.names}
         self.previous = {name: last_reading(cfg, name) for name in self.names}
-        self.resolvers = {job: sink_version_of(cfg, get_job(job)) for job in self.jobs}
+        self.specs = {job: get_job(job) for job in self.jobs}  # loaded once, not per flush
+        self.resolvers = {job: sink_version_of(cfg, spec) for job, spec in self.specs.items()}
         self.started = time.monotonic()
 
     def writer(self, name: str):
         if name in self.streams:
             return bronze_writer(self.spark, self.cfg, stream_schema(self.streams[name]))[0]
-        return gold_writer(self.spark, self.cfg, get_job(name))
+        return gold_writer(self.spark, self.cfg, self.specs[name])
 
     def start(self, name: str) -> None:
         self.queries[name] = self.writer(name).trigger(processingTime=self.trigger).start()
@@ -129,7 +130,7 @@ class _Host:
             rows = self.log.take(str(self.queries[name].runId))
             if rows:
                 self.log.flush(self.cfg, rows, self.resolvers.get(name),
-                               get_job(name) if name in self.jobs else None)
+                               self.specs.get(name))
                 self.totals[name].add(rows)
 
     def metrics(self, name: str) -> RunMetrics:
