@@ -12,11 +12,22 @@ Fault points:
   an instant drawn uniformly from the length of an uninterrupted run, then run again.
 - ``restore.<stage>``: ``tidemark restore`` ends like a SIGKILL right after that stage
   (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.restores`); the job is then run again.
+- ``continuous``: a worker ingests the events, then hosts the job in a continuous run (1 s
+  trigger, progress flushed every second) until it is caught up; it is killed at an instant
+  drawn over that whole length, then the job is run again, incrementally.
+- ``savepoint``: with half the events run, a worker takes a savepoint and is killed at an
+  instant drawn over the take's own length; then a savepoint is taken again, restored, and
+  the rest of the events run.
+- ``alerts``: a worker delivers 16 owed notifications (10 incidents, 6 of them resolved) to a
+  webhook on 127.0.0.1 that answers each in 40 ms, killed at an instant drawn over the
+  delivery's length; then delivery runs again. The webhook counts notifications lost and
+  POSTs repeated (same ``Idempotency-Key``).
 
 After each trial the recovery run must succeed by itself (else it counts as a manual
 intervention), and the outcome is compared with an uninterrupted run on the same events, row
 by row: bronze rows lost or duplicated (event, event time, landing file) and gold rows lost or
-duplicated. Each trial works in its own data root under ``--work``. Results go to a JSON
+duplicated. The runs that are not killed (reference, preparation, recovery) share one
+SparkSession in the harness's process (``--separate-processes`` gives each its own JVM). Each trial works in its own data root under ``--work``. Results go to a JSON
 file; `RELIABILITY.md` shows them.
 """
 
@@ -40,30 +51,57 @@ sys.path.insert(0, str(CHECKOUT))
 
 JOB = "failed_txn_velocity"
 STAGES = ("planned", "gold", "copy", "swap", "progress")
-POINTS = ("incremental", *(f"restore.{s}" for s in STAGES))
+POINTS = ("incremental", "continuous", *(f"restore.{s}" for s in STAGES), "savepoint", "alerts")
+NEEDS_SPARK = ("run", "run+savepoint", "continuous", "retake+restore")
 
 
 # -- the worker: one process (and its JVM) doing one step ----------------------------------------
 
 def worker(root: str, step: str, spark=None) -> int:
-    """Ingest and run the job on ``root`` (and take a savepoint with ``run+savepoint``)."""
+    """One step on ``root``: ``run`` (ingest, run the job), ``run+savepoint``, ``continuous``
+    (ingest, then the job in a continuous run until caught up), ``savepoint`` (take one),
+    ``retake+restore`` (take one and restore it) or ``alerts`` (deliver what is owed)."""
     from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.operations.savepoints import take
+    from streaming_jobs.operations import alerts, savepoints
     from streaming_jobs.registry import get_job
     from streaming_jobs.runner import run_bronze, run_job
     from streaming_jobs.spark import get_spark
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
-    spark = spark or get_spark(cfg)
+    if step in NEEDS_SPARK:
+        spark = spark or get_spark(cfg)
     print("WORKER STARTED", flush=True)
     started = time.monotonic()
-    if step in ("run", "run+savepoint"):
+    if step in ("run", "run+savepoint", "continuous"):
         run_bronze(spark, cfg, "transactions")
+    if step in ("run", "run+savepoint"):
         run_job(spark, cfg, get_job(JOB))
-        if step == "run+savepoint":
-            take(cfg, JOB)
+    if step == "continuous":
+        _continuous_until_caught_up(spark, cfg)
+    if step in ("run+savepoint", "savepoint", "retake+restore"):
+        savepoints.take(cfg, JOB)
+    if step == "retake+restore":
+        savepoints.restore(spark, cfg, JOB)
+    if step == "alerts":
+        settings = alerts.DeliverySettings.from_env()
+        if alerts.deliver(cfg, settings).failed:
+            raise RuntimeError("alert delivery failed")
     print(f"WORKER DONE {time.monotonic() - started:.2f}", flush=True)
     return 0
+
+
+def _continuous_until_caught_up(spark, cfg) -> None:
+    from streaming_jobs.operations.continuous import run_continuous
+
+    quiet = []  # flushes in a row with the job caught up and no new batch
+
+    def on_flush(reports) -> None:
+        report = reports[JOB]
+        quiet.append(report.caught_up and report.new_batches == 0)
+
+    run_continuous(spark, cfg, jobs=[JOB], trigger_seconds=1.0, flush_seconds=1.0,
+                   max_seconds=600, on_flush=on_flush, holder="chaos",
+                   should_stop=lambda: quiet[-3:] == [True] * 3)
 
 
 def _tidemark_env(root: Path, fault: str | None = None) -> dict:
@@ -147,6 +185,8 @@ class Trial:
     gold_rows_lost: int = 0
     gold_rows_duplicated: int = 0
     manual_interventions: int = 0
+    alerts_lost: int = 0  # owed notifications the webhook never received
+    alerts_reposted: int = 0  # POSTs the webhook received again (same Idempotency-Key)
     recover_seconds: float = 0.0
     note: str = ""
 
@@ -160,6 +200,9 @@ class Bench:
     seed: int
     reference: dict = field(default_factory=dict)
     run_seconds: float = 0.0
+    continuous_seconds: float = 0.0  # measured on first use, like the two below
+    take_seconds: float = 0.0
+    deliver_seconds: float = 0.0
 
     @property
     def landing(self) -> Path:
@@ -196,25 +239,181 @@ def judge(trial: Trial, want: dict, root: Path) -> Trial:
     return trial
 
 
-def incremental_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
-    root = bench.fresh_root(f"incremental-{number}")
-    trial = Trial("incremental", number, kill_after_seconds=round(rng.uniform(
-        0.0, bench.run_seconds), 2))
-    proc = start_worker(root, "run")
-    # the instant is drawn over the run itself, from when its JVM is up
+def kill_during(root: Path, step: str, span: float, rng: random.Random) -> tuple[float, bool]:
+    """Start ``step`` in a worker process and SIGKILL it at an instant drawn uniformly over
+    ``span`` seconds from when it is up (its JVM, if it needs one). Returns (instant, whether
+    the step had finished already)."""
+    after = round(rng.uniform(0.0, span), 3)
+    proc = start_worker(root, step)
     while (line := proc.stdout.readline()) and not line.startswith("WORKER STARTED"):
         pass
-    deadline = time.monotonic() + trial.kill_after_seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    deadline = time.monotonic() + after
+    while (left := deadline - time.monotonic()) > 0 and proc.poll() is None:
+        time.sleep(min(left, 0.05))
     finished = proc.poll() is not None
     kill_group(proc)
-    trial.note = "finished before the kill" if finished else ""
-    ok, trial.recover_seconds, out = run_worker(root, "run")
+    return after, finished
+
+
+def recover(trial: Trial, root: Path, step: str, want: dict) -> Trial:
+    """The plain run after a kill: it must succeed by itself, then the root is judged."""
+    ok, trial.recover_seconds, out = run_worker(root, step)
     if not ok:
         trial.manual_interventions, trial.note = 1, out[-500:]
         return trial
-    return judge(trial, bench.reference, root)
+    return judge(trial, want, root)
+
+
+def incremental_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
+    root = bench.fresh_root(f"incremental-{number}")
+    trial = Trial("incremental", number)
+    trial.kill_after_seconds, finished = kill_during(root, "run", bench.run_seconds, rng)
+    trial.note = "finished before the kill" if finished else ""
+    return recover(trial, root, "run", bench.reference)
+
+
+def continuous_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
+    """Ingest, then the job continuously until caught up, killed anywhere in that; the job is
+    then run incrementally. The job starts on the whole of bronze either way, so its batches
+    are those of the uninterrupted run."""
+    if bench.continuous_seconds == 0.0:
+        ok, bench.continuous_seconds, out = run_worker(bench.fresh_root("continuous-ref"),
+                                                       "continuous")
+        if not ok:
+            raise RuntimeError(f"chaos: the uninterrupted continuous run failed:\n{out}")
+    root = bench.fresh_root(f"continuous-{number}")
+    trial = Trial("continuous", number)
+    trial.kill_after_seconds, finished = kill_during(root, "continuous",
+                                                     bench.continuous_seconds, rng)
+    trial.note = "finished before the kill" if finished else ""
+    return recover(trial, root, "run", bench.reference)
+
+
+def savepoint_trial(bench: Bench, number: int, rng: random.Random, want: dict) -> Trial:
+    """Half the events run; a take killed anywhere; then a take and a restore of it must
+    work, and the rest of the events give what an uninterrupted run gives (``want``)."""
+    root = bench.work / "trials" / f"savepoint-{number}"
+    files = half_landed(bench, root)
+    ok, _, out = run_worker(root, "run")
+    if not ok:
+        raise RuntimeError(f"chaos: preparing a savepoint trial failed:\n{out}")
+    if bench.take_seconds == 0.0:  # the length of a take, measured once
+        ok, bench.take_seconds, out = run_worker(root, "savepoint")
+        if not ok:
+            raise RuntimeError(f"chaos: a savepoint take failed:\n{out}")
+    trial = Trial("savepoint", number)
+    trial.kill_after_seconds, finished = kill_during(root, "savepoint", bench.take_seconds, rng)
+    trial.note = "finished before the kill" if finished else ""
+    ok, trial.recover_seconds, out = run_worker(root, "retake+restore")
+    if not ok:
+        trial.manual_interventions, trial.note = 1, out[-500:]
+        return trial
+    land_rest(root, files)
+    return recover(trial, root, "run", want)
+
+
+def half_landed(bench: Bench, root: Path) -> list[Path]:
+    """A root with the first half of the event files landed; returns all the files."""
+    shutil.rmtree(root, ignore_errors=True)
+    files = sorted((bench.landing / "transactions").iterdir())
+    target = root / "landing" / "transactions"
+    target.mkdir(parents=True)
+    for f in files[:len(files) // 2]:
+        shutil.copy(f, target / f.name)
+    return files
+
+
+def land_rest(root: Path, files: list[Path]) -> None:
+    target = root / "landing" / "transactions"
+    for f in files[len(files) // 2:]:
+        shutil.copy(f, target / f".{f.name}")
+        (target / f".{f.name}").rename(target / f.name)  # whole, as a lander does
+
+
+class Webhook:
+    """A webhook on 127.0.0.1 that answers each POST after ``delay`` seconds and keeps every
+    ``Idempotency-Key`` it received, in order."""
+
+    def __init__(self, delay: float = 0.04) -> None:
+        import http.server
+        import threading
+
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the library's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                time.sleep(delay)
+                received.append(self.headers.get("Idempotency-Key"))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def owed_alerts(root: Path) -> set[str]:
+    """10 incidents, 6 of them resolved: the notifications (``<id>:<event>``) they owe."""
+    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.operations import alerts
+
+    cfg = TidemarkConfig.from_env().with_data_root(root)
+    for i in range(10):
+        alerts.raise_alert(cfg, job=JOB, kind=f"chaos_{i}", severity="warning",
+                           message=f"chaos alert {i}")
+        if i < 6:
+            alerts.resolve(cfg, f"chaos_{i}:{JOB}", "chaos: resolved")
+    return {f"{row['alert_id']}:{event}" for row in alerts.load(cfg)
+            for event in ("firing", "resolved")
+            if event == "firing" or row["resolved_at"] is not None}
+
+
+def alerts_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
+    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.operations import alerts
+
+    hook = Webhook()
+    saved = os.environ.get("TIDEMARK_ALERT_WEBHOOK_URL")
+    os.environ["TIDEMARK_ALERT_WEBHOOK_URL"] = hook.url  # the workers inherit it
+    try:
+        if bench.deliver_seconds == 0.0:  # the length of a delivery, measured once
+            scratch = bench.work / "trials" / "alerts-ref"
+            shutil.rmtree(scratch, ignore_errors=True)
+            owed_alerts(scratch)
+            ok, bench.deliver_seconds, out = run_worker(scratch, "alerts")
+            if not ok:
+                raise RuntimeError(f"chaos: the uninterrupted alert delivery failed:\n{out}")
+            hook.received.clear()
+        root = bench.work / "trials" / f"alerts-{number}"
+        shutil.rmtree(root, ignore_errors=True)
+        want = owed_alerts(root)
+        trial = Trial("alerts", number)
+        trial.kill_after_seconds, finished = kill_during(root, "alerts", bench.deliver_seconds,
+                                                         rng)
+        trial.note = "finished before the kill" if finished else ""
+        ok, trial.recover_seconds, out = run_worker(root, "alerts")
+        cfg = TidemarkConfig.from_env().with_data_root(root)
+        still_owed = [r["alert_id"] for r in alerts.load(cfg) if alerts.owed(r)]
+        if not ok or still_owed:
+            trial.manual_interventions = 1
+            trial.note = out[-500:] if not ok else f"still owed after recovery: {still_owed}"
+        trial.alerts_lost = len(want - set(hook.received))
+        trial.alerts_reposted = len(hook.received) - len(set(hook.received))
+        return trial
+    finally:
+        hook.close()
+        if saved is None:
+            os.environ.pop("TIDEMARK_ALERT_WEBHOOK_URL", None)
+        else:
+            os.environ["TIDEMARK_ALERT_WEBHOOK_URL"] = saved
 
 
 def restore_trial(stage: str, number: int, root: Path, want: dict) -> Trial:
@@ -238,18 +437,11 @@ def restore_trial(stage: str, number: int, root: Path, want: dict) -> Trial:
 def restore_root(bench: Bench) -> tuple[Path, dict]:
     """A root where the job ran on half the files, took a savepoint, then ran on the rest."""
     root = bench.work / "trials" / "restore"
-    shutil.rmtree(root, ignore_errors=True)
-    files = sorted((bench.landing / "transactions").iterdir())
-    target = root / "landing" / "transactions"
-    target.mkdir(parents=True)
-    for f in files[:len(files) // 2]:
-        shutil.copy(f, target / f.name)
+    files = half_landed(bench, root)
     ok, _, out = run_worker(root, "run+savepoint")
     if not ok:
         raise RuntimeError(f"chaos: preparing the restore root failed:\n{out}")
-    for f in files[len(files) // 2:]:
-        shutil.copy(f, target / f".{f.name}")
-        (target / f".{f.name}").rename(target / f.name)
+    land_rest(root, files)
     ok, _, out = run_worker(root, "run")
     if not ok:
         raise RuntimeError(f"chaos: preparing the restore root failed:\n{out}")
@@ -257,8 +449,10 @@ def restore_root(bench: Bench) -> tuple[Path, dict]:
 
 
 def run_trials(points: list[str], trials: int, seed: int, work: Path, events: int = 20_000,
-               budget_seconds: float | None = None, spark=None) -> list[Trial]:
-    """``spark``: run the runs that are not killed in this session (see `IN_PROCESS`)."""
+               budget_seconds: float | None = None, spark=None,
+               on_trial=None) -> list[Trial]:
+    """``spark``: run the runs that are not killed in this session (see `IN_PROCESS`);
+    ``on_trial(results so far)`` after each trial."""
     global IN_PROCESS
     IN_PROCESS = spark
     rng = random.Random(seed)
@@ -273,10 +467,19 @@ def run_trials(points: list[str], trials: int, seed: int, work: Path, events: in
                 return out
             if point == "incremental":
                 out.append(incremental_trial(bench, number, rng))
+            elif point == "continuous":
+                out.append(continuous_trial(bench, number, rng))
+            elif point == "alerts":
+                out.append(alerts_trial(bench, number, rng))
             else:
                 restore_at = restore_at or restore_root(bench)
-                out.append(restore_trial(point.split(".", 1)[1], number, *restore_at))
+                if point == "savepoint":
+                    out.append(savepoint_trial(bench, number, rng, restore_at[1]))
+                else:
+                    out.append(restore_trial(point.split(".", 1)[1], number, *restore_at))
             print(json.dumps(asdict(out[-1])), flush=True)
+            if on_trial:
+                on_trial(out)
     return out
 
 
@@ -292,6 +495,8 @@ def summarize(results: list[Trial]) -> list[dict]:
             "gold_rows_lost": sum(t.gold_rows_lost for t in mine),
             "gold_rows_duplicated": sum(t.gold_rows_duplicated for t in mine),
             "manual_interventions": sum(t.manual_interventions for t in mine),
+            "alerts_lost": sum(t.alerts_lost for t in mine),
+            "alerts_reposted": sum(t.alerts_reposted for t in mine),
             "recover_seconds_median": recover[len(recover) // 2] if recover else None,
         })
     return rows
@@ -309,26 +514,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-minutes", type=float, default=None)
     parser.add_argument("--work", default=str(CHECKOUT / ".tidemark" / "chaos"))
     parser.add_argument("--results", default=str(CHECKOUT / "RELIABILITY.results.json"))
+    parser.add_argument("--separate-processes", action="store_true",
+                        help="every run in a process (and JVM) of its own, not only the killed")
     args = parser.parse_args(argv)
     points = [p for p in args.points.split(",") if p]
     unknown = [p for p in points if p not in POINTS]
     if unknown:
         parser.error(f"unknown fault point(s) {', '.join(unknown)}; known: {', '.join(POINTS)}")
+    spark = None
+    if not args.separate_processes:
+        from streaming_jobs.config import TidemarkConfig
+        from streaming_jobs.spark import get_spark
+
+        spark = get_spark(TidemarkConfig.from_env().with_data_root(Path(args.work) / "session"))
+
+    def save(results: list[Trial]) -> None:  # after every trial: a run cut short keeps them
+        Path(args.results).write_text(json.dumps({
+            "command": "tests/chaos.py " + " ".join(argv), "seed": args.seed,
+            "summary": summarize(results), "trials": [asdict(t) for t in results]}, indent=1))
+
     results = run_trials(points, args.trials, args.seed, Path(args.work), args.events,
-                         args.budget_minutes * 60 if args.budget_minutes else None)
+                         args.budget_minutes * 60 if args.budget_minutes else None,
+                         spark=spark, on_trial=save)
     table = summarize(results)
-    Path(args.results).write_text(json.dumps({
-        "command": "tests/chaos.py " + " ".join(argv), "seed": args.seed,
-        "summary": table, "trials": [asdict(t) for t in results]}, indent=1))
     print("| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
-          "manual | recover (median s) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "manual | alerts lost | reposted | recover (median s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
         print(f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
               f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
-              f"{r['manual_interventions']} | {r['recover_seconds_median']:.1f} |")
+              f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
+              f"{r['recover_seconds_median']:.1f} |")
     bad = sum(r[k] for r in table for k in ("events_lost", "events_duplicated", "gold_rows_lost",
-                                             "gold_rows_duplicated", "manual_interventions"))
+                                             "gold_rows_duplicated", "manual_interventions",
+                                             "alerts_lost"))
     return 1 if bad else 0
 
 
