@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-live chaos clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-live chaos soak clean
 
 setup: $(JARS)
 
@@ -61,6 +61,11 @@ TRIALS ?= 20
 SEED ?= 7
 chaos: setup
 	$(BIN)/python tests/chaos.py --trials $(TRIALS) --seed $(SEED)
+
+# The soak (RELIABILITY.md): `tidemark live` for SOAK_MINUTES with retention on, sampled each minute.
+SOAK_MINUTES ?= 20
+soak: setup
+	$(BIN)/python tests/soak.py --minutes $(SOAK_MINUTES)
 
 # The sliding-window benchmark (BENCHMARKS.md): EVENTS=200000 for a quick run.
 EVENTS ?= 2000000

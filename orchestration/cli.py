@@ -18,6 +18,7 @@
     tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
     tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
     tidemark rebuild JOB       reset a job so its next run streams all of bronze again
+    tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
 """
 
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     rescale_p.add_argument("job")
     rescale_p.add_argument("partitions", type=int)
     sub.add_parser("check", help="analyse every job without running it (errors name the file)")
+    sub.add_parser("maintain", help="retention now: OPTIMIZE, VACUUM, pruning, landing archive")
     rebuild_p = sub.add_parser("rebuild", help="reset a job: checkpoint, gold, savepoints, ops rows")
     rebuild_p.add_argument("job")
     mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")

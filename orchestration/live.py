@@ -10,7 +10,8 @@ Processes, all on 127.0.0.1:
 `DagsterDev` starts and stops ``dagster dev``; `Graphql` launches, watches and terminates runs
 through the webserver, as the UI does. `live` runs the whole system for a bounded time: events
 land, the continuous run hosts every job, reconciliation runs on a short schedule, savepoints
-are taken, sensors tick; then it stops cleanly (landing, then the continuous run, then a final
+are taken, retention runs (every 5 minutes unless TIDEMARK_MAINTENANCE_CRON says otherwise),
+sensors tick; then it stops cleanly (landing, then the continuous run, then a final
 reconciliation) and prints the summary. Full logs go under ``<data root>/logs/``.
 """
 
@@ -226,7 +227,10 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
 
     started = time.monotonic()
     env = {"TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
-           "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *"}
+           "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *",
+           # retention runs too (with the retention settings of the environment)
+           "TIDEMARK_MAINTENANCE_CRON": os.environ.get("TIDEMARK_MAINTENANCE_CRON",
+                                                       "*/5 * * * *")}
     out(f"tidemark live: {minutes:g} min on {cfg.data_root}; full logs in {cfg.paths.logs}")
     endpoint = start_sql_endpoint(cfg)
     out(f"  SQL endpoint      127.0.0.1:{endpoint.port}  ({time.monotonic() - started:.0f}s)")

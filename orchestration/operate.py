@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from streaming_jobs.config import TidemarkConfig
 
 OPERATIONS = ("continuous", "health", "state", "alerts", "savepoint", "restore", "rescale",
-              "check", "rebuild", "materialize", "new")
+              "check", "rebuild", "materialize", "new", "maintain")
 
 
 class OperationError(RuntimeError):
@@ -242,3 +243,17 @@ def new(cfg: TidemarkConfig, args) -> int:
         raise OperationError(str(exc)) from None
     print(f"wrote {path}; add its folder to TIDEMARK_JOBS_PATH, then run 'tidemark check'")
     return 0
+
+
+def maintain(cfg: TidemarkConfig, args) -> int:
+    """Retention now (what ``maintenance_schedule`` runs): exit 1 if a step failed."""
+    from streaming_jobs.operations import retention
+
+    report = retention.maintain(_spark(cfg), cfg)
+    print("\n".join(retention.table(report)))
+    print(f"{len(report.steps)} steps in {report.seconds:.1f} s, "
+          f"{report.total('bytes_freed') / 1e6:.1f} MB freed, "
+          f"{report.total('rows_removed'):,} ops rows pruned")
+    for step in report.failed:
+        print(f"FAILED {step.target}: {step.detail}", file=sys.stderr)
+    return 1 if report.failed else 0

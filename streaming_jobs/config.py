@@ -180,6 +180,11 @@ class OpsSettings:
     late_share: float = 0.5  # share of rows dropped as late over recent batches that warns
     watermark_ahead_seconds: float = 86400.0  # a watermark this far past the clock is critical
     min_free_gb: float = 2.0  # free space on the data root's disk below this is critical
+    # retention (streaming_jobs/operations/retention.py)
+    maintenance_cron: str = "45 2 * * *"
+    vacuum_retain_hours: float = 168.0  # removed files VACUUM keeps, at least
+    ops_retention_days: float = 30.0  # ops rows, archived landing files, replaced checkpoints
+    landing_retention: str = "archive"  # ingested landing files: archive, delete or keep
 
 
 def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
@@ -223,7 +228,20 @@ def _ops_settings(env: dict) -> OpsSettings:
         watermark_ahead_seconds=_number(env, "TIDEMARK_WATERMARK_AHEAD_SECONDS",
                                         d.watermark_ahead_seconds, minimum=60),
         min_free_gb=_number(env, "TIDEMARK_MIN_FREE_GB", d.min_free_gb),
+        maintenance_cron=_parse_cron(env.get("TIDEMARK_MAINTENANCE_CRON", d.maintenance_cron),
+                                     "TIDEMARK_MAINTENANCE_CRON"),
+        vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", d.vacuum_retain_hours),
+        ops_retention_days=_number(env, "TIDEMARK_OPS_RETENTION_DAYS", d.ops_retention_days),
+        landing_retention=_choice(env, "TIDEMARK_LANDING_RETENTION", d.landing_retention,
+                                  ("archive", "delete", "keep")),
     )
+
+
+def _choice(env: dict, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name, default).strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={env[name]!r} is not one of {', '.join(choices)}")
+    return value
 
 
 DBT_TARGETS = ("auto", "endpoint", "session")

@@ -218,6 +218,10 @@ class Locked:
     def update(self, new_values: dict, predicate: str) -> None:
         self._commit(lambda table: table.update(new_values=new_values, predicate=predicate))
 
+    def update_sql(self, updates: dict[str, str], predicate: str) -> None:
+        """Set columns to SQL expressions (e.g. ``"NULL"``) on the rows matching ``predicate``."""
+        self._commit(lambda table: table.update(updates=updates, predicate=predicate))
+
 
 @contextmanager
 def locked(cfg: TidemarkConfig, name: str):

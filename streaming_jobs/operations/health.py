@@ -129,9 +129,10 @@ def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] =
                                     f"{query}: its last run failed at "
                                     f"{last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: "
                                     f"{(last['error'] or '')[:500]}"))
-    findings += lateness_findings(_recent_batches(cfg, query), query,
-                                  late_share=late_share,
+    recent = _recent_batches(cfg, query)
+    findings += lateness_findings(recent, query, late_share=late_share,
                                   watermark_ahead_seconds=watermark_ahead_seconds)
+    findings += repair_findings(recent, query)
     behind = _unread_sources(cfg, query, sources)
     if behind and now - last_commit_at > idle_seconds:
         findings.append(Finding("falling_behind", WARNING,
@@ -171,7 +172,7 @@ RECENT_BATCHES = 10
 def _recent_batches(cfg: TidemarkConfig, query: str) -> list[dict]:
     rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(query)}",
                            columns=["query_id", "batch_id", "ts", "watermark", "num_input_rows",
-                                    "rows_dropped_by_watermark"])
+                                    "rows_dropped_by_watermark", "state_operators"])
     if not rows:
         return []
     newest = max(rows, key=lambda r: (r["ts"], r["batch_id"]))
@@ -205,3 +206,25 @@ def lateness_findings(batches: list[dict], query: str, *, late_share: float,
             f"dropped as late ({late / read:.0%}, limit {late_share:.0%}); check the watermark "
             "(a far-future event?) and whether a source lags"))
     return out
+
+
+def repair_findings(batches: list[dict], query: str) -> list[Finding]:
+    """``state_repaired`` from a job's recent batches (a pure function), see the module doc."""
+    repaired = replayed = 0
+    hit = []
+    for row in batches:
+        for op in row.get("state_operators") or []:
+            custom = dict(op.get("custom") or {})
+            count = custom.get("rocksdbNumSnapshotsAutoRepaired") or 0
+            if count:
+                repaired += count
+                replayed += custom.get("rocksdbNumReplayChangelogFiles") or 0
+                hit.append(f"{op.get('operator')} in batch {row['batch_id']}")
+    if not repaired:
+        return []
+    return [Finding(
+        "state_repaired", WARNING,
+        f"{query}: Spark repaired {repaired} state store(s) ({', '.join(hit[:5])}) by skipping "
+        f"a bad snapshot and replaying {replayed} changelog file(s); nothing was lost, but a "
+        "checkpoint file was damaged: check the disk under the checkpoints folder and take a "
+        "savepoint now (tidemark savepoint)")]

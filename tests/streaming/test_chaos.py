@@ -1,7 +1,8 @@
 """A few trials of the fault-injection harness (`tests/chaos.py`; the long runs are a command,
 their results in RELIABILITY.md): SIGKILL at a random instant of an incremental run, and a
-restore killed right after its swap. Each recovery must need nobody and end with
-exactly the bronze and gold rows of an uninterrupted run."""
+restore killed right after its swap, and alert delivery killed at a random instant. Each
+recovery must need nobody and end with exactly the bronze and gold rows of an uninterrupted
+run, and every owed notification must reach the webhook."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import chaos
 @pytest.mark.slow
 def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tmp_path):
     # the killed runs get processes of their own; the others run in the tests' session
-    trials = chaos.run_trials(["incremental", "restore.swap"], trials=1, seed=11,
-                              work=tmp_path, events=3000, spark=spark)
-    assert [t.point for t in trials] == ["incremental", "restore.swap"]
+    points = ["incremental", "restore.swap", "alerts"]
+    trials = chaos.run_trials(points, trials=1, seed=11, work=tmp_path, events=3000, spark=spark)
+    assert [t.point for t in trials] == points
     for t in trials:
         assert (t.events_lost, t.events_duplicated, t.gold_rows_lost, t.gold_rows_duplicated,
-                t.manual_interventions) == (0, 0, 0, 0, 0), t
+                t.manual_interventions, t.alerts_lost) == (0, 0, 0, 0, 0, 0), t
+    # a kill between a 2xx answer and its commit re-sends that one notification, no more
+    assert trials[2].alerts_reposted <= 1
     summary = chaos.summarize(trials)
-    assert [row["trials"] for row in summary] == [1, 1]
+    assert [row["trials"] for row in summary] == [1, 1, 1]

@@ -71,6 +71,10 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
     ({"TIDEMARK_MAX_CONCURRENT_RUNS": "0"}, "TIDEMARK_MAX_CONCURRENT_RUNS"),
     ({"TIDEMARK_UNBOUNDED_STATE": "ignore"}, "TIDEMARK_UNBOUNDED_STATE='ignore': use refuse or "
                                              "warn"),
+    ({"TIDEMARK_LANDING_RETENTION": "shred"}, "TIDEMARK_LANDING_RETENTION='shred' is not one "
+                                              "of archive, delete, keep"),
+    ({"TIDEMARK_MAINTENANCE_CRON": "daily"}, "TIDEMARK_MAINTENANCE_CRON='daily' is not a cron"),
+    ({"TIDEMARK_VACUUM_RETAIN_HOURS": "-1"}, "TIDEMARK_VACUUM_RETAIN_HOURS='-1' is not a finite"),
 ])
 def test_malformed_settings_name_the_variable(env, needle):
     with pytest.raises(ConfigError, match=needle):

@@ -57,3 +57,22 @@ def test_a_far_future_watermark_is_critical_and_a_high_late_share_warns():
     assert "batch 5 set the watermark to 9999-12-30" in found["watermark_ahead"].message
     assert f"{5 * 2 + 3 * 200} of the 1,{5 * 100 + 1 + 3 * 200 - 1000:03d} rows" in found["late_share"].message
     assert found["late_share"].severity == "warning"
+
+
+def test_an_auto_repaired_snapshot_warns_with_spark_counters():
+    from streaming_jobs.operations.health import repair_findings
+
+    def batch(b, repaired=0, replayed=0):
+        # delta-rs gives a map column as (key, value) pairs, as here
+        custom = [("rocksdbNumSnapshotsAutoRepaired", repaired),
+                  ("rocksdbNumReplayChangelogFiles", replayed), ("rocksdbGetCount", 7)]
+        return {"batch_id": b, "state_operators": [
+            {"operator": "dedupeWithinWatermark", "custom": custom},
+            {"operator": "stateStoreSave", "custom": None}]}
+
+    # changelog replays alone are how every load works with changelog checkpointing: silent
+    assert repair_findings([batch(b, replayed=3) for b in range(4)], "j") == []
+    [found] = repair_findings([batch(0), batch(1, repaired=2, replayed=11), batch(2)], "j")
+    assert (found.kind, found.severity) == ("state_repaired", "warning")
+    assert "repaired 2 state store(s) (dedupeWithinWatermark in batch 1)" in found.message
+    assert "replaying 11 changelog file(s)" in found.message

@@ -1,4 +1,5 @@
-"""Recovery and savepoints as Dagster jobs: ``recovery_job`` and ``savepoint_job``.
+"""Recovery, savepoints and retention as Dagster jobs: ``recovery_job``, ``savepoint_job`` and
+``maintenance_job``.
 
 ``recovery_job`` is what `checkpoint_health_sensor` requests for a broken checkpoint: it
 restores the job's latest savepoint and runs the job incrementally so it catches up from the
@@ -8,12 +9,18 @@ checkpoint is sound). Its runs carry the checkpoint tags of the job and its sour
 ``savepoint_job`` takes a savepoint of every job: itself for a job nobody runs, and by asking
 the continuous run that hosts a job otherwise (`savepoints.request`). It needs no JVM and no
 checkpoint tag, so it runs next to a continuous run instead of queueing behind it.
+
+``maintenance_job`` runs retention (`streaming_jobs.operations.retention`): compaction,
+VACUUM, ops pruning, the landing archive. It also runs next to a continuous run: nothing it
+does conflicts with an append, and a MERGE-written gold table is compacted only while its job
+is not running. Its steps are the run's metadata; a failed step fails the run after the
+others have run.
 """
 
 import dagster as dg
 from pydantic import Field
 
-from streaming_jobs.operations import savepoints
+from streaming_jobs.operations import retention, savepoints
 from streaming_jobs.registry import get_job, registry
 from streaming_jobs.runner import run_bronze, run_job
 
@@ -83,6 +90,36 @@ def savepoint_job():
     take_savepoints()
 
 
+@dg.op(out={"report": dg.Out(dg.Nothing)},
+       description="Compact and VACUUM the lake, prune ops history, archive ingested landing "
+                   "files.")
+def maintain_lake(context: dg.OpExecutionContext, pyspark: TidemarkSparkResource,
+                  tidemark: TidemarkResource):
+    cfg = tidemark.config()
+    report = retention.maintain(pyspark.spark_session, cfg)
+    metadata = {
+        "steps": dg.MetadataValue.md("\n".join(retention.table(report))),
+        "seconds": dg.MetadataValue.float(round(report.seconds, 1)),
+        "mb_freed": dg.MetadataValue.float(round(report.total("bytes_freed") / 1e6, 2)),
+        "ops_rows_pruned": dg.MetadataValue.int(report.total("rows_removed")),
+        "failed_steps": dg.MetadataValue.int(len(report.failed)),
+    }
+    if report.failed:
+        raise dg.Failure(
+            description="maintenance: " + "; ".join(f"{s.target}: {s.detail}"
+                                                    for s in report.failed)
+            + ". The other steps ran; fix the cause and the next run retries these.",
+            metadata=metadata)
+    yield dg.Output(None, "report", metadata=metadata)
+
+
+@dg.job(executor_def=dg.in_process_executor,
+        description="Retention: OPTIMIZE and VACUUM, ops pruning, landing archive "
+                    "(maintenance_schedule).")
+def maintenance_job():
+    maintain_lake()
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[recovery_job, savepoint_job])
+    return dg.Definitions(jobs=[recovery_job, savepoint_job, maintenance_job])

@@ -1,0 +1,467 @@
+"""Retention: what an always-on tidemark cleans up, so its cost follows new data, not history.
+
+`maintain` (the ``maintenance_job`` on ``TIDEMARK_MAINTENANCE_CRON``, or ``tidemark maintain``)
+does, in this order, each step on its own (one failing step is reported, the others still run):
+
+1. **Landing files** that bronze has fully ingested (every line in bronze or quarantine, from a
+   committed batch) are moved to ``archive/landing/<stream>/`` (``TIDEMARK_LANDING_RETENTION=
+   archive``, the default), deleted (``delete``) or kept (``keep``). Archived files older than
+   ``TIDEMARK_OPS_RETENTION_DAYS`` are deleted. A file that does not balance is never touched:
+   the landing accounting names it.
+2. **Lake tables** (bronze, quarantine, gold): Delta ``OPTIMIZE`` (bin-packing small files;
+   with row tracking, each row keeps its ``row_commit_version``, which reconciliation's
+   lineage reads), then ``VACUUM ... LITE``. dbt's tables are vacuumed only (dbt rewrites them
+   whole), with delta-rs.
+3. **Ops tables** (delta-rs): rows older than ``TIDEMARK_OPS_RETENTION_DAYS`` pruned from
+   ``stream_failures``, ``expectations`` and ``alerts`` (only incidents resolved and fully
+   delivered), then compaction, ``VACUUM``, a log checkpoint and the log's expired entries.
+   ``stream_progress`` keeps its rows (reconciliation's lateness replay reads the version
+   range of every batch since the job started), but past that age each row's raw
+   ``progress_json`` (most of its bytes) is cleared.
+4. **Old checkpoints** set aside by restores (``checkpoints/.replaced/``) older than
+   ``TIDEMARK_OPS_RETENTION_DAYS``.
+
+Safety while everything else runs:
+
+- ``OPTIMIZE`` and appends never conflict, and streaming readers skip its commits (they change
+  no data). A gold table written by ``MERGE`` (update mode) is compacted only while its job is
+  not running (its checkpoint lock is free): a compaction committed under a running MERGE
+  would fail that batch.
+- ``VACUUM`` keeps every file some reader may still need: at least
+  ``TIDEMARK_VACUUM_RETAIN_HOURS`` (default 168, Delta's own), and longer while a savepoint is
+  older (a restore rewinds gold with ``RESTORE`` and replays bronze from the savepoint's
+  versions) or a job lags (a checkpoint that has not read a bronze version yet needs its
+  files).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from streaming_jobs import ops_tables
+from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
+from streaming_jobs.config import TidemarkConfig
+
+LOG = logging.getLogger("tidemark.retention")
+LANDING_POLICIES = ("archive", "delete", "keep")
+LAYERS = ("bronze", "quarantine", "gold")
+# ops rows pruned beyond the retention age, by the column that dates them, and what else must
+# hold (an alert is pruned only once resolved and both notifications were delivered)
+PRUNED = {
+    "stream_failures": ("failed_at", None),
+    "expectations": ("recorded_at", None),
+    "alerts": ("resolved_at", "firing_delivered_at is not null and "
+                              "resolved_delivered_at is not null"),
+}
+
+
+@dataclass
+class Step:
+    """One maintenance step on one target."""
+
+    target: str  # e.g. "gold/failed_txn_velocity", "landing/transactions", "ops/alerts"
+    action: str  # optimize, vacuum, prune, archive, delete, remove, skipped, failed
+    detail: str = ""
+    files_before: int | None = None
+    files_after: int | None = None
+    rows_removed: int = 0
+    bytes_freed: int = 0
+
+
+@dataclass
+class Maintenance:
+    steps: list[Step] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[Step]:
+        return [s for s in self.steps if s.action == "failed"]
+
+    def total(self, attribute: str) -> int:
+        return sum(getattr(s, attribute) or 0 for s in self.steps)
+
+
+def _disk(path: Path) -> tuple[int, int]:
+    """(data files, bytes) under a table's folder, its log left out."""
+    files = size = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = [d for d in dirnames if d != "_delta_log"]
+        for name in filenames:
+            if name.endswith(".parquet"):
+                files += 1
+                size += (Path(dirpath) / name).stat().st_size
+    return files, size
+
+
+def delta_tables(folder: Path) -> list[Path]:
+    """The Delta tables directly under ``folder``."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if (p / "_delta_log").is_dir())
+
+
+# -- how long VACUUM must keep files ---------------------------------------------------------
+
+# commits that change no data: a reader's offset may stay before them without needing them
+NO_DATA = ("OPTIMIZE", "VACUUM START", "VACUUM END")
+
+
+def _commit(table: Path, version: int) -> dict | None:
+    """The commitInfo of a version (None once the log entry has expired)."""
+    entry = table / "_delta_log" / f"{version:020d}.json"
+    try:
+        for line in entry.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info:
+                return info
+        return {"timestamp": entry.stat().st_mtime * 1000}
+    except (OSError, ValueError):
+        return None
+
+
+def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
+    """When the oldest version of ``table`` that some checkpoint has not read yet was
+    committed (None if every checkpoint reading it is caught up)."""
+    from streaming_jobs.progress import delta_done_version
+
+    table_id = _table_id(table)
+    oldest = None
+    for checkpoint in sorted(cfg.paths.checkpoints.iterdir()) if cfg.paths.checkpoints.is_dir() \
+            else []:
+        batch = last_committed_batch(checkpoint) if not checkpoint.name.startswith(".") else None
+        if batch is None:
+            continue
+        try:
+            lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines[2:]:  # version, metadata, then one offset per source
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(offset, dict) or offset.get("reservoirId") != table_id:
+                continue
+            done = delta_done_version(offset)
+            if done is None:
+                continue
+            for version in range(done + 1, (_latest_version(table) or -1) + 1):
+                info = _commit(table, version)
+                if info is not None and info.get("operation") not in NO_DATA:
+                    committed = info["timestamp"] / 1000
+                    oldest = committed if oldest is None else min(oldest, committed)
+                    break
+    return oldest
+
+
+def _table_id(table: Path) -> str | None:
+    log = table / "_delta_log"
+    for entry in sorted(log.glob("*.json")):
+        try:
+            for line in entry.read_text().splitlines():
+                meta = json.loads(line).get("metaData")
+                if meta:
+                    return meta.get("id")
+        except (OSError, ValueError):
+            continue
+    from deltalake import DeltaTable  # the first commits were cleaned: ask the table
+
+    try:
+        return DeltaTable(str(table)).metadata().id
+    except Exception:  # noqa: BLE001 - not a table any more
+        return None
+
+
+def _latest_version(table: Path) -> int | None:
+    versions = [int(p.stem) for p in (table / "_delta_log").glob("*.json") if p.stem.isdigit()]
+    return max(versions) if versions else None
+
+
+def _oldest_savepoint(cfg: TidemarkConfig) -> float | None:
+    from streaming_jobs.operations.savepoints import savepoints
+
+    folder = cfg.paths.savepoints
+    taken = []
+    for job in sorted(folder.iterdir()) if folder.is_dir() else []:
+        for point in savepoints(cfg, job.name):
+            stamp = datetime.strptime(point.taken_at, "%Y%m%dT%H%M%S%fZ")
+            taken.append(stamp.replace(tzinfo=timezone.utc).timestamp())
+    return min(taken) if taken else None
+
+
+MARGIN_HOURS = 5 / 60  # beyond what a savepoint or a lagging reader needs (clock skew)
+
+
+def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None) -> tuple[float, str]:
+    """How many hours of removed files ``VACUUM`` keeps for ``table``, and why.
+
+    A file removed (by OPTIMIZE) after the oldest version a reader has not read yet may have
+    been added by that version: keeping everything removed since that version was committed
+    keeps every file the reader will ask for. Likewise from the oldest savepoint.
+    """
+    now = time.time() if now is None else now
+    hours, why = cfg.ops.vacuum_retain_hours, "TIDEMARK_VACUUM_RETAIN_HOURS"
+    for since, reason in ((_oldest_savepoint(cfg), "the oldest savepoint"),
+                          (_oldest_unread(cfg, table), "a checkpoint that has not read it all")):
+        if since is not None and (now - since) / 3600 + MARGIN_HOURS > hours:
+            hours, why = (now - since) / 3600 + MARGIN_HOURS, reason
+    return hours, why
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+def _guarded(out: Maintenance, target: str, action, *args) -> None:
+    """Run one step; a failure is a ``failed`` step with its reason, and the others go on."""
+    try:
+        action(out, target, *args)
+    except Exception as exc:  # noqa: BLE001 - reported, the next step still runs
+        LOG.warning("maintenance of %s failed: %s", target, exc)
+        out.steps.append(Step(target, "failed", f"{type(exc).__name__}: {str(exc)[:500]}"))
+
+
+def _ingested_files(cfg: TidemarkConfig, stream: str) -> dict[str, int]:
+    """Rows per source file in bronze and quarantine, read with delta-rs."""
+    from streaming_jobs.operations.landing import _rows_per_file
+
+    rows: dict[str, int] = {}
+    for layer in ("bronze", "quarantine"):
+        for name, n in _rows_per_file(cfg.paths.table(layer, stream)).items():
+            rows[name] = rows.get(name, 0) + n
+    return rows
+
+
+def _committed_files(checkpoint: Path) -> set[str]:
+    """The files a file-source checkpoint read in its committed batches."""
+    batch = last_committed_batch(checkpoint)
+    seen: set[str] = set()
+    log = checkpoint / "sources" / "0"
+    if batch is None or not log.is_dir():
+        return seen
+    for entry in sorted(log.iterdir()):
+        number = entry.name.split(".")[0]
+        if not number.isdigit() or int(number) > batch:
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            try:
+                info = json.loads(line)
+            except ValueError:
+                continue
+            if int(info.get("batchId", batch + 1)) <= batch:
+                seen.add(unquote(urlsplit(info["path"]).path))
+    return seen
+
+
+def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) -> None:
+    from streaming_jobs.ingestion import landing_files, query_name
+    from streaming_jobs.operations.landing import count_lines
+
+    policy = cfg.ops.landing_retention
+    if policy == "keep":
+        return
+    folder = cfg.paths.landing_dir(stream)
+    files = landing_files(folder)
+    if not files:
+        return
+    ingested = _ingested_files(cfg, stream)
+    committed = _committed_files(cfg.paths.checkpoint(query_name(stream)))
+    archive = cfg.data_root / "archive" / "landing" / stream
+    moved = freed = 0
+    for path in files:
+        key = str(path.resolve())
+        if key not in committed or ingested.get(key, 0) != count_lines(path):
+            continue  # not read yet, or it does not balance (the accounting names it)
+        size = path.stat().st_size
+        if policy == "delete":
+            path.unlink()
+            freed += size
+        else:
+            archive.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path), archive / path.name)
+        moved += 1
+    out.steps.append(Step(target, policy, f"{moved} of {len(files)} files fully ingested",
+                          len(files), len(files) - moved, bytes_freed=freed))
+
+
+def _archive(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
+    old = [p for p in folder.iterdir() if p.is_file() and p.stat().st_mtime < cutoff]
+    freed = sum(p.stat().st_size for p in old)
+    for p in old:
+        p.unlink()
+    if old:
+        out.steps.append(Step(target, "delete", f"{len(old)} archived files past retention",
+                              rows_removed=0, bytes_freed=freed))
+
+
+def _update_mode_gold(cfg: TidemarkConfig) -> set[str]:
+    from streaming_jobs.registry import catalogue
+
+    return {name for name, spec in catalogue().jobs.items() if spec.output_mode == "update"}
+
+
+def _active_files(table: Path) -> int:
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(str(table)).file_uris())
+
+
+def _lake_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Path,
+                compact: bool, merged_by: str | None) -> None:
+    from delta.tables import DeltaTable
+
+    files_before, bytes_before = _disk(table)
+    if compact and _active_files(table) > 1:  # one file or none: nothing to bin-pack
+        handle = DeltaTable.forPath(spark, str(table))
+        try:
+            with checkpoint_lock(cfg.paths.checkpoint(merged_by), "maintenance (OPTIMIZE)") \
+                    if merged_by else nullcontext():
+                handle.optimize().executeCompaction()
+            out.steps.append(Step(target, "optimize", "small files bin-packed", files_before))
+        except CheckpointBusy:
+            out.steps.append(Step(target, "skipped", f"not compacted: job {merged_by} is "
+                                  "running and writes it with MERGE"))
+    hours, why = retain_hours(cfg, table)
+    _vacuum(spark, table, hours)
+    files_after, bytes_after = _disk(table)
+    out.steps.append(Step(target, "vacuum", f"kept {hours:.2f} h of removed files ({why})",
+                          files_before, files_after,
+                          bytes_freed=max(bytes_before - bytes_after, 0)))
+
+
+def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Path) -> None:
+    """dbt rewrites its tables whole and no stream reads them: ``VACUUM`` with delta-rs
+    (milliseconds, whole hours only), or Spark's when delta-rs cannot write the table."""
+    from deltalake import DeltaTable
+
+    files_before, bytes_before = _disk(table)
+    hours = math.ceil(cfg.ops.vacuum_retain_hours)
+    try:
+        DeltaTable(str(table)).vacuum(retention_hours=hours, enforce_retention_duration=False,
+                                      dry_run=False)
+    except Exception:  # noqa: BLE001 - a table feature delta-rs lacks: Spark's own VACUUM
+        _vacuum(spark, table, hours)
+    files_after, bytes_after = _disk(table)
+    out.steps.append(Step(target, "vacuum", f"kept {hours} h of removed files", files_before,
+                          files_after, bytes_freed=max(bytes_before - bytes_after, 0)))
+
+
+def _vacuum(spark, table: Path, hours: float) -> None:
+    """``VACUUM ... LITE`` keeping ``hours``: the files to delete come from the log's removes,
+    not from listing the table's folder (a full listing is a Spark job of its own: a minute
+    here for a table of ten files); ``FULL`` when the log no longer reaches back that far.
+    Delta's guard against less than its own retention is lifted for this call only (tidemark
+    computed what readers need, see `retain_hours`)."""
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    previous = spark.conf.get(key, "true")
+    spark.conf.set(key, "false")
+    try:
+        try:
+            spark.sql(f"VACUUM delta.`{table}` LITE RETAIN {hours:.4f} HOURS").collect()
+        except Exception as exc:  # noqa: BLE001 - only the log-too-short case is retried
+            if "LITE" not in str(exc) and "FULL" not in str(exc):
+                raise
+            spark.sql(f"VACUUM delta.`{table}` RETAIN {hours:.4f} HOURS").collect()
+    finally:
+        spark.conf.set(key, previous)
+
+
+def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
+               cutoff: datetime) -> None:
+    from deltalake import DeltaTable
+
+    removed = 0
+    with ops_tables.locked(cfg, name) as locked:
+        if name in PRUNED:
+            column, also = PRUNED[name]
+            predicate = f"{column} < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))}"
+            if also:
+                predicate = f"{predicate} and {also}"
+            stale = locked.read(where=predicate, columns=[column])
+            if stale:
+                locked.delete(predicate)
+                removed = len(stale)
+        elif name == "stream_progress":
+            predicate = (f"ts < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))} "
+                         "and progress_json is not null")
+            if locked.read(where=predicate, columns=["ts"]):
+                locked.update_sql({"progress_json": "NULL"}, predicate)
+        path = ops_tables.path(cfg, name)
+        files_before, bytes_before = _disk(path)
+        table = DeltaTable(str(path))
+        table.optimize.compact()
+        # readers of ops tables hold a snapshot for milliseconds: an hour is ample
+        table.vacuum(retention_hours=max(1, int(min(cfg.ops.vacuum_retain_hours, 168))),
+                     enforce_retention_duration=False, dry_run=False)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+    files_after, bytes_after = _disk(path)
+    out.steps.append(Step(target, "prune+compact" if name in PRUNED else "compact",
+                          f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
+                          if name in PRUNED else "rows kept (reconciliation reads their "
+                          "lineage); raw progress past the age cleared",
+                          files_before, files_after, removed,
+                          max(bytes_before - bytes_after, 0)))
+
+
+def _replaced(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
+    old = [p for p in folder.iterdir() if p.is_dir() and p.stat().st_mtime < cutoff]
+    for p in old:
+        shutil.rmtree(p)
+    if old:
+        out.steps.append(Step(target, "remove", f"{len(old)} checkpoints set aside by restores"))
+
+
+def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Maintenance:
+    """Every retention step (see the module doc); each step's outcome, failures included."""
+    from streaming_jobs.registry import catalogue
+
+    started = time.monotonic()
+    now = now or datetime.now(timezone.utc)
+    cutoff = now - timedelta(days=cfg.ops.ops_retention_days)
+    out = Maintenance()
+    streams = catalogue().streams
+    for stream in streams:
+        _guarded(out, f"landing/{stream}", _landing, cfg, stream)
+        folder = cfg.data_root / "archive" / "landing" / stream
+        if folder.is_dir():
+            _guarded(out, f"archive/landing/{stream}", _archive, folder, cutoff.timestamp())
+    merged = _update_mode_gold(cfg)
+    for layer in LAYERS:
+        for table in delta_tables(cfg.paths.table(layer, "")):
+            merged_by = table.name if layer == "gold" and table.name in merged else None
+            _guarded(out, f"{layer}/{table.name}", _lake_table, spark, cfg, table, True,
+                     merged_by)
+    for schema in sorted(cfg.paths.warehouse.glob("*.db")) if cfg.paths.warehouse.is_dir() \
+            else []:
+        for table in delta_tables(schema):
+            _guarded(out, f"dbt/{schema.stem}.{table.name}", _dbt_table, spark, cfg, table)
+    for name in ops_tables.SCHEMAS:
+        if ops_tables.exists(cfg, name):
+            _guarded(out, f"ops/{name}", _ops_table, cfg, name, cutoff)
+    replaced = cfg.paths.checkpoints / ".replaced"
+    if replaced.is_dir():
+        _guarded(out, "checkpoints/.replaced", _replaced, replaced, cutoff.timestamp())
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def table(report: Maintenance) -> list[str]:
+    """The steps as markdown table lines (the CLI prints them, Dagster shows them)."""
+    def n(value) -> str:
+        return "" if value is None else f"{value:,}"
+
+    lines = ["| target | action | files before | files after | rows removed | MB freed | "
+             "detail |", "|---|---|---|---|---|---|---|"]
+    for s in report.steps:
+        lines.append(f"| {s.target} | {s.action} | {n(s.files_before)} | {n(s.files_after)} | "
+                     f"{n(s.rows_removed)} | {s.bytes_freed / 1e6:.1f} | {s.detail} |")
+    return lines

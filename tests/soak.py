@@ -1,0 +1,195 @@
+"""Soak: the always-on setup for a bounded time with retention on, sampled every minute.
+
+    make soak MINUTES=20                  # = .venv/bin/python tests/soak.py --minutes 20
+    .venv/bin/python tests/soak.py --minutes 20 --rate 40 --results RELIABILITY.soak.json
+
+It runs ``tidemark live`` (landing at a steady rate, the continuous run hosting every job,
+reconciliation, savepoints, sensors, the SQL endpoint, Dagster's daemon) on a data root of its
+own, with retention every ``--maintenance-minutes`` that keeps little history
+(``TIDEMARK_VACUUM_RETAIN_HOURS``, ``TIDEMARK_OPS_RETENTION_DAYS``), so that whatever does not
+plateau within the soak would not plateau in days either. Every minute, from outside the
+processes (nothing here runs inside tidemark), it records:
+
+- state rows per job: the latest progress row of each query in ``ops/stream_progress``;
+- memory of the continuous run's JVM (Spark in local mode: the driver and the executors are
+  that one JVM): heap in use after the last collection (``jstat``) and resident set (``/proc``);
+- files: data files on disk and in the current version of every lake table, landing files
+  waiting and archived;
+- ops tables: rows and data files of each.
+
+The samples go to ``--results`` (JSON); a markdown table is printed for RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(CHECKOUT))
+
+
+def _java_processes(root: Path) -> dict[int, str]:
+    """The JVMs started for ``root`` (their environment names it), by pid: their main class."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if not cmdline or not cmdline[0].endswith(b"java"):
+                continue
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"TIDEMARK_DATA_ROOT={root}".encode() not in environ:
+            continue
+        words = [w.decode(errors="replace") for w in cmdline]
+        out[int(proc.name)] = ("sql endpoint" if any("HiveThriftServer2" in w for w in words)
+                               else "spark")
+    return out
+
+
+def _memory(pid: int) -> dict:
+    rss = 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    except OSError:
+        return {}
+    heap = None
+    gc = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True)
+    if gc.returncode == 0 and len(gc.stdout.splitlines()) == 2:
+        names, values = (line.split() for line in gc.stdout.splitlines())
+        stats = dict(zip(names, values))
+        heap = sum(float(stats[k]) for k in ("S0U", "S1U", "EU", "OU") if k in stats) * 1024
+    return {"rss_mb": round(rss / 2**20), "heap_mb": round(heap / 2**20) if heap else None,
+            "uptime_s": _uptime(pid)}
+
+
+def _uptime(pid: int) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+    return round(float(Path("/proc/uptime").read_text().split()[0]) - start)
+
+
+def _continuous_jvm(root: Path) -> dict:
+    """The longest-lived Spark JVM of the root that is not the SQL endpoint: the continuous run
+    (reconciliations and other runs come and go)."""
+    spark = [(pid, _memory(pid)) for pid, kind in _java_processes(root).items()
+             if kind == "spark"]
+    spark = [(pid, m) for pid, m in spark if m]
+    if not spark:
+        return {}
+    pid, memory = max(spark, key=lambda pm: pm[1]["uptime_s"])
+    return {"pid": pid, **memory}
+
+
+def sample(root: Path, started: float) -> dict:
+    from deltalake import DeltaTable
+
+    from streaming_jobs.operations.retention import _disk, delta_tables
+
+    lake = root / "lake"
+    tables = {}
+    for layer in ("bronze", "quarantine", "gold"):
+        for table in delta_tables(lake / layer):
+            try:
+                active = len(DeltaTable(str(table)).file_uris())
+            except Exception:  # noqa: BLE001 - mid-commit or mid-creation: next sample
+                active = None
+            tables[f"{layer}/{table.name}"] = {"disk_files": _disk(table)[0],
+                                                "active_files": active}
+    ops = {}
+    state = {}
+    for table in delta_tables(lake / "ops"):
+        try:
+            handle = DeltaTable(str(table))
+            rows = handle.to_pyarrow_dataset().count_rows()
+        except Exception:  # noqa: BLE001
+            continue
+        files, size = _disk(table)
+        ops[table.name] = {"rows": rows, "files": files, "mb": round(size / 1e6, 2),
+                           "log_files": len(list((table / "_delta_log").glob("*.json")))}
+        if table.name == "stream_progress":
+            data = handle.to_pyarrow_table(columns=["job", "batch_id", "state_rows"])
+            latest: dict[str, tuple[int, int]] = {}
+            for job, batch, rows_ in zip(*(data.column(c).to_pylist()
+                                           for c in ("job", "batch_id", "state_rows"))):
+                if job not in latest or batch > latest[job][0]:
+                    latest[job] = (batch, rows_ or 0)
+            state = {job: rows_ for job, (_, rows_) in sorted(latest.items())}
+    landing = sum(1 for p in (root / "landing").rglob("*") if p.is_file())
+    archived = sum(1 for p in (root / "archive").rglob("*") if p.is_file()) \
+        if (root / "archive").is_dir() else 0
+    return {"minute": round((time.monotonic() - started) / 60, 1),
+            "continuous_jvm": _continuous_jvm(root), "state_rows": state, "tables": tables,
+            "ops": ops, "landing_files": landing, "archived_files": archived}
+
+
+def table(samples: list[dict]) -> list[str]:
+    lines = ["| minute | state rows (all jobs) | JVM heap used MB | JVM RSS MB | lake files on "
+             "disk | lake files current | ops/stream_progress rows / files / MB | "
+             "ops/alerts rows / files | landing files waiting / archived |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in samples:
+        jvm = s["continuous_jvm"]
+        disk = sum(t["disk_files"] for t in s["tables"].values())
+        active = sum(t["active_files"] or 0 for t in s["tables"].values())
+        progress = s["ops"].get("stream_progress", {})
+        alerts = s["ops"].get("alerts", {})
+        lines.append(
+            f"| {s['minute']:.0f} | {sum(s['state_rows'].values()):,} | {jvm.get('heap_mb')} | "
+            f"{jvm.get('rss_mb')} | {disk:,} | {active:,} | {progress.get('rows', 0):,} / "
+            f"{progress.get('files', 0)} / {progress.get('mb', 0)} | {alerts.get('rows', 0)} / "
+            f"{alerts.get('files', 0)} | {s['landing_files']} / {s['archived_files']} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=20)
+    parser.add_argument("--rate", type=float, default=40, help="events/s landed per stream")
+    parser.add_argument("--maintenance-minutes", type=int, default=4)
+    parser.add_argument("--vacuum-retain-hours", default="0.1")
+    parser.add_argument("--ops-retention-days", default="0.007")  # 10 minutes
+    parser.add_argument("--port", type=int, default=3311)
+    parser.add_argument("--data-root", default=str(CHECKOUT / ".tidemark" / "soak"))
+    parser.add_argument("--results", default=str(CHECKOUT / "RELIABILITY.soak.json"))
+    args = parser.parse_args(argv)
+    root = Path(args.data_root).resolve()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root),
+           "TIDEMARK_MAINTENANCE_CRON": f"*/{args.maintenance_minutes} * * * *",
+           "TIDEMARK_VACUUM_RETAIN_HOURS": args.vacuum_retain_hours,
+           "TIDEMARK_OPS_RETENTION_DAYS": args.ops_retention_days}
+    log = open(root.parent / f"{root.name}.live.log", "w")
+    live = subprocess.Popen([str(Path(sys.executable).with_name("tidemark")), "live",
+                             "--minutes", str(args.minutes), "--rate", str(args.rate),
+                             "--port", str(args.port)], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, cwd=CHECKOUT)
+    started = time.monotonic()
+    samples: list[dict] = []
+    while live.poll() is None:
+        time.sleep(60 - (time.monotonic() - started) % 60)
+        if live.poll() is not None:
+            break
+        samples.append(sample(root, started))
+        print(table(samples)[-1], flush=True)
+        Path(args.results).write_text(json.dumps({"command": "tests/soak.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]), "samples": samples}, indent=1))
+    print("\n".join(table(samples)))
+    print(f"tidemark live exited {live.returncode}; its output: {log.name}")
+    return live.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Retention (`streaming_jobs.operations.retention`) on real Delta tables.
+
+Compaction must not change a row or its lineage (reconciliation explains late events by each
+bronze row's ``row_commit_version``, so keeping it exactly keeps every explanation), VACUUM
+must free the replaced files, ops history past its age goes, what is still needed stays, and
+the jobs go on as before.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from dagster import DagsterInstance
+
+import scenarios
+from helpers import land, txn
+from streaming_jobs import ops_tables
+from streaming_jobs.lake import read_table
+from streaming_jobs.operations import retention, savepoints
+from streaming_jobs.operations.landing import account
+from streaming_jobs.registry import get_job
+from streaming_jobs.runner import run_bronze, run_job
+
+from orchestration.definitions import build_definitions
+
+
+def _bronze_lineage(spark, cfg):
+    rows = spark.read.format("delta").load(str(cfg.paths.table("bronze", "transactions"))) \
+        .selectExpr("event_id", "_source_file", "_metadata.row_commit_version as v").collect()
+    return sorted((r.event_id, r._source_file, r.v) for r in rows)
+
+
+def _active_files(spark, table) -> int:
+    return spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0].numFiles
+
+
+@pytest.mark.slow
+def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
+        spark, cfg, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_VACUUM_RETAIN_HOURS", "0")
+    monkeypatch.setenv("TIDEMARK_OPS_RETENTION_DAYS", "7")
+    cfg = cfg.from_env().with_data_root(cfg.data_root)
+    scenarios.run_waves(spark, cfg)  # two waves: bronze and gold in several commits each
+    # a landed file that grew after it was read: it does not balance, so it is never moved
+    grown = land(cfg, "grown.jsonl", [txn("g1", "u9", 5)])
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job("failed_txn_velocity"))  # caught up: no reader needs old files
+    with grown.open("a") as handle:
+        handle.write('{"event_id": "g2"}\n')
+
+    bronze = cfg.paths.table("bronze", "transactions")
+    gold = cfg.paths.table("gold", "failed_txn_velocity")
+    lineage, gold_rows = _bronze_lineage(spark, cfg), read_table(spark, gold).collect()
+    files_before = _active_files(spark, bronze)
+    landed = sorted(p.name for p in cfg.paths.landing_dir("transactions").iterdir())
+    assert files_before >= 3 and len(landed) == 3
+
+    now = datetime.now(timezone.utc)
+    old, recent = now - timedelta(days=8), now - timedelta(days=1)
+    ops_tables.append(cfg, "stream_failures", [
+        {"job": "failed_txn_velocity", "run_id": "old", "failed_at": old, "error": "x"},
+        {"job": "failed_txn_velocity", "run_id": "recent", "failed_at": recent, "error": "y"}])
+    alert = {"dedup_key": "k", "incident": 1, "job": "j", "kind": "k", "severity": "warning",
+             "message": "m", "first_seen": old, "last_seen": old, "seen_count": 1}
+    ops_tables.append(cfg, "alerts", [
+        {**alert, "alert_id": "done", "resolved_at": old, "firing_delivered_at": old,
+         "resolved_delivered_at": old},
+        {**alert, "alert_id": "owed", "resolved_at": old, "firing_delivered_at": old},
+        {**alert, "alert_id": "open", "firing_delivered_at": old}])
+    ops_tables.append(cfg, "stream_progress", [
+        {"job": "old_job", "batch_id": 0, "ts": old, "progress_json": '{"id": 1}',
+         "source_version_from": -1, "source_version_to": 3}])
+    aside = cfg.paths.checkpoints / ".replaced"
+    for name, age in (("failed_txn_velocity-old", 8), ("failed_txn_velocity-new", 1)):
+        (aside / name / "commits").mkdir(parents=True)
+        stamp = time.time() - age * 86400
+        os.utime(aside / name, (stamp, stamp))
+
+    # as the schedule runs it: Dagster's maintenance_job, in this test's session
+    run = build_definitions().resolve_job_def("maintenance_job").execute_in_process(
+        instance=DagsterInstance.ephemeral())
+    assert run.success
+    [output] = [e for e in run.all_events if e.event_type_value == "STEP_OUTPUT"]
+    report = {k: v.value for k, v in output.event_specific_data.metadata.items()}
+    assert report["failed_steps"] == 0
+    assert report["ops_rows_pruned"] == 2  # the old failure, the closed and delivered alert
+    for step in ("| bronze/transactions | optimize |", "| bronze/transactions | vacuum |",
+                 "| gold/failed_txn_velocity | vacuum |", "| landing/transactions | archive |",
+                 "| ops/alerts | prune+compact |", "| checkpoints/.replaced | remove |"):
+        assert step in report["steps"], step
+
+    # compaction: one active file each, the same rows, every row's commit version kept
+    assert _active_files(spark, bronze) == 1 < files_before
+    assert _bronze_lineage(spark, cfg) == lineage
+    assert sorted(read_table(spark, gold).collect()) == sorted(gold_rows)
+    # VACUUM (0 h asked, no savepoint, no job behind): the replaced files are gone from disk
+    assert retention._disk(bronze)[0] == 1, report["steps"]
+    # landing: the balanced files are archived, the grown one stays where it is
+    assert sorted(p.name for p in cfg.paths.landing_dir("transactions").iterdir()) == \
+        ["grown.jsonl"]
+    assert sorted(p.name for p in (cfg.data_root / "archive" / "landing" / "transactions")
+                  .iterdir()) == sorted(n for n in landed if n != "grown.jsonl")
+    # ops history: past the age it goes, unless still needed
+    assert [r["run_id"] for r in ops_tables.read(cfg, "stream_failures")] == ["recent"]
+    assert sorted(r["alert_id"] for r in ops_tables.read(cfg, "alerts")) == ["open", "owed"]
+    # progress rows all stay (their lineage is reconciliation's); old ones lose the raw json
+    progress = ops_tables.read(cfg, "stream_progress")
+    [kept] = [r for r in progress if r["job"] == "old_job"]
+    assert kept["progress_json"] is None and kept["source_version_to"] == 3
+    assert all(r["progress_json"] for r in progress if r["job"] != "old_job")
+    assert sorted(p.name for p in aside.iterdir()) == ["failed_txn_velocity-new"]
+
+    # everything goes on: a new file is ingested and the job runs past the compacted versions
+    land(cfg, "wave-3.jsonl", [txn("n1", "u1", 40), txn("n2", "u4", 1700), txn("n3", "u2", 126)])
+    run_bronze(spark, cfg, "transactions")
+    assert run_job(spark, cfg, get_job("failed_txn_velocity")).input_rows == 3
+    assert len(_bronze_lineage(spark, cfg)) == len(lineage) + 3
+    assert account(cfg, "transactions").findings[0].message.startswith(
+        "landing/transactions/grown.jsonl")
+
+
+def test_vacuum_keeps_what_a_savepoint_or_a_lagging_job_needs(spark, cfg, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_VACUUM_RETAIN_HOURS", "0")
+    cfg = cfg.from_env().with_data_root(cfg.data_root)
+    land(cfg, "a.jsonl", [txn("a1", "u1", 1)])
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job("failed_txn_velocity"))
+    bronze = cfg.paths.table("bronze", "transactions")
+    assert retention.retain_hours(cfg, bronze) == (0.0, "TIDEMARK_VACUUM_RETAIN_HOURS")
+
+    # the job is behind bronze: VACUUM keeps files since the first version it has not read
+    land(cfg, "b.jsonl", [txn("b1", "u1", 2)])
+    run_bronze(spark, cfg, "transactions")
+    hours, why = retention.retain_hours(cfg, bronze, now=time.time() + 7200)
+    assert why == "a checkpoint that has not read it all" and 2.08 <= hours < 2.2
+
+    # a savepoint taken now, looked at 10 hours later: a restore may need 10 hours of files
+    run_job(spark, cfg, get_job("failed_txn_velocity"))
+    savepoints.take(cfg, "failed_txn_velocity")
+    hours, why = retention.retain_hours(cfg, bronze, now=time.time() + 36000)
+    assert why == "the oldest savepoint" and 10.05 < hours < 10.2
