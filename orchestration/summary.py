@@ -11,6 +11,7 @@ from pyspark.sql.window import Window
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import landing_files
 from streaming_jobs.operations.landing import account
+from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
 
@@ -44,7 +45,8 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     paths, out = cfg.paths, Summary()
     for stream in streams():
         landing = paths.landing_dir(stream)
-        files = landing_files(landing)  # every file bronze reads, whatever its extension
+        # every file bronze reads, whatever its extension, and those retention archived
+        files = landing_files(landing) + archived_files(cfg, stream)
         out.landing_lines[stream] = (
             spark.read.text([str(f) for f in files]).count() if files else 0)
         out.bronze_rows[stream] = _count(spark, paths.table("bronze", stream))

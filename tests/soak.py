@@ -1,7 +1,7 @@
 """Soak: the always-on setup for a bounded time with retention on, sampled every minute.
 
-    make soak MINUTES=20                  # = .venv/bin/python tests/soak.py --minutes 20
-    .venv/bin/python tests/soak.py --minutes 20 --rate 40 --results RELIABILITY.soak.json
+    make soak SOAK_MINUTES=20             # = .venv/bin/python tests/soak.py --minutes 20
+    .venv/bin/python tests/soak.py --minutes 60 --rate 10 --recon-every 10 --results out.json
 
 It runs ``tidemark live`` (landing at a steady rate, the continuous run hosting every job,
 reconciliation, savepoints, sensors, the SQL endpoint, Dagster's daemon) on a data root of its
@@ -50,10 +50,24 @@ def _java_processes(root: Path) -> dict[int, str]:
             continue
         if f"TIDEMARK_DATA_ROOT={root}".encode() not in environ:
             continue
-        words = [w.decode(errors="replace") for w in cmdline]
-        out[int(proc.name)] = ("sql endpoint" if any("HiveThriftServer2" in w for w in words)
-                               else "spark")
+        out[int(proc.name)] = "sql endpoint" if "sql_endpoint" in _ancestry(int(proc.name)) \
+            else "spark"
     return out
+
+
+def _ancestry(pid: int, depth: int = 4) -> str:
+    """The command lines of a process's parents (the SQL endpoint's JVM is started by
+    ``python -m streaming_jobs.sql_endpoint``; a run's JVM by Dagster's run worker)."""
+    lines = []
+    for _ in range(depth):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+            lines.append((Path(f"/proc/{pid}/cmdline").read_bytes()
+                          .replace(b"\0", b" ").decode(errors="replace")))
+        except (OSError, ValueError):
+            break
+    return "\n".join(lines)
 
 
 def _memory(pid: int) -> dict:
@@ -156,7 +170,8 @@ def table(samples: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=20)
-    parser.add_argument("--rate", type=float, default=40, help="events/s landed per stream")
+    parser.add_argument("--rate", type=float, default=10, help="events/s landed per stream")
+    parser.add_argument("--recon-every", type=int, default=10, help="minutes between recons")
     parser.add_argument("--maintenance-minutes", type=int, default=4)
     parser.add_argument("--vacuum-retain-hours", default="0.1")
     parser.add_argument("--ops-retention-days", default="0.007")  # 10 minutes
@@ -174,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     log = open(root.parent / f"{root.name}.live.log", "w")
     live = subprocess.Popen([str(Path(sys.executable).with_name("tidemark")), "live",
                              "--minutes", str(args.minutes), "--rate", str(args.rate),
-                             "--port", str(args.port)], env=env, stdout=log,
+                             "--port", str(args.port), "--recon-every", str(args.recon_every)],
+                            env=env, stdout=log,
                             stderr=subprocess.STDOUT, cwd=CHECKOUT)
     started = time.monotonic()
     samples: list[dict] = []

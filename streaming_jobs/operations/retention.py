@@ -30,8 +30,10 @@ Safety while everything else runs:
 - ``VACUUM`` keeps every file some reader may still need: at least
   ``TIDEMARK_VACUUM_RETAIN_HOURS`` (default 168, Delta's own), and longer while a savepoint is
   older (a restore rewinds gold with ``RESTORE`` and replays bronze from the savepoint's
-  versions) or a job lags (a checkpoint that has not read a bronze version yet needs its
-  files).
+  versions) or a job lags (a checkpoint that has not read a bronze version yet, or whose first
+  batch is still in flight, needs its files). Retention is rounded up to whole hours: Delta
+  rounds ``RETAIN`` to the nearest hour (``RETAIN 0.4 HOURS`` deletes everything removed,
+  measured), which the soak caught deleting files a lagging join still had to read.
 """
 
 from __future__ import annotations
@@ -131,37 +133,57 @@ def _commit(table: Path, version: int) -> dict | None:
 
 def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
     """When the oldest version of ``table`` that some checkpoint has not read yet was
-    committed (None if every checkpoint reading it is caught up)."""
+    committed (None if every checkpoint reading it is caught up).
+
+    A checkpoint has read what its last committed batch's offsets say; a batch planned but not
+    committed (in flight, or cut short by a crash and replayed on restart) reads after that.
+    A checkpoint with a planned batch and no commit yet reads its whole starting snapshot:
+    every version counts as unread.
+    """
+    from streaming_jobs.checkpoints import last_planned_batch
     from streaming_jobs.progress import delta_done_version
 
     table_id = _table_id(table)
     oldest = None
-    for checkpoint in sorted(cfg.paths.checkpoints.iterdir()) if cfg.paths.checkpoints.is_dir() \
-            else []:
-        batch = last_committed_batch(checkpoint) if not checkpoint.name.startswith(".") else None
+    folder = cfg.paths.checkpoints
+    for checkpoint in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if checkpoint.name.startswith(".") or not checkpoint.is_dir():
+            continue
+        committed, planned = last_committed_batch(checkpoint), last_planned_batch(checkpoint)
+        batch = committed if committed is not None else planned
         if batch is None:
-            continue
-        try:
-            lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines[2:]:  # version, metadata, then one offset per source
-            try:
-                offset = json.loads(line)
-            except ValueError:
+            continue  # never started: it will read the snapshot current when it does
+        for offset in _delta_offsets(checkpoint, batch):
+            if offset.get("reservoirId") != table_id:
                 continue
-            if not isinstance(offset, dict) or offset.get("reservoirId") != table_id:
-                continue
-            done = delta_done_version(offset)
+            done = delta_done_version(offset) if committed is not None else -1
             if done is None:
                 continue
             for version in range(done + 1, (_latest_version(table) or -1) + 1):
                 info = _commit(table, version)
                 if info is not None and info.get("operation") not in NO_DATA:
-                    committed = info["timestamp"] / 1000
-                    oldest = committed if oldest is None else min(oldest, committed)
+                    committed_at = info["timestamp"] / 1000
+                    oldest = committed_at if oldest is None else min(oldest, committed_at)
                     break
     return oldest
+
+
+def _delta_offsets(checkpoint: Path, batch: int) -> list[dict]:
+    """The Delta source offsets of a batch (``offsets/N``: a version line, the batch's
+    metadata, then one line per source)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines[2:]:
+        try:
+            offset = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offset, dict) and "reservoirId" in offset:
+            out.append(offset)
+    return out
 
 
 def _table_id(table: Path) -> str | None:
@@ -274,7 +296,7 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
         return
     ingested = _ingested_files(cfg, stream)
     committed = _committed_files(cfg.paths.checkpoint(query_name(stream)))
-    archive = cfg.data_root / "archive" / "landing" / stream
+    archive = archive_dir(cfg, stream)
     moved = freed = 0
     for path in files:
         key = str(path.resolve())
@@ -290,6 +312,16 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
         moved += 1
     out.steps.append(Step(target, policy, f"{moved} of {len(files)} files fully ingested",
                           len(files), len(files) - moved, bytes_freed=freed))
+
+
+def archive_dir(cfg: TidemarkConfig, stream: str) -> Path:
+    return cfg.data_root / "archive" / "landing" / stream
+
+
+def archived_files(cfg: TidemarkConfig, stream: str) -> list[Path]:
+    """The landing files of ``stream`` that retention archived (fully ingested)."""
+    folder = archive_dir(cfg, stream)
+    return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
 
 
 def _archive(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
@@ -330,9 +362,10 @@ def _lake_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table
             out.steps.append(Step(target, "skipped", f"not compacted: job {merged_by} is "
                                   "running and writes it with MERGE"))
     hours, why = retain_hours(cfg, table)
+    hours = math.ceil(hours)  # Delta rounds VACUUM's RETAIN to whole hours: never down
     _vacuum(spark, table, hours)
     files_after, bytes_after = _disk(table)
-    out.steps.append(Step(target, "vacuum", f"kept {hours:.2f} h of removed files ({why})",
+    out.steps.append(Step(target, "vacuum", f"kept {hours} h of removed files ({why})",
                           files_before, files_after,
                           bytes_freed=max(bytes_before - bytes_after, 0)))
 
@@ -354,7 +387,7 @@ def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table:
                           files_after, bytes_freed=max(bytes_before - bytes_after, 0)))
 
 
-def _vacuum(spark, table: Path, hours: float) -> None:
+def _vacuum(spark, table: Path, hours: int) -> None:
     """``VACUUM ... LITE`` keeping ``hours``: the files to delete come from the log's removes,
     not from listing the table's folder (a full listing is a Spark job of its own: a minute
     here for a table of ten files); ``FULL`` when the log no longer reaches back that far.
@@ -365,11 +398,11 @@ def _vacuum(spark, table: Path, hours: float) -> None:
     spark.conf.set(key, "false")
     try:
         try:
-            spark.sql(f"VACUUM delta.`{table}` LITE RETAIN {hours:.4f} HOURS").collect()
+            spark.sql(f"VACUUM delta.`{table}` LITE RETAIN {hours} HOURS").collect()
         except Exception as exc:  # noqa: BLE001 - only the log-too-short case is retried
             if "LITE" not in str(exc) and "FULL" not in str(exc):
                 raise
-            spark.sql(f"VACUUM delta.`{table}` RETAIN {hours:.4f} HOURS").collect()
+            spark.sql(f"VACUUM delta.`{table}` RETAIN {hours} HOURS").collect()
     finally:
         spark.conf.set(key, previous)
 
@@ -431,7 +464,7 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
     streams = catalogue().streams
     for stream in streams:
         _guarded(out, f"landing/{stream}", _landing, cfg, stream)
-        folder = cfg.data_root / "archive" / "landing" / stream
+        folder = archive_dir(cfg, stream)
         if folder.is_dir():
             _guarded(out, f"archive/landing/{stream}", _archive, folder, cutoff.timestamp())
     merged = _update_mode_gold(cfg)
