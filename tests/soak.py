@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maintenance-minutes", type=int, default=4)
     parser.add_argument("--vacuum-retain-hours", default="0.1")
     parser.add_argument("--ops-retention-days", default="0.007")  # 10 minutes
+    parser.add_argument("--shutdown-minutes", type=float, default=10,
+                        help="how long `tidemark live` may take to stop cleanly after the soak "
+                             "(catch up, final reconciliation) before its processes are killed")
     parser.add_argument("--port", type=int, default=3311)
     parser.add_argument("--data-root", default=str(CHECKOUT / ".tidemark" / "soak"))
     parser.add_argument("--results", default=str(CHECKOUT / "RELIABILITY.soak.json"))
@@ -190,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     live = subprocess.Popen([str(Path(sys.executable).with_name("tidemark")), "live",
                              "--minutes", str(args.minutes), "--rate", str(args.rate),
                              "--port", str(args.port), "--recon-every", str(args.recon_every)],
-                            env=env, stdout=log,
-                            stderr=subprocess.STDOUT, cwd=CHECKOUT)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=CHECKOUT,
+                            start_new_session=True)
     started = time.monotonic()
+    deadline = started + (args.minutes + args.shutdown_minutes) * 60
     samples: list[dict] = []
-    while live.poll() is None:
+    while live.poll() is None and time.monotonic() < deadline:
         time.sleep(60 - (time.monotonic() - started) % 60)
         if live.poll() is not None:
             break
@@ -202,9 +206,29 @@ def main(argv: list[str] | None = None) -> int:
         print(table(samples)[-1], flush=True)
         Path(args.results).write_text(json.dumps({"command": "tests/soak.py " + " ".join(
             argv if argv is not None else sys.argv[1:]), "samples": samples}, indent=1))
+    if live.poll() is None:  # it did not stop by itself in time: its whole process group goes
+        print(f"tidemark live still stopping after {args.shutdown_minutes:g} min; stopped")
+        _stop_group(live)
+    subprocess.run([str(Path(sys.executable).with_name("tidemark")), "sql", "stop"], env=env,
+                   cwd=CHECKOUT, capture_output=True)
     print("\n".join(table(samples)))
     print(f"tidemark live exited {live.returncode}; its output: {log.name}")
-    return live.returncode
+    return live.returncode or 0
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    for sig, wait in ((signal.SIGINT, 60), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 if __name__ == "__main__":
