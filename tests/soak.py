@@ -209,11 +209,28 @@ def main(argv: list[str] | None = None) -> int:
     if live.poll() is None:  # it did not stop by itself in time: its whole process group goes
         print(f"tidemark live still stopping after {args.shutdown_minutes:g} min; stopped")
         _stop_group(live)
+        _kill_rest(root)
     subprocess.run([str(Path(sys.executable).with_name("tidemark")), "sql", "stop"], env=env,
                    cwd=CHECKOUT, capture_output=True)
     print("\n".join(table(samples)))
     print(f"tidemark live exited {live.returncode}; its output: {log.name}")
     return live.returncode or 0
+
+
+def _kill_rest(root: Path) -> None:
+    """Every process left with this soak's data root in its environment (``dagster dev`` and
+    its run workers start sessions of their own, outside the live run's group)."""
+    import signal
+
+    marker = f"TIDEMARK_DATA_ROOT={root}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
