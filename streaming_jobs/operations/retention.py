@@ -53,6 +53,7 @@ from urllib.parse import unquote, urlsplit
 from streaming_jobs import ops_tables
 from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.delta_log import commit_actions, commit_versions, latest_version, log_dir
 
 LOG = logging.getLogger("tidemark.retention")
 LANDING_POLICIES = ("archive", "delete", "keep")
@@ -120,13 +121,11 @@ NO_DATA = ("OPTIMIZE", "VACUUM START", "VACUUM END")
 
 def _commit(table: Path, version: int) -> dict | None:
     """The commitInfo of a version (None once the log entry has expired)."""
-    entry = table / "_delta_log" / f"{version:020d}.json"
     try:
-        for line in entry.read_text().splitlines():
-            info = json.loads(line).get("commitInfo")
-            if info:
-                return info
-        return {"timestamp": entry.stat().st_mtime * 1000}
+        for action in commit_actions(table, version):
+            if action.get("commitInfo"):
+                return action["commitInfo"]
+        return {"timestamp": (log_dir(table) / f"{version:020d}.json").stat().st_mtime * 1000}
     except (OSError, ValueError):
         return None
 
@@ -143,7 +142,7 @@ def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
     from streaming_jobs.checkpoints import last_planned_batch
     from streaming_jobs.progress import delta_done_version
 
-    table_id = _table_id(table)
+    table_id, latest = _table_id(table), latest_version(table)
     oldest = None
     folder = cfg.paths.checkpoints
     for checkpoint in sorted(folder.iterdir()) if folder.is_dir() else []:
@@ -159,7 +158,7 @@ def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
             done = delta_done_version(offset) if committed is not None else -1
             if done is None:
                 continue
-            for version in range(done + 1, (_latest_version(table) or -1) + 1):
+            for version in range(done + 1, (latest if latest is not None else -1) + 1):
                 info = _commit(table, version)
                 if info is not None and info.get("operation") not in NO_DATA:
                     committed_at = info["timestamp"] / 1000
@@ -187,13 +186,11 @@ def _delta_offsets(checkpoint: Path, batch: int) -> list[dict]:
 
 
 def _table_id(table: Path) -> str | None:
-    log = table / "_delta_log"
-    for entry in sorted(log.glob("*.json")):
+    for version in commit_versions(table):
         try:
-            for line in entry.read_text().splitlines():
-                meta = json.loads(line).get("metaData")
-                if meta:
-                    return meta.get("id")
+            for action in commit_actions(table, version):
+                if action.get("metaData"):
+                    return action["metaData"].get("id")
         except (OSError, ValueError):
             continue
     from deltalake import DeltaTable  # the first commits were cleaned: ask the table
@@ -202,11 +199,6 @@ def _table_id(table: Path) -> str | None:
         return DeltaTable(str(table)).metadata().id
     except Exception:  # noqa: BLE001 - not a table any more
         return None
-
-
-def _latest_version(table: Path) -> int | None:
-    versions = [int(p.stem) for p in (table / "_delta_log").glob("*.json") if p.stem.isdigit()]
-    return max(versions) if versions else None
 
 
 def _oldest_savepoint(cfg: TidemarkConfig) -> float | None:
