@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-live chaos soak clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-kafka bench-live kafka-start kafka-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -22,8 +22,10 @@ $(INSTALLED): pyproject.toml
 $(JARS): $(INSTALLED)
 	TIDEMARK_JARS_CACHE=$(JARS_CACHE) $(BIN)/tidemark setup
 
+# SOURCE=kafka: the same run through the project's Kafka broker (started and stopped by the run)
+SOURCE ?= landing
 run: setup
-	$(BIN)/tidemark run --fresh
+	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
 test: setup
 	$(BIN)/pytest
@@ -34,6 +36,13 @@ test-unit: $(INSTALLED)
 
 dev: setup
 	$(BIN)/tidemark dev --port $(PORT)
+
+# The project's own Kafka broker (KRaft, 127.0.0.1:$$TIDEMARK_KAFKA_PORT, default 9092).
+kafka-start: setup
+	$(BIN)/tidemark kafka start
+
+kafka-stop: setup
+	$(BIN)/tidemark kafka stop
 
 # The always-on setup for MINUTES (default 5): landing, the continuous run, reconciliation every
 # 2 minutes, savepoints, sensors and the UI on 127.0.0.1:$(PORT); then a clean stop and the summary.
@@ -79,6 +88,11 @@ bench-recon: setup
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000
+# Kafka -> bronze -> a stateful job next to the landing path (BENCHMARKS.md).
+KAFKA_EVENTS ?= 200000
+bench-kafka: setup
+	$(BIN)/python tests/benchmarks/kafka_source.py --events $(KAFKA_EVENTS)
+
 bench-live: setup
 	$(BIN)/python tests/benchmarks/always_on.py --events $(LIVE_EVENTS)
 

@@ -7,6 +7,7 @@
     tidemark dev               the SQL endpoint and the Dagster UI + daemon on 127.0.0.1:3000
     tidemark live              the always-on setup for a bounded time, then the summary
     tidemark sql start|stop|status   the SQL endpoint dbt uses (Spark's Thrift server)
+    tidemark kafka start|stop|status the project's own Kafka broker (KRaft, 127.0.0.1)
     tidemark continuous        run jobs continuously until Ctrl-C (a clean stop)
     tidemark health            checkpoint findings of every job (exit 1 if any is critical)
     tidemark state JOB         a job's state per operator, and its largest keys
@@ -29,9 +30,11 @@ import sys
 
 from streaming_jobs.checkpoints import CheckpointBusy
 from streaming_jobs.config import ConfigError, TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate, write_files
+from streaming_jobs.generator import GeneratorConfig, deliver, generate
 from streaming_jobs.spark import SparkStartupError, get_spark
 from streaming_jobs.runner import StreamRunError
+from streaming_jobs.kafka import KafkaSourceError
+from streaming_jobs.kafka_broker import BrokerError
 from streaming_jobs.sql_endpoint import EndpointError
 
 from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
@@ -79,11 +82,17 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     from orchestration.terminal import Console
 
     if fresh:
+        from streaming_jobs import kafka_broker
+
+        kafka_broker.stop(cfg)  # its topics live in the data root that is cleared
         reset_demo_root(cfg)  # before building definitions: they parse dbt into the data root
     with Console(cfg, "run") as console:
         console.line(f"tidemark run: {events:,} events of each of {len(DEMO_STREAMS)} streams in "
                      f"{waves} waves, data root {cfg.data_root}")
         console.line(f"  full log: {console.log_path}")
+        broker = _kafka_for_demo(cfg)
+        if broker:
+            console.line(f"  source: Kafka, {broker}")
         from dagster import DagsterInstance
 
         from orchestration.definitions import build_definitions
@@ -102,7 +111,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
         for wave in range(waves):
             landed = 0
             for gen, files in samples:
-                write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+                deliver(cfg, gen, files, range(wave, wave + 1))
                 landed += len(files[wave])
             result = defs.resolve_job_def("streaming_job").execute_in_process(
                 instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)})
@@ -111,7 +120,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
             gold = sum(m.get("output_rows", 0) for k, m in done.items() if k.startswith("gold"))
             late = sum(m.get("late_rows_dropped", 0) for k, m in done.items()
                        if k.startswith("gold"))
-            console.line(f"{console.elapsed()}  wave {wave + 1}/{waves}: {landed:,} lines landed, "
+            console.line(f"{console.elapsed()}  wave {wave + 1}/{waves}: {landed:,} lines sent, "
                          f"{bronze:,} to bronze, {gold:,} gold rows, {late:,} late dropped "
                          f"(run {result.run_id[:8]} {'ok' if result.success else 'FAILED'})")
             ok &= result.success
@@ -131,6 +140,40 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
         console.line(f"{console.elapsed()}  main job done")
         console.line(render(summary, cfg))
     return 0 if ok and summary.unexplained == 0 and summary.recon else 1
+
+
+def _kafka_for_demo(cfg: TidemarkConfig) -> str | None:
+    """With Kafka as the demo streams' source: the project's broker started for this run (when
+    TIDEMARK_KAFKA_BOOTSTRAP is not set to brokers of your own); says which brokers are used."""
+    import os
+
+    from streaming_jobs import kafka_broker
+    from streaming_jobs.kafka import source_of
+    from streaming_jobs.registry import stream_schema
+
+    if not any(source_of(cfg, stream_schema(s)) == "kafka" for s in DEMO_STREAMS):
+        return None
+    if os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP"):
+        return f"brokers {cfg.kafka.bootstrap}"
+    broker = kafka_broker.start(cfg)  # stops with this process
+    return f"the project's broker on {broker.bootstrap} (log {cfg.paths.logs / 'kafka.log'})"
+
+
+def kafka(cfg: TidemarkConfig, action: str) -> int:
+    from streaming_jobs import kafka_broker
+
+    if action == "start":
+        broker = kafka_broker.start(cfg, owned=False)
+        print(f"Kafka broker (KRaft) on {broker.bootstrap} (pid {broker.pid}), storage "
+              f"{kafka_broker.home(cfg)}; log {cfg.paths.logs / 'kafka.log'}")
+    elif action == "stop":
+        print("Kafka broker stopped" if kafka_broker.stop(cfg) else "no Kafka broker was running")
+    else:
+        broker = kafka_broker.discover(cfg)
+        print(f"Kafka broker on {broker.bootstrap} (pid {broker.pid})" if broker
+              else f"no Kafka broker runs for {cfg.data_root}")
+        return 0 if broker else 1
+    return 0
 
 
 def dev(cfg: TidemarkConfig, port: int) -> int:
@@ -199,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     live_p.add_argument("--fresh", action="store_true", help="clear the data root's run state first")
     sql_p = sub.add_parser("sql", help="the SQL endpoint dbt uses (Spark's Thrift server)")
     sql_p.add_argument("action", choices=("start", "stop", "status"))
+    kafka_p = sub.add_parser("kafka", help="the project's own Kafka broker (KRaft, 127.0.0.1)")
+    kafka_p.add_argument("action", choices=("start", "stop", "status"))
     cont = sub.add_parser("continuous", help="run jobs continuously until Ctrl-C")
     cont.add_argument("--jobs", default="", help="comma-separated (default: every job)")
     cont.add_argument("--trigger", type=float, default=10.0, help="trigger interval, seconds")
@@ -259,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             return dev(cfg, args.port)
         if args.command == "sql":
             return sql(cfg, args.action)
+        if args.command == "kafka":
+            return kafka(cfg, args.action)
         if args.command == "live":
             from orchestration.live import live
 
@@ -278,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return generator_main(rest)
     except (ConfigError, SparkStartupError, OperationError, ServiceError, EndpointError,
-            StreamRunError, CheckpointBusy) as exc:
+            StreamRunError, CheckpointBusy, BrokerError, KafkaSourceError) as exc:
         # expected failures: one message naming what failed and what to do, no traceback
         print(f"tidemark: {exc}", file=sys.stderr)
         return 2

@@ -13,9 +13,9 @@ DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 # Clicks arrive slower, so users go idle and sessions end within the sample's span.
 DEMO_RATES = {"clicks": 0.5}
 # What `run --fresh` clears: everything a run produced except the Dagster run history.
-RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt")
+RUN_STATE = ("landing", "lake", "checkpoints", "savepoints", "dbt", "kafka")
 # Folders that hold real data: never cleared unless the demo created them.
-DATA_BEARING = ("landing", "lake", "checkpoints", "savepoints")
+DATA_BEARING = ("landing", "lake", "checkpoints", "savepoints", "kafka")
 
 
 def has_data(root) -> bool:

@@ -10,6 +10,8 @@ from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import landing_files
+from streaming_jobs.kafka import accounting as kafka_accounting
+from streaming_jobs.kafka import source_of
 from streaming_jobs.operations.landing import account
 from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.registry import registry, streams
@@ -25,6 +27,7 @@ class Summary:
     quarantine_rows: dict[str, int] = field(default_factory=dict)
     quarantine_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
     landing_findings: dict[str, list] = field(default_factory=dict)  # files breaking the contract
+    sources: dict[str, str] = field(default_factory=dict)  # stream -> what its lines are
     gold_rows: dict[str, int] = field(default_factory=dict)
     recon: dict[str, dict] = field(default_factory=dict)
 
@@ -41,16 +44,35 @@ def _count(spark: SparkSession, path) -> int:
     return read_table(spark, path).count() if table_exists(spark, path) else 0
 
 
+@dataclass(frozen=True)
+class Note:
+    message: str
+
+
+def _kafka_lines(cfg: TidemarkConfig, schema, out: Summary) -> None:
+    """A Kafka-sourced stream's records read, and a note per partition that does not balance."""
+    acct = kafka_accounting(cfg, schema)
+    out.sources[schema.name] = f"Kafka records of {acct.topic}"
+    out.landing_lines[schema.name] = acct.records
+    out.landing_findings[schema.name] = [
+        Note(f"partition {p}: {a['read']:,} offsets read, {a['missing']:,} not in bronze or "
+             f"quarantine, {a['doubled']:,} twice") for p, a in acct.partitions.items()
+        if a["missing"] or a["doubled"]]
+
+
 def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     paths, out = cfg.paths, Summary()
-    for stream in streams():
-        landing = paths.landing_dir(stream)
-        # every file bronze reads, whatever its extension, and those retention archived
-        files = landing_files(landing) + archived_files(cfg, stream)
-        out.landing_lines[stream] = (
-            spark.read.text([str(f) for f in files]).count() if files else 0)
+    for stream, schema in streams().items():
         out.bronze_rows[stream] = _count(spark, paths.table("bronze", stream))
-        out.landing_findings[stream] = account(cfg, stream).findings
+        if source_of(cfg, schema) == "kafka":
+            _kafka_lines(cfg, schema, out)
+        else:
+            landing = paths.landing_dir(stream)
+            # every file bronze reads, whatever its extension, and those retention archived
+            files = landing_files(landing) + archived_files(cfg, stream)
+            out.landing_lines[stream] = (
+                spark.read.text([str(f) for f in files]).count() if files else 0)
+            out.landing_findings[stream] = account(cfg, stream).findings
         quarantine = paths.table("quarantine", stream)
         out.quarantine_rows[stream] = _count(spark, quarantine)
         if out.quarantine_rows[stream]:
@@ -84,7 +106,8 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
         verdict = "holds" if landing == bronze + quarantined else "DOES NOT HOLD"
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in
                             sorted(summary.quarantine_reasons.get(stream, {}).items()))
-        lines.append(f"  {stream}: {landing:,} landing lines = {bronze:,} bronze + "
+        lines.append(f"  {stream}: {landing:,} {summary.sources.get(stream, 'landing lines')} = "
+                     f"{bronze:,} bronze + "
                      f"{quarantined:,} quarantined ({verdict})" + (f": {reasons}" if reasons else ""))
         lines += [f"    {f.message}" for f in summary.landing_findings.get(stream, [])]
     if summary.gold_rows:

@@ -26,6 +26,20 @@ def _batch_ids(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
 
+BRONZE_QUERY_PREFIX = "bronze_"
+
+
+def query_name(stream: str) -> str:
+    """The name (and checkpoint folder) of ``stream``'s ingestion query: ``bronze_<stream>``."""
+    return f"{BRONZE_QUERY_PREFIX}{stream}"
+
+
+def stream_of(query: str) -> str | None:
+    """The stream an ingestion query ingests; None for a job's query."""
+    return query.removeprefix(BRONZE_QUERY_PREFIX) if query.startswith(BRONZE_QUERY_PREFIX) \
+        else None
+
+
 def last_committed_batch(checkpoint: Path) -> int | None:
     ids = _batch_ids(checkpoint / "commits")
     return ids[-1] if ids else None

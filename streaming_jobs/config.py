@@ -33,6 +33,19 @@ Environment variables (all optional):
 - ``TIDEMARK_JOBS_PATH``        folders of your own jobs and streams, separated by ``:``
 - ``TIDEMARK_DBT_TARGET``       where dbt runs: auto (default), endpoint or session
 - ``TIDEMARK_UNBOUNDED_STATE``  a job whose state is never evicted: refuse (default) or warn
+- ``TIDEMARK_SOURCE``           where streams read from unless they say: landing (default) or kafka
+- ``TIDEMARK_KAFKA_PORT``       the project's own broker's port on 127.0.0.1 (default 9092)
+- ``TIDEMARK_KAFKA_BOOTSTRAP``  the brokers streams read (default 127.0.0.1:<that port>)
+- ``TIDEMARK_KAFKA_TOPIC_PREFIX`` a stream's topic is <prefix><stream> (default ``tidemark.``)
+- ``TIDEMARK_KAFKA_PARTITIONS`` partitions of the topics tidemark creates (default 3)
+- ``TIDEMARK_KAFKA_STARTING_OFFSETS`` where a new checkpoint starts: earliest (default) or latest
+- ``TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER`` records one micro-batch reads at most (default all)
+- ``TIDEMARK_KAFKA_LAG_ROWS`` / ``TIDEMARK_KAFKA_LAG_SECONDS`` consumer lag that raises
+  consumer_lag (default 100000 records / 900 s since the oldest unread record was written)
+- ``TIDEMARK_KAFKA_CONF``       Kafka client settings for Spark, ``key=value;...`` (security:
+  ``security.protocol``, ``sasl.*``, ``ssl.*``), passed as ``kafka.<key>``; never logged
+- ``TIDEMARK_KAFKA_CLIENT_CONF`` the same for tidemark's Python client (generator, lag), in
+  librdkafka's names; never logged
 """
 
 from __future__ import annotations
@@ -75,15 +88,16 @@ def setting_problems() -> dict[str, str]:
     return dict(_PROBLEMS)
 
 
-def _parse_spark_conf(raw: str) -> dict[str, str]:
+def _parse_spark_conf(raw: str, name: str = "TIDEMARK_SPARK_CONF") -> dict[str, str]:
+    """``key=value;key=value`` settings (a variable that may hold credentials)."""
     conf: dict[str, str] = {}
     for number, item in enumerate(filter(None, (part.strip() for part in raw.split(";"))), 1):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             # the text is not repeated: it may be a credential
             raise ConfigError(
-                f"TIDEMARK_SPARK_CONF: cannot read its setting number {number} (no 'key=value'); "
-                "write settings as 'spark.key=value;spark.other=value'"
+                f"{name}: cannot read its setting number {number} (no 'key=value'); "
+                "write settings as 'key=value;other.key=value'"
             )
         conf[key.strip()] = value.strip()
     return conf
@@ -284,6 +298,52 @@ def _alert_settings(env: dict) -> AlertSettings:
                          retry_seconds=_number(env, "TIDEMARK_ALERT_RETRY_SECONDS", 30.0))
 
 
+SOURCES = ("landing", "kafka")
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Kafka as a stream's source (`streaming_jobs.kafka`). The two option maps may hold
+    credentials: out of repr, never logged."""
+
+    source: str = "landing"  # the default source of every stream that does not name one
+    port: int = 9092  # the project's own broker (tidemark kafka start), on 127.0.0.1
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = "tidemark."
+    partitions: int = 3
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    lag_rows: int = 100_000
+    lag_seconds: float = 900.0
+    spark_options: dict[str, str] = field(default_factory=dict, repr=False)
+    client_options: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def _kafka_settings(env: dict) -> KafkaSettings:
+    d = KafkaSettings()
+    port = _number(env, "TIDEMARK_KAFKA_PORT", d.port, int, 1)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_KAFKA_PORT={port} is not a TCP port (1-65535)")
+    most = env.get("TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER")
+    return KafkaSettings(
+        source=_choice(env, "TIDEMARK_SOURCE", d.source, SOURCES),
+        port=port,
+        bootstrap=env.get("TIDEMARK_KAFKA_BOOTSTRAP") or f"127.0.0.1:{port}",
+        topic_prefix=env.get("TIDEMARK_KAFKA_TOPIC_PREFIX", d.topic_prefix),
+        partitions=_number(env, "TIDEMARK_KAFKA_PARTITIONS", d.partitions, int, 1),
+        starting_offsets=_choice(env, "TIDEMARK_KAFKA_STARTING_OFFSETS", d.starting_offsets,
+                                 ("earliest", "latest")),
+        max_offsets_per_trigger=(
+            _number(env, "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", 0, int, 1) if most else None),
+        lag_rows=_number(env, "TIDEMARK_KAFKA_LAG_ROWS", d.lag_rows, int, 1),
+        lag_seconds=_number(env, "TIDEMARK_KAFKA_LAG_SECONDS", d.lag_seconds, float, 1),
+        spark_options=_parse_spark_conf(env.get("TIDEMARK_KAFKA_CONF", ""),
+                                        "TIDEMARK_KAFKA_CONF"),
+        client_options=_parse_spark_conf(env.get("TIDEMARK_KAFKA_CLIENT_CONF", ""),
+                                         "TIDEMARK_KAFKA_CLIENT_CONF"),
+    )
+
+
 @dataclass(frozen=True)
 class TidemarkConfig:
     data_root: Path
@@ -292,6 +352,7 @@ class TidemarkConfig:
     ops: OpsSettings = field(default_factory=OpsSettings)
     sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
     jobs_path: tuple[Path, ...] = ()  # folders of your own jobs and streams
     # what `tidemark check` does with a job whose state is never evicted: refuse or warn
     unbounded_state: str = "refuse"
@@ -351,4 +412,5 @@ class TidemarkConfig:
         return cls(data_root=root, spark=spark, unbounded_state=unbounded,
                    recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
                    ops=_ops_settings(env), sql=_sql_settings(env),
-                   alerts=_alert_settings(env), jobs_path=jobs_path)
+                   alerts=_alert_settings(env), kafka=_kafka_settings(env),
+                   jobs_path=jobs_path)

@@ -9,7 +9,9 @@ law (a few hot users). A ``duplicate_share`` of events is written twice, the cop
 original (same file), and a ``malformed_share`` of lines is broken in one of four ways.
 
 Files are JSON lines, written under a temporary name and renamed into place, so a streaming
-reader never sees half a file. The same seed gives the same files, byte for byte.
+reader never sees half a file. The same seed gives the same files, byte for byte. A stream whose
+source is Kafka (`streaming_jobs.kafka`) gets the same lines as records of its topic instead
+(`deliver`): one record per line, keyed by the stream's key, in file order.
 
     python -m streaming_jobs.generator --events 20000 --files 8 --seed 7
 """
@@ -287,6 +289,47 @@ def write_files(target: Path, cfg: GeneratorConfig, files: list[list[str]],
     return written
 
 
+def record_key(line: str, key: tuple[str, ...] | None) -> bytes | None:
+    """The Kafka key of a line: its key columns joined by ``|`` (None for a malformed line or a
+    stream without a key: the producer spreads those over the partitions)."""
+    if not key:
+        return None
+    try:
+        event = json.loads(line)
+        return "|".join(str(event[k]) for k in key).encode()
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def publish_files(tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[str]],
+                  only: range | None = None) -> int:
+    """Publish files ``only`` (default all) to the stream's topic, a record per line; returns
+    the number of records."""
+    from streaming_jobs.kafka import ensure_topic, publish, topic_of
+
+    schema = stream_schema(cfg.stream)
+    topic = topic_of(tcfg, schema)
+    ensure_topic(tcfg, topic)
+    lines = [line for number in (only if only is not None else range(len(files)))
+             for line in files[number]]
+    return publish(tcfg, topic, ((record_key(line, schema.key), line.encode())
+                                 for line in lines))
+
+
+def deliver(tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[str]],
+            only: range | None = None) -> str:
+    """Files ``only`` to the stream's source: the landing folder or its Kafka topic; returns
+    where they went."""
+    from streaming_jobs.kafka import source_of, topic_of
+
+    schema = stream_schema(cfg.stream)
+    if source_of(tcfg, schema) == "kafka":
+        count = publish_files(tcfg, cfg, files, only)
+        return f"{count} records to Kafka topic {topic_of(tcfg, schema)}"
+    written = write_files(tcfg.paths.landing_dir(cfg.stream), cfg, files, only)
+    return f"{len(written)} files to {tcfg.paths.landing_dir(cfg.stream)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     d = GeneratorConfig()
@@ -316,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         start, _, stop = args.only.partition(":")
         only = range(int(start), int(stop))
-    written = write_files(tcfg.paths.landing_dir(cfg.stream), cfg, generate(cfg), only)
-    print(f"wrote {len(written)} files to {tcfg.paths.landing_dir(cfg.stream)}")
+    print(f"wrote {deliver(tcfg, cfg, generate(cfg), only)}")
     return 0
 
 

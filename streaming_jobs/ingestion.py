@@ -1,8 +1,10 @@
-"""Bronze ingestion: landing JSON lines -> Delta ``bronze/<stream>`` and ``quarantine/<stream>``.
+"""Bronze ingestion: a stream's source -> Delta ``bronze/<stream>`` and ``quarantine/<stream>``.
 
-Every landing line ends in exactly one table: a valid line in bronze (typed fields plus
-``_source_file``, ``_ingested_at`` and ``_ingest_batch_id``), a malformed one in quarantine
-(``raw_line``, its exact bytes ``raw_bytes`` and ``reason``). A valid line that fails one of the
+The source is the landing folder's JSON lines or a Kafka topic's record values
+(`streaming_jobs.kafka`): one contract for both. Every line (record) ends in exactly one table:
+a valid one in bronze (typed fields plus ``_source_file``, ``_ingested_at``,
+``_ingest_batch_id`` and, from Kafka, ``_source_partition`` and ``_source_offset``), a malformed
+one in quarantine (``raw_line``, its exact bytes ``raw_bytes`` and ``reason``). A valid line that fails one of the
 stream's ``quarantine`` expectations goes to quarantine too, with the rule as its reason; a
 ``fail`` expectation stops the batch before anything is written (`streaming_jobs.expectations`).
 Both writes of a micro-batch are idempotent Delta writes keyed by the batch id, so a batch
@@ -20,7 +22,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.checkpoints import query_id
+# query_name / stream_of live with the checkpoints (they name them); imported from here too
+from streaming_jobs.checkpoints import BRONZE_QUERY_PREFIX, query_id, query_name, stream_of  # noqa: F401,E501
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.expectations import record, resolve, result_rows, split
 from streaming_jobs.lake import ROW_TRACKING, add_missing_columns, append_once, ensure_table
@@ -32,26 +35,19 @@ LINEAGE = [
     T.StructField("_ingested_at", T.TimestampType()),
     T.StructField("_ingest_batch_id", T.LongType()),
 ]
+# Where a Kafka record was: null for landing lines (their file is _source_file). Last in both
+# tables: older data roots get them appended (`add_missing_columns`).
+POSITION = [
+    T.StructField("_source_partition", T.IntegerType()),
+    T.StructField("_source_offset", T.LongType()),
+]
 QUARANTINE_SCHEMA = T.StructType([
     T.StructField("raw_line", T.StringType()),  # the line as text (bytes not UTF-8 show as U+FFFD)
     T.StructField("reason", T.StringType()),
     *LINEAGE,
     T.StructField("raw_bytes", T.BinaryType()),  # the line's exact bytes, as landed
+    *POSITION,
 ])
-
-
-BRONZE_QUERY_PREFIX = "bronze_"
-
-
-def query_name(stream: str) -> str:
-    """The name (and checkpoint folder) of ``stream``'s ingestion query: ``bronze_<stream>``."""
-    return f"{BRONZE_QUERY_PREFIX}{stream}"
-
-
-def stream_of(query: str) -> str | None:
-    """The stream an ingestion query ingests; None for a job's query."""
-    return query.removeprefix(BRONZE_QUERY_PREFIX) if query.startswith(BRONZE_QUERY_PREFIX) \
-        else None
 
 
 def landing_files(folder: Path) -> list[Path]:
@@ -65,7 +61,7 @@ def landing_files(folder: Path) -> list[Path]:
 
 
 def bronze_schema(schema: StreamSchema) -> T.StructType:
-    return T.StructType([*schema.struct.fields, *LINEAGE])
+    return T.StructType([*schema.struct.fields, *LINEAGE, *POSITION])
 
 
 class BronzeBatchWriter:
@@ -80,7 +76,8 @@ class BronzeBatchWriter:
         self.written: dict[int, tuple[int, int]] = {}
         ensure_table(spark, self.bronze, bronze_schema(schema), ROW_TRACKING)
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
-        add_missing_columns(spark, self.quarantine, QUARANTINE_SCHEMA)  # older data roots
+        add_missing_columns(spark, self.bronze, bronze_schema(schema))  # older data roots
+        add_missing_columns(spark, self.quarantine, QUARANTINE_SCHEMA)
         resolve(spark.createDataFrame([], schema.struct), f"stream {schema.name}",
                 schema.expectations)
 
@@ -92,7 +89,8 @@ class BronzeBatchWriter:
             .persist()
         )
         try:
-            columns = [*self.schema.field_names, *[f.name for f in LINEAGE]]
+            lineage = [f.name for f in LINEAGE + POSITION]
+            columns = [*self.schema.field_names, *lineage]
             valid = parsed.where(F.col("_reason").isNull())
             # the stream's expectations, on the valid rows (raises before any write on 'fail')
             good, failed, found = split(valid, f"stream {self.schema.name} (batch {batch_id})",
@@ -102,7 +100,8 @@ class BronzeBatchWriter:
                 bad = bad.unionByName(failed)
             bad = bad.select(F.col("value").alias("raw_line"), F.col("_reason").alias("reason"),
                              *[f.name for f in LINEAGE],
-                             F.col("value").cast("binary").alias("raw_bytes"))
+                             F.col("value").cast("binary").alias("raw_bytes"),
+                             *[f.name for f in POSITION])
             # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
             identity = query_id(self.checkpoint)
             app_id = f"tidemark.bronze.{identity}"
@@ -115,17 +114,43 @@ class BronzeBatchWriter:
             parsed.unpersist()
 
 
-def bronze_writer(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,
-                  max_files_per_trigger: int | None = None) -> tuple[DataStreamWriter, BronzeBatchWriter]:
+def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,
+                  max_files_per_trigger: int | None = None) -> DataFrame:
     landing = cfg.paths.landing_dir(schema.name)
     landing.mkdir(parents=True, exist_ok=True)
     reader = spark.readStream.format("text")
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    lines = (
-        reader.load(str(landing))
-        .select("value", F.col("_metadata.file_path").alias("_source_file"))
-    )
+    return reader.load(str(landing)).select(
+        "value", F.col("_metadata.file_path").alias("_source_file"),
+        F.lit(None).cast("int").alias("_source_partition"),
+        F.lit(None).cast("long").alias("_source_offset"))
+
+
+def kafka_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) -> DataFrame:
+    """A topic's records as lines: the value's bytes as they are (a value that is not UTF-8 is
+    quarantined with them; no value at all is an empty line), its partition and offset."""
+    from streaming_jobs.kafka import spark_options, topic_of
+
+    topic = topic_of(cfg, schema)
+    reader = spark.readStream.format("kafka")
+    for key, value in spark_options(cfg, topic).items():
+        reader = reader.option(key, value)
+    return reader.load().select(
+        F.coalesce(F.col("value").cast("string"), F.lit("")).alias("value"),
+        F.concat(F.lit("kafka:"), F.col("topic")).alias("_source_file"),
+        F.col("partition").alias("_source_partition"),
+        F.col("offset").alias("_source_offset"))
+
+
+def bronze_writer(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,
+                  max_files_per_trigger: int | None = None) -> tuple[DataStreamWriter, BronzeBatchWriter]:
+    from streaming_jobs.kafka import source_of
+
+    if source_of(cfg, schema) == "kafka":
+        lines = kafka_lines(spark, cfg, schema)
+    else:
+        lines = landing_lines(spark, cfg, schema, max_files_per_trigger)
     sink = BronzeBatchWriter(spark, cfg, schema)
     writer = (
         lines.writeStream.queryName(query_name(schema.name))

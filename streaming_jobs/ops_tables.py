@@ -80,6 +80,9 @@ PROGRESS_SCHEMA = T.StructType([
     # earlier batch's): reconciliation reads the output as of it, so a table written ahead of
     # the recorded progress never looks like a difference.
     T.StructField("sink_version", T.LongType()),
+    # Kafka sources: records still unread when the batch ended (its partitions' latest offsets
+    # minus where it stopped); null for landing and Delta sources
+    T.StructField("source_lag_rows", T.LongType()),
 ])
 
 FAILURE_SCHEMA = T.StructType([

@@ -74,6 +74,23 @@ def source_versions(sources: list[dict]) -> list[dict]:
     return out
 
 
+def kafka_lag(sources: list[dict]) -> int | None:
+    """Records the batch left unread in its Kafka sources (each partition's latest offset when
+    the batch was planned, minus where it ended); None without a Kafka source."""
+    lag = None
+    for source in sources:
+        if not (source.get("description") or "").startswith("Kafka"):
+            continue
+        try:  # JSON text, or already parsed
+            latest, end = (json.loads(v) if isinstance(v, str) else (v or {})
+                           for v in (source.get("latestOffset"), source.get("endOffset")))
+        except ValueError:
+            continue
+        lag = (lag or 0) + sum(max(int(offset) - int(end.get(topic, {}).get(p, 0)), 0)
+                               for topic, parts in latest.items() for p, offset in parts.items())
+    return lag
+
+
 def progress_row(job: str, progress: dict) -> dict:
     ops = progress.get("stateOperators") or []
     operators = [
@@ -115,6 +132,7 @@ def progress_row(job: str, progress: dict) -> dict:
         "source_version_from": delta_done_version(source.get("startOffset")),
         "source_version_to": delta_done_version(source.get("endOffset")),
         "source_versions": source_versions(sources),
+        "source_lag_rows": kafka_lag(sources),
         "progress_json": json.dumps(progress, sort_keys=True),
     }
 

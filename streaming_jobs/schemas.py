@@ -101,7 +101,8 @@ def check_expectations(where: str, expectations, actions: tuple[str, ...] = ACTI
 
 @dataclass(frozen=True)
 class StreamSchema:
-    """A stream: a landing folder of JSON lines with these fields.
+    """A stream: JSON objects with these fields, from a landing folder of JSON lines or a Kafka
+    topic (``source``).
 
     ``key`` is the stream's deduplication key: the columns that make two lines the same event.
 
@@ -124,11 +125,22 @@ class StreamSchema:
     max_ahead: str | None = "1 day"
     # Rules on the typed rows, checked after the schema (`Expectation`): warn, quarantine, fail.
     expectations: tuple[Expectation, ...] = ()
+    # Where its events come from: "landing" (JSON lines files) or "kafka" (one JSON object per
+    # record value); None: the deployment's default, TIDEMARK_SOURCE. `topic`: its Kafka topic
+    # (default <TIDEMARK_KAFKA_TOPIC_PREFIX><name>).
+    source: str | None = None
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         from streaming_jobs.intervals import interval_seconds
 
         where = f"stream {self.name!r}"
+        if self.source not in (None, "landing", "kafka"):
+            raise ValueError(f"{where}: source {self.source!r} is 'landing', 'kafka' or None "
+                             "(TIDEMARK_SOURCE decides)")
+        if self.topic is not None and not re.match(r"^[A-Za-z0-9._-]{1,249}$", self.topic):
+            raise ValueError(f"{where}: topic {self.topic!r} is not a Kafka topic name (letters, "
+                             "digits, '.', '_', '-', at most 249)")
         if self.max_ahead is not None:
             try:
                 seconds = interval_seconds(self.max_ahead)

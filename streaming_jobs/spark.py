@@ -35,10 +35,15 @@ SCALA_BINARY = "2.13"
 DELTA_PACKAGE = (
     f"io.delta:delta-spark_{SPARK_VERSION.rsplit('.', 1)[0]}_{SCALA_BINARY}:{DELTA_JAR_VERSION}"
 )
-# The Kafka connector is opt-in (TIDEMARK_EXTRA_PACKAGES=<this>): the embedded default reads
-# landing files, and its dependency spark-token-provider-kafka-0-10_2.13:4.2.0 was not
-# resolvable from this machine's Maven Central (measured 2026-11-21: 404).
+# Spark's Kafka connector (a stream with source "kafka", `streaming_jobs.kafka`). It depends on
+# spark-token-provider-kafka-0-10 at the same version, which some Maven mirrors lack (measured
+# 2026-11-21 on this machine's: 404 for 4.2.0, only 4.0.0; on 2026-11-23 4.2.0 resolved). The
+# session's resolution excludes it and `kafka_token_provider` adds the jar resolved on its own:
+# 4.2.0 where it exists, else 4.0.0 (checked to load and to read and write Kafka with Spark 4.2:
+# the classes the connector calls, KafkaConfigUpdater and KafkaTokenUtil, kept their signatures).
 KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}"
+TOKEN_PROVIDER = f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_BINARY}"
+TOKEN_PROVIDER_VERSIONS = (SPARK_VERSION, "4.0.0")
 
 
 # Transitive dependencies that Spark 4.2 already ships in a newer version: resolving them
@@ -69,7 +74,30 @@ SHIPPED_WITH_SPARK = (
 
 
 def packages(cfg: TidemarkConfig) -> tuple[str, ...]:
-    return (DELTA_PACKAGE, *cfg.spark.extra_packages)
+    return (DELTA_PACKAGE, KAFKA_PACKAGE, *cfg.spark.extra_packages)
+
+
+def kafka_token_provider(cfg: TidemarkConfig, versions: tuple[str, ...] = TOKEN_PROVIDER_VERSIONS
+                         ) -> Path:
+    """The Kafka token provider's jar, resolved on its own (see `KAFKA_PACKAGE`): the first of
+    ``versions`` the repositories have."""
+    from streaming_jobs.maven import ResolutionError, resolve
+
+    failures = []
+    for version in versions:
+        try:
+            jars = resolve([f"{TOKEN_PROVIDER}:{version}"],
+                           cfg.spark.jars_cache / f"token-provider-{version}",
+                           excludes=(*SHIPPED_WITH_SPARK, "org.apache.kafka:kafka-clients"),
+                           repositories=cfg.spark.extra_conf.get("spark.jars.repositories"))
+        except ResolutionError as exc:
+            failures.append(str(exc))
+            continue
+        mine = [j for j in jars if TOKEN_PROVIDER.split(":")[1] in j.name]
+        if mine:
+            return mine[0]
+    raise SparkStartupError("Spark's Kafka connector needs " + TOKEN_PROVIDER + " at "
+                            + " or ".join(versions) + "; none resolved:\n" + "\n".join(failures))
 
 
 def _manifest_path(cfg: TidemarkConfig) -> Path:
@@ -91,7 +119,10 @@ def cached_jars(cfg: TidemarkConfig) -> list[str] | None:
 
 
 def _write_manifest(cfg: TidemarkConfig, spark) -> None:
-    resolved = spark.sparkContext.getConf().get("spark.jars", "")
+    # spark-submit merged the resolved packages with the jars given (the token provider) into
+    # the JVM's spark.jars; the context's conf keeps only what the builder was given
+    resolved = (spark._jvm.System.getProperty("spark.jars")
+                or spark.sparkContext.getConf().get("spark.jars", ""))
     jars = [j.removeprefix("file://") for j in resolved.split(",") if j.endswith(".jar")]
     if jars:
         _manifest_path(cfg).write_text(
@@ -115,7 +146,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.master": cfg.spark.master,
         "spark.app.name": "tidemark",
         "spark.jars.packages": ",".join(packages(cfg)),
-        "spark.jars.excludes": ",".join(SHIPPED_WITH_SPARK),
+        "spark.jars.excludes": ",".join((*SHIPPED_WITH_SPARK, TOKEN_PROVIDER)),
         "spark.jars.ivy": str(cfg.spark.jars_cache),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -249,6 +280,9 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     # TIDEMARK_SPARK_CONF may hold credentials: its values never reach the JVM's command line
     # (PySpark passes builder settings as --conf arguments, readable by every local user) but a
     # private properties file, and Spark redacts them in its UI, event logs and errors.
+    if "spark.jars.packages" in conf:  # the first start: resolved with the packages, then cached
+        conf = {**conf, "spark.jars": ",".join(filter(None, (
+            conf.get("spark.jars"), str(kafka_token_provider(cfg)))))}
     private = {k: conf[k] for k in cfg.spark.extra_conf if k in conf}
     launch = {k: v for k, v in conf.items() if k not in private}
     if private:

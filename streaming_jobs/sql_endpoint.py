@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.processes import accepts, alive, port_free
 
 LOG = logging.getLogger("tidemark.sql_endpoint")
 HOST = "127.0.0.1"
@@ -62,24 +62,6 @@ def metastore_lock_path(cfg: TidemarkConfig) -> Path:
     return cfg.paths.dbt / "metastore.lock"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def accepts(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def discover(cfg: TidemarkConfig) -> Endpoint | None:
     """The data root's running endpoint, or None (no file, process gone, or port closed)."""
     try:
@@ -87,18 +69,9 @@ def discover(cfg: TidemarkConfig) -> Endpoint | None:
         endpoint = Endpoint(info["host"], int(info["port"]), int(info["pid"]))
     except (OSError, ValueError, KeyError):
         return None
-    if not _alive(endpoint.pid) or not accepts(endpoint.host, endpoint.port):
+    if not alive(endpoint.pid) or not accepts(endpoint.host, endpoint.port):
         return None
     return endpoint
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def hold_metastore(cfg: TidemarkConfig, holder: str, *, wait: bool):
@@ -149,7 +122,7 @@ def endpoint_conf(cfg: TidemarkConfig) -> dict[str, str]:
 def serve(cfg: TidemarkConfig, stop: threading.Event | None = None) -> None:
     """Run the endpoint until ``stop`` is set (or SIGTERM / SIGINT when run as a program)."""
     stop = stop or threading.Event()
-    if not port_free(cfg.sql.port):
+    if not port_free(HOST, cfg.sql.port):
         raise EndpointError(
             f"port {cfg.sql.port} on {HOST} is taken (another endpoint, or another program); "
             "stop it, or choose a free port with TIDEMARK_SQL_PORT")
@@ -178,7 +151,7 @@ def serve(cfg: TidemarkConfig, stop: threading.Event | None = None) -> None:
                     cfg.data_root, time.monotonic() - started)
         owner = int(os.environ.get("TIDEMARK_SQL_OWNER_PID", "0") or 0)
         while not stop.wait(LAKE_CHECK_SECONDS):
-            if owner and not _alive(owner):
+            if owner and not alive(owner):
                 LOG.warning("the process that started the endpoint (pid %s) is gone; stopping",
                             owner)
                 break

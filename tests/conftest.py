@@ -53,3 +53,37 @@ def _strict_settings_after_each_test():
     from streaming_jobs.config import tolerate_bad_settings
 
     tolerate_bad_settings(False)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """The project's own Kafka broker (KRaft, 127.0.0.1, a free port), one for the session;
+    stopped at its end (and by itself if pytest dies)."""
+    import socket
+
+    from streaming_jobs import kafka_broker as broker_mod
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = tmp_path_factory.mktemp("kafka-root")
+    cfg = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(root),
+                                   "TIDEMARK_KAFKA_PORT": str(port)})
+    broker = broker_mod.start(cfg)
+    yield broker
+    broker_mod.stop(cfg)
+
+
+@pytest.fixture
+def kafka_cfg(cfg, kafka_broker, monkeypatch, request) -> TidemarkConfig:
+    """``cfg`` with Kafka as every stream's source, on the session's broker, with topics of
+    this test's own (also exported for subprocesses)."""
+    import re
+    import uuid
+
+    prefix = f"{re.sub(r'[^a-z0-9]', '', request.node.name.lower())[:40]}.{uuid.uuid4().hex[:6]}."
+    env = {"TIDEMARK_SOURCE": "kafka", "TIDEMARK_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
+           "TIDEMARK_KAFKA_TOPIC_PREFIX": prefix}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return TidemarkConfig.from_env().with_data_root(cfg.data_root)

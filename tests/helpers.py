@@ -11,6 +11,23 @@ from pathlib import Path
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import write_files
 
+TRANSACTION_FIELDS = ("event_id", "user_id", "card_id", "merchant", "amount", "currency", "status",
+                      "event_time")
+
+
+def is_valid_transaction(line: str) -> bool:
+    """An independent check of a transactions line (plain Python, no Spark)."""
+    try:
+        event = json.loads(line)
+        if not isinstance(event, dict) or any(event.get(k) is None for k in TRANSACTION_FIELDS):
+            return False
+        float(event["amount"])
+        datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))
+        return True
+    except (ValueError, TypeError):
+        return False
+
+
 def dbt(*args: str) -> subprocess.CompletedProcess:
     """tidemark-dbt (dbt with the job registry's vars) on the test's data root."""
     return subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), *args],

@@ -17,6 +17,13 @@
   (or rebuild the job) after quarantining the event; tighten the stream's ``max_ahead``.
 - ``late_share`` (warning): over the job's last batches, more than ``late_share`` of the rows
   read were dropped as late (a watermark pushed too far, or a source that lags).
+
+For the ingestion of a Kafka-sourced stream, `check` also asks the brokers (`kafka_findings`):
+
+- ``consumer_lag`` (warning): the topic's end offsets are more than ``TIDEMARK_KAFKA_LAG_ROWS``
+  records past what the checkpoint committed, or the oldest record not read yet was written more
+  than ``TIDEMARK_KAFKA_LAG_SECONDS`` ago (a stopped or slow consumer);
+- ``source_unreachable`` (warning): the brokers did not answer (or the topic is gone).
 """
 
 from __future__ import annotations
@@ -142,11 +149,52 @@ def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] =
 
 
 def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> list[Finding]:
-    """`check_checkpoint` with the limits of ``cfg.ops`` (what every caller wants)."""
+    """`check_checkpoint` with the limits of ``cfg.ops`` (what every caller wants), and
+    `kafka_findings` for the ingestion of a Kafka-sourced stream."""
     ops = cfg.ops
     return check_checkpoint(cfg, query, sources, stall_seconds=ops.stall_seconds,
                             idle_seconds=ops.idle_seconds, late_share=ops.late_share,
-                            watermark_ahead_seconds=ops.watermark_ahead_seconds)
+                            watermark_ahead_seconds=ops.watermark_ahead_seconds) + \
+        kafka_findings(cfg, query)
+
+
+def kafka_findings(cfg: TidemarkConfig, query: str) -> list[Finding]:
+    """``consumer_lag`` / ``source_unreachable`` for the ingestion query of a Kafka stream."""
+    from streaming_jobs.ingestion import stream_of
+    from streaming_jobs.kafka import TopicMissing, consumer_lag, source_of, topic_of
+    from streaming_jobs.registry import streams
+
+    stream = stream_of(query)
+    schema = streams().get(stream) if stream else None
+    if schema is None or source_of(cfg, schema) != "kafka":
+        return []
+    topic = topic_of(cfg, schema)
+    checkpoint = cfg.paths.checkpoint(query)
+    try:
+        lag = consumer_lag(cfg, checkpoint, topic, timeout=5.0)
+    except TopicMissing:
+        if not checkpoint.exists():  # nothing produced, nothing read yet: nothing to watch
+            return []
+        return [Finding("source_unreachable", WARNING,
+                        f"{query}: Kafka topic {topic} is gone from {cfg.kafka.bootstrap} "
+                        "although the stream has read from it; was it deleted or renamed? "
+                        "(TIDEMARK_KAFKA_TOPIC_PREFIX, the stream's topic)")]
+    except Exception as exc:  # noqa: BLE001 - any client error is the finding
+        return [Finding("source_unreachable", WARNING,
+                        f"{query}: Kafka topic {topic} at {cfg.kafka.bootstrap} did not answer "
+                        f"({str(exc)[:300]}); check the brokers and TIDEMARK_KAFKA_BOOTSTRAP")]
+    limits = cfg.kafka
+    age = lag.oldest_unread_seconds
+    if lag.rows > limits.lag_rows or (age is not None and age > limits.lag_seconds):
+        worst = sorted(((e - r, p) for p, (r, e) in lag.partitions.items()), reverse=True)[:3]
+        return [Finding("consumer_lag", WARNING,
+                        f"{query}: {lag.rows:,} records of {topic} not read yet (limit "
+                        f"{limits.lag_rows:,}), the oldest written {age or 0:.0f}s ago (limit "
+                        f"{limits.lag_seconds:.0f}s); most behind: "
+                        + ", ".join(f"partition {p} {n:,}" for n, p in worst)
+                        + ". Is the ingestion running? (Dagster: the bronze asset; "
+                          "tidemark continuous)")]
+    return []
 
 
 def _unread_sources(cfg: TidemarkConfig, query: str, sources) -> list[str]:

@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-
+from helpers import is_valid_transaction as is_valid
 from helpers import write_wave
 
 from streaming_jobs.lake import read_table
 from streaming_jobs.runner import run_bronze
-
-REQUIRED = ("event_id", "user_id", "card_id", "merchant", "amount", "currency", "status", "event_time")
-
-
-def is_valid(line: str) -> bool:
-    """An independent check of a transactions line (plain Python, no Spark)."""
-    try:
-        event = json.loads(line)
-        if not isinstance(event, dict) or any(event.get(k) is None for k in REQUIRED):
-            return False
-        float(event["amount"])
-        datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))
-        return True
-    except (ValueError, TypeError):
-        return False
 
 
 def test_every_line_lands_once_in_bronze_or_quarantine(spark, cfg, sample):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.config import ConfigError, TidemarkConfig
-from streaming_jobs.spark import DELTA_PACKAGE, SparkStartupError, check_java, spark_conf
+from streaming_jobs.spark import (DELTA_PACKAGE, KAFKA_PACKAGE, SparkStartupError, check_java,
+                                  spark_conf)
 
 
 def test_defaults_work_on_a_laptop(tmp_path):
@@ -50,12 +51,13 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
     cache = tmp_path / "ivy"
     cfg = TidemarkConfig.from_env({"TIDEMARK_JARS_CACHE": str(cache), "TIDEMARK_DATA_ROOT": str(tmp_path)})
     conf = spark_conf(cfg)
-    assert conf["spark.jars.packages"] == DELTA_PACKAGE and "spark.jars" not in conf
+    assert conf["spark.jars.packages"] == f"{DELTA_PACKAGE},{KAFKA_PACKAGE}"
+    assert "spark.jars" not in conf
     jar = cache / "jars" / "delta.jar"
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"")
     (cache / "tidemark-jars.json").write_text(
-        '{"packages": ["%s"], "jars": ["%s"]}' % (DELTA_PACKAGE, jar))
+        '{"packages": ["%s", "%s"], "jars": ["%s"]}' % (DELTA_PACKAGE, KAFKA_PACKAGE, jar))
     conf = spark_conf(cfg)
     assert conf["spark.jars"] == str(jar) and "spark.jars.packages" not in conf
 
