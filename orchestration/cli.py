@@ -40,7 +40,7 @@ from streaming_jobs.sql_endpoint import EndpointError
 from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.instance import prepare_dagster_home
 from orchestration.operate import OPERATIONS, OperationError
-from orchestration.services import ServiceError
+from orchestration.services import ServiceError, start_kafka_if_used
 
 def setup(cfg: TidemarkConfig) -> None:
     from streaming_jobs import ops_tables
@@ -90,7 +90,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
         console.line(f"tidemark run: {events:,} events of each of {len(DEMO_STREAMS)} streams in "
                      f"{waves} waves, data root {cfg.data_root}")
         console.line(f"  full log: {console.log_path}")
-        broker = _kafka_for_demo(cfg)
+        broker = start_kafka_if_used(cfg)
         if broker:
             console.line(f"  source: Kafka, {broker}")
         from dagster import DagsterInstance
@@ -142,23 +142,6 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     return 0 if ok and summary.unexplained == 0 and summary.recon else 1
 
 
-def _kafka_for_demo(cfg: TidemarkConfig) -> str | None:
-    """With Kafka as the demo streams' source: the project's broker started for this run (when
-    TIDEMARK_KAFKA_BOOTSTRAP is not set to brokers of your own); says which brokers are used."""
-    import os
-
-    from streaming_jobs import kafka_broker
-    from streaming_jobs.kafka import source_of
-    from streaming_jobs.registry import stream_schema
-
-    if not any(source_of(cfg, stream_schema(s)) == "kafka" for s in DEMO_STREAMS):
-        return None
-    if os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP"):
-        return f"brokers {cfg.kafka.bootstrap}"
-    broker = kafka_broker.start(cfg)  # stops with this process
-    return f"the project's broker on {broker.bootstrap} (log {cfg.paths.logs / 'kafka.log'})"
-
-
 def kafka(cfg: TidemarkConfig, action: str) -> int:
     from streaming_jobs import kafka_broker
 
@@ -182,6 +165,9 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
     from orchestration.services import start_sql_endpoint, stop_sql_endpoint
 
     prepare_dagster_home(cfg)
+    kafka = start_kafka_if_used(cfg)  # a stream reads Kafka: the project's broker, while dev runs
+    if kafka:
+        print(f"Kafka: {kafka}", flush=True)
     endpoint = start_sql_endpoint(cfg)
     print(f"SQL endpoint: 127.0.0.1:{endpoint.port} (log {cfg.paths.logs / 'sql_endpoint.log'})",
           flush=True)

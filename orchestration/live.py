@@ -206,12 +206,11 @@ class Landing(threading.Thread):
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        from streaming_jobs.generator import write_files
+        from streaming_jobs.generator import deliver
 
         for tick in range(self.ticks):
             for gen, files in self.samples:
-                write_files(self.cfg.paths.landing_dir(gen.stream), gen, files,
-                            range(tick, tick + 1))
+                deliver(self.cfg, gen, files, range(tick, tick + 1))  # landing or Kafka
                 self.landed += len(files[tick])
             if self.stop_event.wait(self.every):
                 return
@@ -222,7 +221,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     """Run the always-on setup for ``minutes``, stop cleanly, print the summary; see the doc."""
     from streaming_jobs.spark import get_spark
 
-    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+    from orchestration.services import start_kafka_if_used, start_sql_endpoint, stop_sql_endpoint
     from orchestration.summary import collect, render
 
     started = time.monotonic()
@@ -232,6 +231,9 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
            "TIDEMARK_MAINTENANCE_CRON": os.environ.get("TIDEMARK_MAINTENANCE_CRON",
                                                        "*/5 * * * *")}
     out(f"tidemark live: {minutes:g} min on {cfg.data_root}; full logs in {cfg.paths.logs}")
+    kafka = start_kafka_if_used(cfg)
+    if kafka:
+        out(f"  Kafka             {kafka}")
     endpoint = start_sql_endpoint(cfg)
     out(f"  SQL endpoint      127.0.0.1:{endpoint.port}  ({time.monotonic() - started:.0f}s)")
     dagster = DagsterDev(cfg, port, env)

@@ -1,4 +1,5 @@
-"""Background services tidemark starts and stops itself, all on 127.0.0.1: the SQL endpoint.
+"""Background services tidemark starts and stops itself, all on 127.0.0.1: the SQL endpoint,
+and the project's Kafka broker when a stream reads Kafka (`streaming_jobs.kafka_broker`).
 
 A service runs as its own process group (so Ctrl-C in the terminal that started it does not
 kill it half way), writes its full log under ``<data root>/logs/``, and is ready when it
@@ -90,3 +91,19 @@ def stop_sql_endpoint(cfg: TidemarkConfig, timeout: float = 60.0) -> bool:
     os.kill(found.pid, signal.SIGKILL)
     endpoint_file(cfg).unlink(missing_ok=True)
     return True
+
+
+def start_kafka_if_used(cfg: TidemarkConfig) -> str | None:
+    """When a registered stream reads Kafka and no brokers of your own are named
+    (TIDEMARK_KAFKA_BOOTSTRAP), start the project's broker for this process (it stops when the
+    process ends); say which brokers are used, or None without Kafka."""
+    from streaming_jobs import kafka_broker
+    from streaming_jobs.kafka import source_of
+    from streaming_jobs.registry import streams
+
+    if not any(source_of(cfg, schema) == "kafka" for schema in streams().values()):
+        return None
+    if os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP"):
+        return f"brokers {cfg.kafka.bootstrap}"
+    broker = kafka_broker.start(cfg)
+    return f"the project's broker on {broker.bootstrap} (log {cfg.paths.logs / 'kafka.log'})"

@@ -8,11 +8,15 @@ as late.
 
 from __future__ import annotations
 
+import shutil
 import time
+import uuid
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+
+from streaming_jobs.delta_log import log_dir
 
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 
@@ -23,15 +27,45 @@ def table_exists(spark: SparkSession, path: Path) -> bool:
     return (path / "_delta_log").is_dir() and DeltaTable.isDeltaTable(spark, str(path))
 
 
+def _has_commit(log: Path) -> bool:
+    return any(p.name[:20].isdigit() and not p.name.startswith(".") for p in log.iterdir()) \
+        or (log / "_last_checkpoint").exists()
+
+
+def clear_unborn_log(path: Path, wait_seconds: float = 5.0) -> bool:
+    """Remove a ``_delta_log`` that holds no commit (a creation killed before its first commit,
+    found by the fault harness): Delta then takes the folder for a table it cannot read and
+    refuses to create one there, forever. A creator still at work commits within milliseconds,
+    so a log that stays empty for ``wait_seconds`` is left over. True if one was removed."""
+    log = log_dir(path)
+    if not log.is_dir() or _has_commit(log):
+        return False
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        if not log.is_dir() or _has_commit(log):
+            return False
+    aside = log.with_name(f".unborn-log-{uuid.uuid4().hex[:8]}")
+    try:
+        log.rename(aside)  # one step: a creator racing us sees no log, not half of one
+    except OSError:
+        return False
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
+
+
 def ensure_table(spark: SparkSession, path: Path, schema: T.StructType,
                  properties: dict[str, str] | None = None,
                  partition_by: list[str] | None = None) -> None:
     """Create an empty Delta table at ``path`` unless one is there.
 
     Two processes may create the same table at once (a job's first run and the SQL endpoint's
-    lake check): the loser's commit conflicts, and its retry finds the table made.
+    lake check): the loser's commit conflicts, and its retry finds the table made. A creation
+    killed before its first commit is cleared first (`clear_unborn_log`).
     """
     from delta.tables import DeltaTable
+
+    clear_unborn_log(path)
 
     for attempt in range(5):
         builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)

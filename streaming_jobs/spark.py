@@ -191,6 +191,9 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # Delta replays its log with 50 tasks by default: 20 s of scheduling on two cores.
         "spark.databricks.delta.snapshotPartitions": str(cfg.spark.shuffle_partitions),
         "spark.ui.showConsoleProgress": "false",
+        # data source options shown in plans, the UI and logs: Kafka credentials
+        # (TIDEMARK_KAFKA_CONF, e.g. kafka.sasl.jaas.config) are redacted, as URLs are by default
+        "spark.sql.redaction.options.regex": "(?i)url|password|secret|token|jaas|sasl|ssl",
         # Tables with delta.autoOptimize.autoCompact (the lake ETL jobs) bin-pack a partition
         # once it holds this many small files (Delta's default, 50, is hours of micro-batches).
         "spark.databricks.delta.autoCompact.minNumFiles": "10",

@@ -502,10 +502,27 @@ def summarize(results: list[Trial]) -> list[dict]:
     return rows
 
 
+def merge(sources: list[Path], out: Path) -> list[dict]:
+    """Several runs' results files in one (``RELIABILITY.results.json``): every run with its
+    command, seed and trials, and the summary over all of their trials."""
+    runs = []
+    for source in sources:
+        data = json.loads(source.read_text())
+        runs += data.get("runs") or [{k: data[k] for k in ("command", "seed", "trials")}]
+    trials = [Trial(**t) for run in runs for t in run["trials"]]
+    table = summarize(trials)
+    out.write_text(json.dumps({"summary": table, "runs": runs}, indent=1))
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
         return worker(argv[1], argv[2])
+    if argv[:1] == ["merge"]:  # tests/chaos.py merge OUT IN [IN ...]
+        for row in merge([Path(a) for a in argv[2:]], Path(argv[1])):
+            print(row)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20, help="trials per fault point")
     parser.add_argument("--seed", type=int, default=7)

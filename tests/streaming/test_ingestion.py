@@ -72,3 +72,20 @@ def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
     gold = read_table(spark, cfg.paths.table("gold", "failed_txn_velocity"))
     assert gold.columns == ["user_id", "window_start", "window_end", "failed_count"]
     assert ensure_lake(spark, cfg) == []  # a second call creates nothing
+
+
+def test_a_table_creation_killed_before_its_first_commit_does_not_block_the_next_run(
+        spark, cfg, sample):
+    """Found by the fault harness (RELIABILITY.md): a run killed while creating quarantine left
+    ``_delta_log`` with only Delta's temporary file, and every later run failed with
+    DELTA_TABLE_NOT_FOUND until someone removed the folder."""
+    log = cfg.paths.table("quarantine", "transactions") / "_delta_log"
+    log.mkdir(parents=True)
+    (log / ".00000000000000000000.json.0a1b2c3d.tmp").write_bytes(b"")
+    gen, files = sample
+    write_wave(cfg, gen, files, 0)
+    metrics = run_bronze(spark, cfg, "transactions")
+    quarantine = read_table(spark, cfg.paths.table("quarantine", "transactions"))
+    assert metrics.quarantined_rows == quarantine.count() > 0
+    assert metrics.input_rows == len(files[0])
+    assert not any(p.name.startswith(".unborn-log-") for p in log.parent.iterdir())

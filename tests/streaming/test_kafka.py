@@ -88,9 +88,9 @@ def _gold(spark, cfg) -> Counter:
 
 def test_exactly_once_into_bronze_and_gold_across_sigkill_mid_batch(spark, kafka_cfg, tmp_path,
                                                                      monkeypatch):
-    monkeypatch.setenv("TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", "400")  # many batches
+    monkeypatch.setenv("TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", "500")  # many batches
     cfg = TidemarkConfig.from_env().with_data_root(kafka_cfg.data_root)
-    gen = GeneratorConfig(stream=STREAM, events=3000, files=3, seed=23)
+    gen = GeneratorConfig(stream=STREAM, events=2000, files=3, seed=23)
     files = generate(gen)
     lines = [line for f in files for line in f]
     assert publish_files(cfg, gen, files) == len(lines)

@@ -62,7 +62,30 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
     assert conf["spark.jars"] == str(jar) and "spark.jars.packages" not in conf
 
 
+def test_kafka_settings_and_their_secrets_stay_out_of_reprs(tmp_path):
+    from streaming_jobs.kafka import client_config, spark_options
+
+    cfg = TidemarkConfig.from_env({
+        "TIDEMARK_DATA_ROOT": str(tmp_path), "TIDEMARK_SOURCE": "kafka",
+        "TIDEMARK_KAFKA_PORT": "19999", "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER": "1000",
+        "TIDEMARK_KAFKA_CONF": "security.protocol=SASL_SSL;sasl.jaas.config=pw-s3cret",
+        "TIDEMARK_KAFKA_CLIENT_CONF": "sasl.password=pw-s3cret"})
+    assert cfg.kafka.source == "kafka" and cfg.kafka.bootstrap == "127.0.0.1:19999"
+    options = spark_options(cfg, "tidemark.orders")
+    assert options["kafka.sasl.jaas.config"] == "pw-s3cret" and options["subscribe"] == \
+        "tidemark.orders" and options["maxOffsetsPerTrigger"] == "1000"
+    assert options["failOnDataLoss"] == "true" and options["startingOffsets"] == "earliest"
+    assert client_config(cfg)["sasl.password"] == "pw-s3cret"
+    assert "s3cret" not in repr(cfg)
+    conf = spark_conf(cfg)
+    import re
+    assert re.search(conf["spark.sql.redaction.options.regex"], "kafka.sasl.jaas.config")
+
+
 @pytest.mark.parametrize("env,needle", [
+    ({"TIDEMARK_SOURCE": "files"}, "TIDEMARK_SOURCE='files' is not one of landing, kafka"),
+    ({"TIDEMARK_KAFKA_PORT": "70000"}, "TIDEMARK_KAFKA_PORT=70000 is not a TCP port"),
+    ({"TIDEMARK_KAFKA_CONF": "no-equals"}, "TIDEMARK_KAFKA_CONF: cannot read its setting number 1"),
     ({"TIDEMARK_SPARK_CONF": "no-equals-sign"}, "TIDEMARK_SPARK_CONF"),
     ({"TIDEMARK_SHUFFLE_PARTITIONS": "zero"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
     ({"TIDEMARK_STALL_SECONDS": "nan"}, "TIDEMARK_STALL_SECONDS='nan' is not a finite number"),
