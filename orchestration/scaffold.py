@@ -39,6 +39,9 @@ STREAM = StreamSchema(
         Field("value", T.DoubleType(), "the reading"),
         Field("event_time", T.TimestampType(), "when it happened (UTC)"),
     ),
+    # where the lines come from: "landing" (landing/{name}/), "kafka" (topic
+    # tidemark.{name}, or name one with topic="..."), or None: TIDEMARK_SOURCE decides
+    source=None,
 )
 '''
 
