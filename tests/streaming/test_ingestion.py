@@ -89,3 +89,18 @@ def test_a_table_creation_killed_before_its_first_commit_does_not_block_the_next
     assert metrics.quarantined_rows == quarantine.count() > 0
     assert metrics.input_rows == len(files[0])
     assert not any(p.name.startswith(".unborn-log-") for p in log.parent.iterdir())
+
+
+def test_a_log_file_half_written_by_a_killed_run_does_not_block_the_next_run(spark, cfg, sample):
+    """Found by the fault harness (RELIABILITY.md): a continuous run killed while writing
+    ``offsets/0`` left its hidden temporary file, and Spark 4.2 refused every later start
+    ("offsets should be empty on batch 0") until someone removed it."""
+    run_bronze(spark, cfg, "transactions")  # nothing landed yet: the checkpoint, no batch
+    offsets = cfg.paths.checkpoint("bronze_transactions") / "offsets"
+    offsets.mkdir(parents=True, exist_ok=True)
+    (offsets / ".0.bd010ad2-61a4-4f3b-849c-76dbf6a40e98.tmp").write_bytes(b"")
+    gen, files = sample
+    write_wave(cfg, gen, files, 0)
+    metrics = run_bronze(spark, cfg, "transactions")
+    assert metrics.input_rows == len(files[0])
+    assert sorted(p.name for p in offsets.iterdir() if not p.name.endswith(".crc")) == ["0"]
