@@ -133,22 +133,31 @@ def publish(cfg: TidemarkConfig, topic: str, records: Iterable[tuple[bytes | Non
     return sent
 
 
-def end_offsets(cfg: TidemarkConfig, topic: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
-    """partition -> (earliest, next) offset on the broker."""
-    from confluent_kafka import Consumer, TopicPartition
+def _lag_consumer(cfg: TidemarkConfig):
+    from confluent_kafka import Consumer
 
-    consumer = Consumer(client_config(cfg, **{"group.id": "tidemark-lag",
-                                              "enable.auto.commit": False}))
+    return Consumer(client_config(cfg, **{"group.id": "tidemark-lag",
+                                          "enable.auto.commit": False}))
+
+
+def end_offsets(cfg: TidemarkConfig, topic: str, timeout: float = 10.0,
+                consumer=None) -> dict[int, tuple[int, int]]:
+    """partition -> (earliest, next) offset on the broker (``consumer``: one to reuse)."""
+    from confluent_kafka import TopicPartition
+
+    mine = consumer is None
+    consumer = _lag_consumer(cfg) if mine else consumer
     try:
         meta = consumer.list_topics(topic=topic, timeout=timeout)
         info = meta.topics.get(topic)
         if info is None or info.error is not None:
             raise TopicMissing(f"Kafka topic {topic} is not there "
-                                   f"({info.error if info else 'unknown'}); {_broker_hint(cfg)}")
+                               f"({info.error if info else 'unknown'}); {_broker_hint(cfg)}")
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
                 for p in sorted(info.partitions)}
     finally:
-        consumer.close()
+        if mine:
+            consumer.close()
 
 
 def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
@@ -195,17 +204,16 @@ def consumer_lag(cfg: TidemarkConfig, checkpoint: Path, topic: str,
                  timeout: float = 10.0) -> Lag:
     """Per partition, the broker's end offset against what ``checkpoint`` committed, and the
     age of the oldest record not read yet (so a stopped consumer shows both rows and time)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    ends = end_offsets(cfg, topic, timeout)
-    read = committed_offsets(checkpoint, topic) or {}
-    partitions = {p: (read.get(p, earliest), end) for p, (earliest, end) in ends.items()}
-    behind = [TopicPartition(topic, p, r) for p, (r, end) in partitions.items() if end > r]
-    oldest = None
-    if behind:
-        consumer = Consumer(client_config(cfg, **{"group.id": "tidemark-lag",
-                                                  "enable.auto.commit": False}))
-        try:
+    consumer = _lag_consumer(cfg)  # one client for the offsets and the oldest unread record
+    try:
+        ends = end_offsets(cfg, topic, timeout, consumer)
+        read = committed_offsets(checkpoint, topic) or {}
+        partitions = {p: (read.get(p, earliest), end) for p, (earliest, end) in ends.items()}
+        behind = [TopicPartition(topic, p, r) for p, (r, end) in partitions.items() if end > r]
+        oldest = None
+        if behind:
             consumer.assign(behind)
             stamps: dict[int, int] = {}
             deadline = time.monotonic() + timeout
@@ -217,8 +225,8 @@ def consumer_lag(cfg: TidemarkConfig, checkpoint: Path, topic: str,
                 consumer.pause([TopicPartition(topic, msg.partition())])
             if stamps:
                 oldest = round(max(time.time() - min(stamps.values()) / 1000, 0.0), 1)
-        finally:
-            consumer.close()
+    finally:
+        consumer.close()
     return Lag(topic, partitions, oldest)
 
 

@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.processes import accepts, alive, port_free
+from streaming_jobs.processes import accepts, alive, free_port, port_free
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.1.1"
@@ -64,12 +63,6 @@ def home(cfg: TidemarkConfig) -> Path:
 
 def _info_file(cfg: TidemarkConfig) -> Path:
     return home(cfg) / "broker.json"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
 
 
 def classpath(cfg: TidemarkConfig) -> list[Path]:
@@ -142,9 +135,9 @@ def prepare(cfg: TidemarkConfig, port: int) -> Path:
     try:
         controller = int(json.loads(ports.read_text())["controller"])
         if not port_free(HOST, controller):
-            controller = _free_port()
+            controller = free_port(HOST)
     except (OSError, ValueError, KeyError):
-        controller = _free_port()
+        controller = free_port(HOST)
     ports.write_text(json.dumps({"broker": port, "controller": controller}))
     props = folder / "server.properties"
     props.write_text(server_properties(cfg, port, controller))

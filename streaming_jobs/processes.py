@@ -36,3 +36,10 @@ def port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the system picks it)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]

@@ -59,13 +59,10 @@ def _strict_settings_after_each_test():
 def kafka_broker(tmp_path_factory):
     """The project's own Kafka broker (KRaft, 127.0.0.1, a free port), one for the session;
     stopped at its end (and by itself if pytest dies)."""
-    import socket
-
     from streaming_jobs import kafka_broker as broker_mod
+    from streaming_jobs.processes import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     root = tmp_path_factory.mktemp("kafka-root")
     cfg = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(root),
                                    "TIDEMARK_KAFKA_PORT": str(port)})

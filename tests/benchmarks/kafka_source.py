@@ -24,7 +24,6 @@ import argparse
 import os
 import platform
 import shutil
-import socket
 import tempfile
 import time
 from collections import Counter
@@ -35,17 +34,12 @@ from streaming_jobs import kafka_broker
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, publish_files, write_files
 from streaming_jobs.lake import read_table
+from streaming_jobs.processes import free_port
 from streaming_jobs.registry import get_job
 from streaming_jobs.runner import run_bronze, run_job
 from streaming_jobs.spark import get_spark
 
 JOB = "failed_txn_velocity"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _gold(spark, cfg: TidemarkConfig) -> Counter:
@@ -82,7 +76,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-kafka-"))
     base = TidemarkConfig.from_env({**os.environ, "TIDEMARK_DATA_ROOT": str(work / "broker"),
-                                    "TIDEMARK_KAFKA_PORT": str(_free_port()),
+                                    "TIDEMARK_KAFKA_PORT": str(free_port()),
                                     "TIDEMARK_KAFKA_PARTITIONS": str(args.partitions)})
     broker = kafka_broker.start(base)
     rows = []
