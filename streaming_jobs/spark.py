@@ -155,6 +155,12 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # RocksDB's memory (block cache, memtables, index and filter blocks) is native, outside
+        # the heap: without a bound, every store of every job grows its own and the process's
+        # resident set keeps rising in a long continuous run. One shared, bounded budget instead
+        # (RELIABILITY.md, the soak); a job with more state may raise it in TIDEMARK_SPARK_CONF.
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "512",
         # Spark 4.2's checkpoint hardening that is on by default, pinned (RELIABILITY.md): a
         # bad state snapshot is skipped and rebuilt from the changelog (counted, and surfaced
         # as the state_repaired finding); every state store must commit, even in foreachBatch;
@@ -301,6 +307,10 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     # remote master in TIDEMARK_SPARK_CONF, or SPARK_LOCAL_IP set by the user).
     if conf.get("spark.driver.host", "127.0.0.1") in ("127.0.0.1", "localhost"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # glibc gives each thread that allocates its own malloc arena (up to 8 per core); with
+    # RocksDB's native threads and Netty that is resident memory that is never given back. Two
+    # arenas keep a long-running JVM's resident set level (RELIABILITY.md, the soak).
+    os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
     cfg.paths.logs.mkdir(parents=True, exist_ok=True)  # spark.log
