@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -74,6 +75,29 @@ def raised_by_rule(exc: BaseException) -> str | None:
     return match.group(1) if match else None
 
 
+# what a full disk (or an exhausted quota) looks like in a JVM or Python error
+DISK_FULL = ("No space left on device", "Errno 28", "Disk quota exceeded")
+
+
+def query_failure(exc: BaseException, cfg: TidemarkConfig) -> tuple[str, str]:
+    """(why a query failed, what to do): a failed expectation's own message; a full disk
+    said plainly, with the space left; else Spark's error without the plan it appends."""
+    rule = raised_by_rule(exc)
+    if rule:
+        return rule, "Fix the cause and run it again"
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
+    if any(marker in text for marker in DISK_FULL):
+        try:
+            free = f"{shutil.disk_usage(cfg.data_root).free / 2**20:,.0f} MB free now"
+        except OSError:
+            free = "free space unknown"
+        return (f"the disk holding the data root {cfg.data_root} is full (No space left on "
+                f"device; {free})",
+                "Free space there (`tidemark maintain` removes what retention allows, or move "
+                "TIDEMARK_DATA_ROOT to a larger disk) and run it again")
+    return str(exc).split("\n=== Streaming Query ===")[0].strip(), "Fix the cause and run it again"
+
+
 def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
                    writer: DataStreamWriter, sink_version=None,
                    spec=None) -> tuple[list[dict], float]:
@@ -85,11 +109,11 @@ def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
     try:
         query.awaitTermination()
     except Exception as exc:  # noqa: BLE001 - re-raised with the query named
-        reason = raised_by_rule(exc) or str(exc)
+        reason, todo = query_failure(exc, cfg)
         record_failure(cfg, name, run_id, reason)
         raise StreamRunError(
             f"streaming query {name} failed (checkpoint {checkpoint}): {reason}. "
-            "Fix the cause and run it again: it resumes from its last committed batch."
+            f"{todo}: it resumes from its last committed batch."
         ) from exc
     finally:
         if not log.wait_terminated(run_id):

@@ -51,18 +51,25 @@ sys.path.insert(0, str(CHECKOUT))
 
 JOB = "failed_txn_velocity"
 STAGES = ("planned", "gold", "copy", "swap", "progress")
-POINTS = ("incremental", "continuous", *(f"restore.{s}" for s in STAGES), "savepoint", "alerts")
-NEEDS_SPARK = ("run", "run+savepoint", "continuous", "retake+restore")
+POINTS = ("incremental", "continuous", *(f"restore.{s}" for s in STAGES), "savepoint", "alerts",
+          "maintenance", "disk_full.ingest", "disk_full.jobs")
+NEEDS_SPARK = ("run", "run+savepoint", "continuous", "retake+restore", "maintain", "ingest",
+               "job")
+# maintenance trials keep nothing they may delete: every removed file, old ops row and archived
+# landing file is fair game at once (what VACUUM must still keep, it keeps for its readers)
+MAINTENANCE_ENV = {"TIDEMARK_VACUUM_RETAIN_HOURS": "0", "TIDEMARK_OPS_RETENTION_DAYS": "0",
+                   "TIDEMARK_LANDING_RETENTION": "archive"}
 
 
 # -- the worker: one process (and its JVM) doing one step ----------------------------------------
 
 def worker(root: str, step: str, spark=None) -> int:
-    """One step on ``root``: ``run`` (ingest, run the job), ``run+savepoint``, ``continuous``
-    (ingest, then the job in a continuous run until caught up), ``savepoint`` (take one),
-    ``retake+restore`` (take one and restore it) or ``alerts`` (deliver what is owed)."""
+    """One step on ``root``: ``run`` (ingest, run the job), ``ingest``, ``job``,
+    ``run+savepoint``, ``continuous`` (ingest, then the job in a continuous run until caught
+    up), ``savepoint`` (take one), ``retake+restore`` (take one and restore it), ``maintain``
+    (every retention step) or ``alerts`` (deliver what is owed)."""
     from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.operations import alerts, savepoints
+    from streaming_jobs.operations import alerts, retention, savepoints
     from streaming_jobs.registry import get_job
     from streaming_jobs.runner import run_bronze, run_job
     from streaming_jobs.spark import get_spark
@@ -72,10 +79,14 @@ def worker(root: str, step: str, spark=None) -> int:
         spark = spark or get_spark(cfg)
     print("WORKER STARTED", flush=True)
     started = time.monotonic()
-    if step in ("run", "run+savepoint", "continuous"):
+    if step in ("run", "run+savepoint", "continuous", "ingest"):
         run_bronze(spark, cfg, "transactions")
-    if step in ("run", "run+savepoint"):
+    if step in ("run", "run+savepoint", "job"):
         run_job(spark, cfg, get_job(JOB))
+    if step == "maintain":
+        failed = retention.maintain(spark, cfg).failed
+        if failed:
+            raise RuntimeError(f"maintenance steps failed: {failed}")
     if step == "continuous":
         _continuous_until_caught_up(spark, cfg)
     if step in ("run+savepoint", "savepoint", "retake+restore"):
@@ -203,6 +214,9 @@ class Bench:
     continuous_seconds: float = 0.0  # measured on first use, like the two below
     take_seconds: float = 0.0
     deliver_seconds: float = 0.0
+    maintain_seconds: float = 0.0
+    maintenance_want: dict = field(default_factory=dict)
+    step_bytes: dict = field(default_factory=dict)  # bytes an ingest and a job run write
 
     @property
     def landing(self) -> Path:
@@ -324,10 +338,7 @@ def half_landed(bench: Bench, root: Path) -> list[Path]:
 
 
 def land_rest(root: Path, files: list[Path]) -> None:
-    target = root / "landing" / "transactions"
-    for f in files[len(files) // 2:]:
-        shutil.copy(f, target / f".{f.name}")
-        (target / f".{f.name}").rename(target / f.name)  # whole, as a lander does
+    land(root, files[len(files) // 2:])
 
 
 class Webhook:
@@ -416,6 +427,164 @@ def alerts_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
             os.environ["TIDEMARK_ALERT_WEBHOOK_URL"] = saved
 
 
+class environment:  # noqa: N801 - used as a context manager, like a function
+    """Variables set in this process (the workers inherit them) for the length of a block."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in self.values}
+        os.environ.update(self.values)
+
+    def __exit__(self, *exc):
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def landed_in_waves(bench: Bench, root: Path) -> list[list[Path]]:
+    """A root with the first two of three waves of event files landed and run (two commits in
+    every table: something for OPTIMIZE, VACUUM and the archive to do); returns the waves."""
+    files = sorted((bench.landing / "transactions").iterdir())
+    third = max(len(files) // 3, 1)
+    waves = [files[:third], files[third:2 * third], files[2 * third:]]
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "landing" / "transactions").mkdir(parents=True)
+    for wave in waves[:2]:
+        land(root, wave)
+        ok, _, out = run_worker(root, "run")
+        if not ok:
+            raise RuntimeError(f"chaos: preparing a maintenance trial failed:\n{out}")
+    return waves
+
+
+def land(root: Path, files: list[Path]) -> None:
+    target = root / "landing" / "transactions"
+    for f in files:
+        shutil.copy(f, target / f".{f.name}")
+        (target / f".{f.name}").rename(target / f.name)  # whole, as a lander does
+
+
+def maintenance_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
+    """Two waves run, then maintenance (OPTIMIZE, VACUUM keeping nothing it may delete, ops
+    pruning, the landing archive) killed anywhere; maintenance again must succeed by itself,
+    and the third wave must give what it gives after an uninterrupted maintenance."""
+    with environment(MAINTENANCE_ENV):
+        if not bench.maintenance_want:  # the uninterrupted outcome and length, measured once
+            root = bench.work / "trials" / "maintenance-ref"
+            waves = landed_in_waves(bench, root)
+            ok, bench.maintain_seconds, out = run_worker(root, "maintain")
+            land(root, waves[2])
+            ok = ok and run_worker(root, "run")[0]
+            if not ok:
+                raise RuntimeError(f"chaos: the uninterrupted maintenance run failed:\n{out}")
+            bench.maintenance_want = snapshot(root)
+        root = bench.work / "trials" / f"maintenance-{number}"
+        waves = landed_in_waves(bench, root)
+        trial = Trial("maintenance", number)
+        trial.kill_after_seconds, finished = kill_during(root, "maintain",
+                                                         bench.maintain_seconds, rng)
+        trial.note = "finished before the kill" if finished else ""
+        ok, trial.recover_seconds, out = run_worker(root, "maintain")
+        if not ok:
+            trial.manual_interventions, trial.note = 1, out[-500:]
+            return trial
+        land(root, waves[2])
+        return recover(trial, root, "run", bench.maintenance_want)
+
+
+class SmallDisk:
+    """A tmpfs of ``megabytes`` mounted on ``path``: writes past it fail with a real ENOSPC
+    ("No space left on device"). Needs root (``mount``)."""
+
+    def __init__(self, path: Path, megabytes: int) -> None:
+        self.path, self.megabytes = path, megabytes
+        self.ballast = path / ".ballast"
+
+    def __enter__(self) -> SmallDisk:
+        if os.geteuid() != 0:
+            raise RuntimeError("chaos: the disk_full points mount a small tmpfs and need root; "
+                               "run them as root or leave them out of --points")
+        self.path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.megabytes}m", "tmpfs",
+                        str(self.path)], check=True)
+        return self
+
+    def fill(self, leave: int) -> None:
+        """Take all free space but ``leave`` bytes."""
+        stat = os.statvfs(self.path)
+        size = stat.f_bavail * stat.f_frsize - leave
+        if size > 0:
+            fd = os.open(self.ballast, os.O_CREAT | os.O_WRONLY)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+
+    def empty(self) -> None:
+        self.ballast.unlink(missing_ok=True)
+
+    def __exit__(self, *exc) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], check=False)
+
+
+def disk_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def disk_full_trial(bench: Bench, number: int, rng: random.Random, stage: str) -> Trial:
+    """The data root's disk fills at a random point of ingestion (``ingest``) or of the job
+    (``jobs``, after a full ingestion): the disk is left with a random part of what that step
+    writes, free. The step must fail (or finish) without damage: once space is freed, a plain
+    run succeeds by itself and gives the uninterrupted rows. The error it gave is kept in the
+    trial's note."""
+    step = "ingest" if stage == "ingest" else "job"
+    if step not in bench.step_bytes:  # what each step writes on an unbounded disk, once
+        scratch = bench.fresh_root("disk-ref")
+        before = disk_bytes(scratch)
+        run_worker(scratch, "ingest")
+        bench.step_bytes["ingest"] = disk_bytes(scratch) - before
+        before = disk_bytes(scratch)
+        run_worker(scratch, "job")
+        bench.step_bytes["job"] = disk_bytes(scratch) - before
+    trial = Trial(f"disk_full.{stage}", number)
+    root = bench.work / "trials" / f"disk_full.{stage}-{number}"
+    shutil.rmtree(root, ignore_errors=True)
+    need = sum(bench.step_bytes.values()) + disk_bytes(bench.landing)
+    with SmallDisk(root, max(64, 4 * need // 2**20)) as disk:
+        shutil.copytree(bench.landing, root / "landing", dirs_exist_ok=True)
+        if step == "job":
+            ok, _, out = run_worker(root, "ingest")
+            if not ok:
+                raise RuntimeError(f"chaos: ingesting before a disk_full.jobs trial failed:\n{out}")
+        leave = int(rng.uniform(0, bench.step_bytes[step]))
+        trial.kill_after_seconds = leave  # here: the bytes left free
+        disk.fill(leave)
+        proc = start_worker(root, step)
+        try:
+            out, _ = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            out = "hung on a full disk for 15 minutes: killed"
+        trial.note = ("finished within the space left" if proc.returncode == 0
+                      else _first_error(out))
+        root.with_name(f"{root.name}.worker.log").write_text(out)  # beside, not on, the tmpfs
+        disk.empty()
+        return recover(trial, root, "run", bench.reference)
+
+
+def _first_error(out: str) -> str:
+    """The line a user reads first: the exception the worker ended with."""
+    import re
+
+    raised = [line for line in out.splitlines()
+              if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    return raised[-1][:500] if raised else (out.strip().splitlines() or ["no output"])[-1][:500]
+
+
 def restore_trial(stage: str, number: int, root: Path, want: dict) -> Trial:
     """In the restore root (a savepoint taken mid-way, the rest run since): a restore killed
     after ``stage``; the next run must finish it and catch up to the uninterrupted gold."""
@@ -471,6 +640,10 @@ def run_trials(points: list[str], trials: int, seed: int, work: Path, events: in
                 out.append(continuous_trial(bench, number, rng))
             elif point == "alerts":
                 out.append(alerts_trial(bench, number, rng))
+            elif point == "maintenance":
+                out.append(maintenance_trial(bench, number, rng))
+            elif point.startswith("disk_full."):
+                out.append(disk_full_trial(bench, number, rng, point.split(".", 1)[1]))
             else:
                 restore_at = restore_at or restore_root(bench)
                 if point == "savepoint":

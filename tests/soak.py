@@ -89,8 +89,13 @@ def _memory(pid: int) -> dict:
 
 
 def _uptime(pid: int) -> float:
+    """Seconds since the process started; 0 once it is gone (processes come and go while a
+    sample is taken)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+    try:
+        start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+    except (OSError, ValueError, IndexError):
+        return 0.0
     return round(float(Path("/proc/uptime").read_text().split()[0]) - start)
 
 
@@ -154,6 +159,9 @@ def table(samples: list[dict]) -> list[str]:
              "ops/alerts rows / files | landing files waiting / archived |",
              "|---|---|---|---|---|---|---|---|---|"]
     for s in samples:
+        if "error" in s:
+            lines.append(f"| {s['minute']:.0f} | sample failed: {s['error'][:80]} |||||||| ")
+            continue
         jvm = s["continuous_jvm"]
         disk = sum(t["disk_files"] for t in s["tables"].values())
         active = sum(t["active_files"] or 0 for t in s["tables"].values())
@@ -202,7 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(60 - (time.monotonic() - started) % 60)
         if live.poll() is not None:
             break
-        samples.append(sample(root, started))
+        try:
+            samples.append(sample(root, started))
+        except Exception as exc:  # noqa: BLE001 - one bad sample must not end the soak
+            samples.append({"minute": round((time.monotonic() - started) / 60),
+                            "error": repr(exc)})
+            print(f"sample failed: {exc!r}", flush=True)
+            continue
         print(table(samples)[-1], flush=True)
         Path(args.results).write_text(json.dumps({"command": "tests/soak.py " + " ".join(
             argv if argv is not None else sys.argv[1:]), "samples": samples}, indent=1))

@@ -43,7 +43,7 @@ from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.restores import finish_pending
 from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.runner import (RunMetrics, StreamRunError, last_reading, metrics,
-                                   raised_by_rule)
+                                   query_failure)
 from streaming_jobs.registry import stream_schema
 
 LOG = logging.getLogger(__name__)
@@ -235,11 +235,11 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             out.metrics = {name: host.metrics(name) for name in host.names}
         if failure:
             name, exc = failure
-            reason = raised_by_rule(exc) or str(exc)
+            reason, todo = query_failure(exc, cfg)
             record_failure(cfg, name, str(host.queries[name].runId), reason)
             raise StreamRunError(
                 f"continuous run: streaming query {name} failed (checkpoint "
                 f"{cfg.paths.checkpoint(name)}): {reason}. The other queries were stopped cleanly. "
-                "Fix the cause and start the run again: every query resumes from its last "
-                "committed batch.")
+                f"{todo.replace('run it again', 'start the run again')}: every query resumes "
+                "from its last committed batch.")
     return out

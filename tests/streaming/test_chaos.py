@@ -6,6 +6,8 @@ run, and every owed notification must reach the webhook."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import chaos
@@ -24,3 +26,22 @@ def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tm
     assert trials[2].alerts_reposted <= 1
     summary = chaos.summarize(trials)
     assert [row["trials"] for row in summary] == [1, 1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the disk_full points mount a small tmpfs (root)")
+def test_killed_maintenance_and_full_disks_lose_nothing(spark, tmp_path):
+    """Maintenance (OPTIMIZE, VACUUM keeping nothing it may delete, pruning, the archive)
+    killed at a random instant, and a disk that fills at a random point of the job (the
+    harness's runs cover ingestion too): the next plain run succeeds by itself with every row,
+    once, and a run that hit the full disk said so, naming the query, in its error."""
+    points = ["maintenance", "disk_full.jobs"]
+    trials = chaos.run_trials(points, trials=1, seed=12, work=tmp_path, events=3000, spark=spark)
+    assert [t.point for t in trials] == points
+    for t in trials:
+        assert (t.events_lost, t.events_duplicated, t.gold_rows_lost, t.gold_rows_duplicated,
+                t.manual_interventions) == (0, 0, 0, 0, 0), t
+    for t in trials[1:]:
+        if t.note != "finished within the space left":
+            assert "is full (No space left on device" in t.note, t.note
+            assert f"streaming query {chaos.JOB} failed" in t.note, t.note
