@@ -8,6 +8,7 @@
     tidemark live              the always-on setup for a bounded time, then the summary
     tidemark sql start|stop|status   the SQL endpoint dbt uses (Spark's Thrift server)
     tidemark kafka start|stop|status the project's own Kafka broker (KRaft, 127.0.0.1)
+    tidemark cluster start|stop|status the project's own Spark cluster (master + workers)
     tidemark continuous        run jobs continuously until Ctrl-C (a clean stop)
     tidemark health            checkpoint findings of every job (exit 1 if any is critical)
     tidemark state JOB         a job's state per operator, and its largest keys
@@ -40,7 +41,7 @@ from streaming_jobs.sql_endpoint import EndpointError
 from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.instance import prepare_dagster_home
 from orchestration.operate import OPERATIONS, OperationError
-from orchestration.services import ServiceError, start_kafka_if_used
+from orchestration.services import ServiceError, start_cluster_if_used, start_kafka_if_used
 
 def setup(cfg: TidemarkConfig) -> None:
     from streaming_jobs import ops_tables
@@ -90,6 +91,9 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
         console.line(f"tidemark run: {events:,} events of each of {len(DEMO_STREAMS)} streams in "
                      f"{waves} waves, data root {cfg.data_root}")
         console.line(f"  full log: {console.log_path}")
+        spark_on = start_cluster_if_used(cfg)
+        if spark_on:
+            console.line(f"  Spark: {spark_on}")
         broker = start_kafka_if_used(cfg)
         if broker:
             console.line(f"  source: Kafka, {broker}")
@@ -142,6 +146,29 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     return 0 if ok and summary.unexplained == 0 and summary.recon else 1
 
 
+def cluster(cfg: TidemarkConfig, action: str) -> int:
+    from streaming_jobs import spark_cluster
+
+    if action == "start":
+        found = spark_cluster.start(cfg, owned=False)
+        print(f"Spark cluster {found.master}: {found.workers} workers (pid {found.pid}), UI "
+              f"{found.ui}; logs {cfg.paths.logs}/spark-*.log. Use it with "
+              f"TIDEMARK_SPARK_MASTER={found.master}")
+    elif action == "stop":
+        print("Spark cluster stopped" if spark_cluster.stop(cfg) else
+              "no Spark cluster was running")
+    else:
+        found = spark_cluster.discover(cfg)
+        if not found:
+            print(f"no Spark cluster runs for {cfg.data_root}")
+            return 1
+        state = spark_cluster.status(found.ui_port)
+        print(f"Spark cluster {found.master} (pid {found.pid}), UI {found.ui}: "
+              f"{state.get('aliveworkers', 0)} workers alive, cores {state.get('coresused', 0)}"
+              f"/{state.get('cores', 0)} used, {len(state.get('activeapps', []))} applications")
+    return 0
+
+
 def kafka(cfg: TidemarkConfig, action: str) -> int:
     from streaming_jobs import kafka_broker
 
@@ -165,6 +192,9 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
     from orchestration.services import start_sql_endpoint, stop_sql_endpoint
 
     prepare_dagster_home(cfg)
+    spark_on = start_cluster_if_used(cfg)  # TIDEMARK_SPARK_MASTER names the project's cluster
+    if spark_on:
+        print(f"Spark: {spark_on}", flush=True)
     kafka = start_kafka_if_used(cfg)  # a stream reads Kafka: the project's broker, while dev runs
     if kafka:
         print(f"Kafka: {kafka}", flush=True)
@@ -230,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     sql_p.add_argument("action", choices=("start", "stop", "status"))
     kafka_p = sub.add_parser("kafka", help="the project's own Kafka broker (KRaft, 127.0.0.1)")
     kafka_p.add_argument("action", choices=("start", "stop", "status"))
+    cluster_p = sub.add_parser("cluster", help="the project's own Spark standalone cluster "
+                               "(master + workers, 127.0.0.1)")
+    cluster_p.add_argument("action", choices=("start", "stop", "status"))
     cont = sub.add_parser("continuous", help="run jobs continuously until Ctrl-C")
     cont.add_argument("--jobs", default="", help="comma-separated (default: every job)")
     cont.add_argument("--trigger", type=float, default=10.0, help="trigger interval, seconds")
@@ -292,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             return sql(cfg, args.action)
         if args.command == "kafka":
             return kafka(cfg, args.action)
+        if args.command == "cluster":
+            return cluster(cfg, args.action)
         if args.command == "live":
             from orchestration.live import live
 

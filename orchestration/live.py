@@ -221,7 +221,8 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     """Run the always-on setup for ``minutes``, stop cleanly, print the summary; see the doc."""
     from streaming_jobs.spark import get_spark
 
-    from orchestration.services import start_kafka_if_used, start_sql_endpoint, stop_sql_endpoint
+    from orchestration.services import (start_cluster_if_used, start_kafka_if_used,
+                                        start_sql_endpoint, stop_sql_endpoint)
     from orchestration.summary import collect, render
 
     started = time.monotonic()
@@ -231,6 +232,9 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
            "TIDEMARK_MAINTENANCE_CRON": os.environ.get("TIDEMARK_MAINTENANCE_CRON",
                                                        "*/5 * * * *")}
     out(f"tidemark live: {minutes:g} min on {cfg.data_root}; full logs in {cfg.paths.logs}")
+    cluster = start_cluster_if_used(cfg)
+    if cluster:
+        out(f"  Spark             {cluster}")
     kafka = start_kafka_if_used(cfg)
     if kafka:
         out(f"  Kafka             {kafka}")

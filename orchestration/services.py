@@ -107,3 +107,16 @@ def start_kafka_if_used(cfg: TidemarkConfig) -> str | None:
         return f"brokers {cfg.kafka.bootstrap}"
     broker = kafka_broker.start(cfg)
     return f"the project's broker on {broker.bootstrap} (log {cfg.paths.logs / 'kafka.log'})"
+
+
+def start_cluster_if_used(cfg: TidemarkConfig) -> str | None:
+    """When TIDEMARK_SPARK_MASTER names the project's own cluster (spark://127.0.0.1:<its
+    port>) and it does not run, start it for this process (it stops when the process ends);
+    say which cluster is used, or None in local mode or on a cluster of your own."""
+    from streaming_jobs import spark_cluster
+
+    if cfg.spark.master != spark_cluster.master_url(cfg):
+        return None
+    found = spark_cluster.discover(cfg) or spark_cluster.start(cfg)
+    return (f"the project's Spark cluster {found.master} ({found.workers} workers, UI "
+            f"{found.ui}; logs {cfg.paths.logs}/spark-*.log)")

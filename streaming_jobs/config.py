@@ -46,6 +46,9 @@ Environment variables (all optional):
   ``security.protocol``, ``sasl.*``, ``ssl.*``), passed as ``kafka.<key>``; never logged
 - ``TIDEMARK_KAFKA_CLIENT_CONF`` the same for tidemark's Python client (generator, lag), in
   librdkafka's names; never logged
+- ``TIDEMARK_CLUSTER_PORT``     the project's own Spark cluster's master port (default 7077)
+- ``TIDEMARK_CLUSTER_WORKERS`` / ``TIDEMARK_CLUSTER_WORKER_CORES`` /
+  ``TIDEMARK_CLUSTER_WORKER_MEMORY`` its workers (default 2, offering 4 cores and 6g each)
 """
 
 from __future__ import annotations
@@ -345,6 +348,34 @@ def _kafka_settings(env: dict) -> KafkaSettings:
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """The project's own Spark standalone cluster (`streaming_jobs.spark_cluster`)."""
+
+    port: int = 7077  # the master's, on 127.0.0.1
+    workers: int = 2
+    # what each worker offers: more cores than the machine has, so that the applications
+    # tidemark runs at once (a continuous run, the SQL endpoint, a Dagster run) each get an
+    # executor on every worker; each application takes at most 2 (spark.cores.max)
+    worker_cores: int = 4
+    worker_memory: str = "6g"
+
+
+def _cluster_settings(env: dict) -> ClusterSettings:
+    d = ClusterSettings()
+    port = _number(env, "TIDEMARK_CLUSTER_PORT", d.port, int, 1)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_CLUSTER_PORT={port} is not a TCP port (1-65535)")
+    memory = env.get("TIDEMARK_CLUSTER_WORKER_MEMORY", d.worker_memory).strip().lower()
+    if not re.fullmatch(r"\d+[mg]", memory):
+        raise ConfigError(f"TIDEMARK_CLUSTER_WORKER_MEMORY={memory!r}: use a size like 3g or "
+                          "2048m")
+    return ClusterSettings(
+        port=port, workers=_number(env, "TIDEMARK_CLUSTER_WORKERS", d.workers, int, 1),
+        worker_cores=_number(env, "TIDEMARK_CLUSTER_WORKER_CORES", d.worker_cores, int, 1),
+        worker_memory=memory)
+
+
+@dataclass(frozen=True)
 class TidemarkConfig:
     data_root: Path
     spark: SparkSettings = field(default_factory=SparkSettings)
@@ -353,6 +384,7 @@ class TidemarkConfig:
     sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
     jobs_path: tuple[Path, ...] = ()  # folders of your own jobs and streams
     # what `tidemark check` does with a job whose state is never evicted: refuse or warn
     unbounded_state: str = "refuse"
@@ -413,4 +445,4 @@ class TidemarkConfig:
                    recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
                    ops=_ops_settings(env), sql=_sql_settings(env),
                    alerts=_alert_settings(env), kafka=_kafka_settings(env),
-                   jobs_path=jobs_path)
+                   cluster=_cluster_settings(env), jobs_path=jobs_path)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.processes import accepts, alive, free_port, port_free
+from streaming_jobs.processes import accepts, alive, free_port, launch_supervisor, port_free, \
+    stop_supervisor, wait_for, write_json
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.1.1"
@@ -166,10 +167,8 @@ def serve(cfg: TidemarkConfig, port: int, stop: threading.Event) -> int:
             if java.poll() is not None:
                 return java.returncode or 1
             if not announced and accepts(HOST, port, 0.5):
-                info = _info_file(cfg).with_suffix(".tmp")
-                info.write_text(json.dumps({"host": HOST, "port": port, "pid": os.getpid(),
-                                            "java_pid": java.pid}))
-                info.rename(_info_file(cfg))
+                write_json(_info_file(cfg), {"host": HOST, "port": port, "pid": os.getpid(),
+                                             "java_pid": java.pid})
                 announced = True
             if not announced and time.monotonic() > deadline:
                 return 3
@@ -207,27 +206,22 @@ def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 120.0) ->
             f"port {port} on {HOST} is taken by another program (or a broker of another data "
             f"root); stop it, or choose a free port with TIDEMARK_KAFKA_PORT")
     classpath(cfg)  # resolve (first start only) before the clock runs
-    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-           "TIDEMARK_KAFKA_PORT": str(port)}
-    if owned:
-        env["TIDEMARK_KAFKA_OWNER_PID"] = str(os.getpid())
-    else:
-        env.pop("TIDEMARK_KAFKA_OWNER_PID", None)
-    cfg.paths.logs.mkdir(parents=True, exist_ok=True)
-    with open(cfg.paths.logs / "kafka.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streaming_jobs.kafka_broker"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    proc = launch_supervisor("streaming_jobs.kafka_broker", cfg.paths.logs / "kafka.log",
+                             {"TIDEMARK_DATA_ROOT": str(cfg.data_root),
+                              "TIDEMARK_KAFKA_PORT": str(port)},
+                             "TIDEMARK_KAFKA_OWNER_PID", owned)
+
+    def ready() -> Broker | None:
         found = discover(cfg)
-        if found and _ready(cfg, found):
-            return found
-        if proc.poll() is not None:
-            raise BrokerError(f"the Kafka broker exited ({proc.returncode}) before it answered on "
-                              f"{HOST}:{port}; its log ({cfg.paths.logs / 'kafka.log'}) ends:\n"
-                              + _log_tail(cfg))
-        time.sleep(0.3)
+        return found if found and _ready(cfg, found) else None
+
+    found = wait_for(ready, proc, timeout)
+    if found:
+        return found
+    if proc.poll() is not None:
+        raise BrokerError(f"the Kafka broker exited ({proc.returncode}) before it answered on "
+                          f"{HOST}:{port}; its log ({cfg.paths.logs / 'kafka.log'}) ends:\n"
+                          + _log_tail(cfg))
     proc.terminate()
     raise BrokerError(f"the Kafka broker did not answer on {HOST}:{port} in {timeout:.0f} s; "
                       f"see {cfg.paths.logs / 'kafka.log'}")
@@ -250,24 +244,8 @@ def stop(cfg: TidemarkConfig, timeout: float = 90.0) -> bool:
         info = json.loads(_info_file(cfg).read_text())
     except (OSError, ValueError):
         return False
-    pid = int(info.get("pid", 0))
-    if not pid or not alive(pid):
-        _info_file(cfg).unlink(missing_ok=True)
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        try:  # our own child (a test's fixture): reap it
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-    if alive(pid):
-        os.kill(pid, signal.SIGKILL)
-        java = int(info.get("java_pid", 0))
-        if java and alive(java):
-            os.kill(java, signal.SIGKILL)
-    return True
+    return stop_supervisor(int(info.get("pid", 0)), [int(info.get("java_pid", 0))], timeout,
+                           _info_file(cfg))
 
 
 def main() -> int:

@@ -3,8 +3,17 @@ Kafka broker, the Dagster UI) makes before it starts or when it looks for a runn
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 def alive(pid: int) -> bool:
@@ -43,3 +52,66 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` whole or not at all (a temporary file renamed over ``path``): a reader
+    never sees half of it."""
+    part = path.with_suffix(".tmp")
+    part.write_text(json.dumps(data))
+    part.rename(path)
+
+
+def stop_supervisor(pid: int, children: list[int], timeout: float, info: Path) -> bool:
+    """SIGTERM a service's supervisor and wait for it to stop its JVMs; past ``timeout``,
+    SIGKILL it and them. False when it was not running (its ``info`` file is removed)."""
+    if not pid or not alive(pid):
+        info.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:  # our own child (a test's fixture): reap it
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        for child in children:
+            if child and alive(child):
+                os.kill(child, signal.SIGKILL)
+    return True
+
+
+def launch_supervisor(module: str, log: Path, env: dict[str, str], owner_variable: str,
+                      owned: bool) -> subprocess.Popen:
+    """Start a service's supervisor, ``python -m <module>``, in a session of its own (Ctrl-C
+    in this terminal does not reach it), its output appended to ``log``. ``owned``: it learns
+    this process's id from ``owner_variable`` and stops when this process ends."""
+    full = {**os.environ, **env}
+    if owned:
+        full[owner_variable] = str(os.getpid())
+    else:
+        full.pop(owner_variable, None)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", module], env=full, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def wait_for(ready: Callable[[], T | None], proc: subprocess.Popen, timeout: float,
+             every: float = 0.3) -> T | None:
+    """The first answer of ``ready()`` that is not None, asked every ``every`` seconds for
+    ``timeout``; None when ``proc`` exited first or the time ran out (``proc.poll()`` says
+    which)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = ready()
+        if found is not None:
+            return found
+        if proc.poll() is not None:
+            return None
+        time.sleep(every)
+    return None

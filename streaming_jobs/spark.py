@@ -218,6 +218,8 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         })
     else:
         conf["spark.sql.catalogImplementation"] = "in-memory"
+    if cfg.spark.master.startswith("spark://"):
+        conf.update(cluster_conf(cfg))
     jars = cached_jars(cfg)
     if jars:
         # Resolved before: hand Spark the files and skip Ivy (3-4 s per start, and offline).
@@ -226,6 +228,28 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         conf["spark.jars"] = ",".join(jars)
     conf.update(cfg.spark.extra_conf)
     return conf
+
+
+def cluster_conf(cfg: TidemarkConfig) -> dict[str, str]:
+    """What executors in JVMs of their own (a standalone cluster's workers) need that local mode
+    has from the driver's process; every key may be overridden in TIDEMARK_SPARK_CONF."""
+    checkout = Path(__file__).resolve().parent.parent
+    python_path = [str(checkout), *(str(p) for p in cfg.jobs_path),
+                   *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {
+        # event time is UTC in every JVM, not only the driver's
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        # an application takes two one-core executors (one per worker of the project's
+        # cluster): several applications run at once, none waits for cores held by another
+        "spark.cores.max": "2",
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "1g",
+        # the executors' Python workers import tidemark's stateful processors and your job
+        # files, as the driver does (on a cluster of other machines: the same paths there, or
+        # the project shipped with spark.submit.pyFiles; README, "Running at scale")
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys(python_path)),
+        "spark.executorEnv.MALLOC_ARENA_MAX": "2",
+    }
 
 
 def check_java() -> str:

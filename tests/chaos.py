@@ -22,6 +22,14 @@ Fault points:
   webhook on 127.0.0.1 that answers each in 40 ms, killed at an instant drawn over the
   delivery's length; then delivery runs again. The webhook counts notifications lost and
   POSTs repeated (same ``Idempotency-Key``).
+- ``maintenance``: with two waves of events run, a worker runs every retention step (OPTIMIZE,
+  VACUUM keeping nothing it may delete, ops pruning, the landing archive) and is killed at an
+  instant drawn over that run's length; maintenance must then succeed again by itself, and a
+  third wave must give the rows it gives after an uninterrupted maintenance.
+- ``disk_full.ingest`` / ``disk_full.jobs``: the data root is a small tmpfs (root only) filled
+  but for a random share of what ingestion (or, after a full ingestion, the job) writes; the
+  step fails on the full disk at that point (its error is kept in the trial's note), space is
+  freed, and a plain run must succeed by itself with the uninterrupted rows.
 
 After each trial the recovery run must succeed by itself (else it counts as a manual
 intervention), and the outcome is compared with an uninterrupted run on the same events, row
@@ -216,6 +224,7 @@ class Bench:
     deliver_seconds: float = 0.0
     maintain_seconds: float = 0.0
     maintenance_want: dict = field(default_factory=dict)
+    maintenance_waves: list = field(default_factory=list)
     step_bytes: dict = field(default_factory=dict)  # bytes an ingest and a job run write
 
     @property
@@ -471,29 +480,42 @@ def land(root: Path, files: list[Path]) -> None:
 def maintenance_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
     """Two waves run, then maintenance (OPTIMIZE, VACUUM keeping nothing it may delete, ops
     pruning, the landing archive) killed anywhere; maintenance again must succeed by itself,
-    and the third wave must give what it gives after an uninterrupted maintenance."""
+    and the third wave must give what it gives after an uninterrupted maintenance.
+
+    The two waves are run once, in the trials' own folder, and that folder is restored from a
+    copy before each trial (checkpoints name their files by absolute path, so the copy comes
+    back to the same place)."""
+    root = bench.work / "trials" / "maintenance"
+    stash = bench.work / "trials" / "maintenance.prepared"
     with environment(MAINTENANCE_ENV):
         if not bench.maintenance_want:  # the uninterrupted outcome and length, measured once
-            root = bench.work / "trials" / "maintenance-ref"
-            waves = landed_in_waves(bench, root)
+            bench.maintenance_waves = landed_in_waves(bench, root)
+            shutil.rmtree(stash, ignore_errors=True)
+            shutil.copytree(root, stash, symlinks=True)
             ok, bench.maintain_seconds, out = run_worker(root, "maintain")
-            land(root, waves[2])
+            land(root, bench.maintenance_waves[2])
             ok = ok and run_worker(root, "run")[0]
             if not ok:
                 raise RuntimeError(f"chaos: the uninterrupted maintenance run failed:\n{out}")
             bench.maintenance_want = snapshot(root)
-        root = bench.work / "trials" / f"maintenance-{number}"
-        waves = landed_in_waves(bench, root)
+        shutil.rmtree(root)
+        shutil.copytree(stash, root, symlinks=True)
         trial = Trial("maintenance", number)
         trial.kill_after_seconds, finished = kill_during(root, "maintain",
                                                          bench.maintain_seconds, rng)
         trial.note = "finished before the kill" if finished else ""
         ok, trial.recover_seconds, out = run_worker(root, "maintain")
-        if not ok:
+        if ok:
+            land(root, bench.maintenance_waves[2])
+            trial = recover(trial, root, "run", bench.maintenance_want)
+        else:
             trial.manual_interventions, trial.note = 1, out[-500:]
-            return trial
-        land(root, waves[2])
-        return recover(trial, root, "run", bench.maintenance_want)
+        if trial.manual_interventions or trial.events_lost or trial.events_duplicated \
+                or trial.gold_rows_lost or trial.gold_rows_duplicated:
+            kept = root.with_name(f"maintenance-{number}.failed")  # for a look afterwards
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(root, kept, symlinks=True)
+        return trial
 
 
 class SmallDisk:

@@ -71,6 +71,21 @@ def kafka_broker(tmp_path_factory):
     broker_mod.stop(cfg)
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """The project's own Spark standalone cluster (a master and two workers on 127.0.0.1, a
+    free port), one for the session; stopped at its end (and by itself if pytest dies)."""
+    from streaming_jobs import spark_cluster as cluster_mod
+    from streaming_jobs.processes import free_port
+
+    root = tmp_path_factory.mktemp("cluster-root")
+    cfg = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(root),
+                                   "TIDEMARK_CLUSTER_PORT": str(free_port())})
+    found = cluster_mod.start(cfg)
+    yield found
+    cluster_mod.stop(cfg)
+
+
 @pytest.fixture
 def kafka_cfg(cfg, kafka_broker, monkeypatch, request) -> TidemarkConfig:
     """``cfg`` with Kafka as every stream's source, on the session's broker, with topics of

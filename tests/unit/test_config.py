@@ -82,9 +82,30 @@ def test_kafka_settings_and_their_secrets_stay_out_of_reprs(tmp_path):
     assert re.search(conf["spark.sql.redaction.options.regex"], "kafka.sasl.jaas.config")
 
 
+def test_a_standalone_master_gets_what_executors_in_other_jvms_need(tmp_path):
+    local = spark_conf(TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}))
+    assert "spark.cores.max" not in local and "spark.executorEnv.PYTHONPATH" not in local
+    cfg = TidemarkConfig.from_env({
+        "TIDEMARK_DATA_ROOT": str(tmp_path), "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
+        "TIDEMARK_JOBS_PATH": str(tmp_path / "my_jobs"),
+        "TIDEMARK_SPARK_CONF": "spark.executor.memory=4g"})
+    conf = spark_conf(cfg)
+    assert conf["spark.master"] == "spark://127.0.0.1:7077"
+    assert "-Duser.timezone=UTC" in conf["spark.executor.extraJavaOptions"]
+    # the executors' Python workers import the project and the user's job folders
+    path = conf["spark.executorEnv.PYTHONPATH"].split(":")
+    assert str(Path(__file__).resolve().parents[2]) in path and str(tmp_path / "my_jobs") in path
+    assert conf["spark.cores.max"] == "2" and conf["spark.executor.cores"] == "1"
+    assert conf["spark.executor.memory"] == "4g"  # the user's setting wins
+
+
 @pytest.mark.parametrize("env,needle", [
     ({"TIDEMARK_SOURCE": "files"}, "TIDEMARK_SOURCE='files' is not one of landing, kafka"),
     ({"TIDEMARK_KAFKA_PORT": "70000"}, "TIDEMARK_KAFKA_PORT=70000 is not a TCP port"),
+    ({"TIDEMARK_CLUSTER_PORT": "70000"}, "TIDEMARK_CLUSTER_PORT=70000 is not a TCP port"),
+    ({"TIDEMARK_CLUSTER_WORKER_MEMORY": "lots"}, "TIDEMARK_CLUSTER_WORKER_MEMORY='lots': use a "
+                                                 "size like 3g"),
+    ({"TIDEMARK_CLUSTER_WORKERS": "0"}, "TIDEMARK_CLUSTER_WORKERS"),
     ({"TIDEMARK_KAFKA_CONF": "no-equals"}, "TIDEMARK_KAFKA_CONF: cannot read its setting number 1"),
     ({"TIDEMARK_SPARK_CONF": "no-equals-sign"}, "TIDEMARK_SPARK_CONF"),
     ({"TIDEMARK_SHUFFLE_PARTITIONS": "zero"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
