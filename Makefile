@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-kafka bench-live kafka-start kafka-stop chaos soak clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -43,6 +43,14 @@ kafka-start: setup
 
 kafka-stop: setup
 	$(BIN)/tidemark kafka stop
+
+# The project's own Spark standalone cluster (README, "Running at scale"); use it with
+# TIDEMARK_SPARK_MASTER=spark://127.0.0.1:7077
+cluster-start: setup
+	$(BIN)/tidemark cluster start
+
+cluster-stop: setup
+	$(BIN)/tidemark cluster stop
 
 # The always-on setup for MINUTES (default 5): landing, the continuous run, reconciliation every
 # 2 minutes, savepoints, sensors and the UI on 127.0.0.1:$(PORT); then a clean stop and the summary.
