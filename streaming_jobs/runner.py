@@ -11,6 +11,7 @@ import logging
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -169,11 +170,28 @@ def _naive(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo else ts
 
 
+@contextmanager
+def _full_disk_said_plainly(cfg: TidemarkConfig, name: str):
+    """A full disk met before the query runs (creating its tables, taking its lock) is said
+    like one met inside it, naming the query, not as a bare JVM error."""
+    try:
+        yield
+    except StreamRunError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only a full disk is reworded; the rest re-raised
+        reason, todo = query_failure(exc, cfg)
+        if not reason.startswith("the disk holding"):
+            raise
+        raise StreamRunError(f"streaming query {name} failed before it started: {reason}. "
+                             f"{todo}.") from exc
+
+
 def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
                holder: str = INCREMENTAL) -> RunMetrics:
     """Ingest everything in ``landing/<stream>`` not yet ingested."""
     name = query_name(stream)
-    writer, sink = bronze_writer(spark, cfg, stream_schema(stream))
+    with _full_disk_said_plainly(cfg, name):
+        writer, sink = bronze_writer(spark, cfg, stream_schema(stream))
     rows, seconds = _run_available_now(spark, cfg, name, writer, holder)
     return metrics(
         name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)),
@@ -186,7 +204,8 @@ def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
 def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
             holder: str = INCREMENTAL) -> RunMetrics:
     """Process every bronze row the job has not seen yet, then stop."""
-    writer = gold_writer(spark, cfg, spec)
+    with _full_disk_said_plainly(cfg, spec.name):
+        writer = gold_writer(spark, cfg, spec)
     target = cfg.paths.table("gold", spec.name)
     before = table_version(spark, target)
     rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
