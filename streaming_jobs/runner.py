@@ -172,7 +172,7 @@ def _naive(ts: datetime) -> datetime:
 
 @contextmanager
 def _full_disk_said_plainly(cfg: TidemarkConfig, name: str):
-    """A full disk met before the query runs (creating its tables, taking its lock) is said
+    """A full disk met outside the query's own run (creating its tables, starting it) is said
     like one met inside it, naming the query, not as a bare JVM error."""
     try:
         yield
@@ -192,7 +192,7 @@ def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
     name = query_name(stream)
     with _full_disk_said_plainly(cfg, name):
         writer, sink = bronze_writer(spark, cfg, stream_schema(stream))
-    rows, seconds = _run_available_now(spark, cfg, name, writer, holder)
+        rows, seconds = _run_available_now(spark, cfg, name, writer, holder)
     return metrics(
         name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)),
         output_rows=sum(good for good, _ in sink.written.values()),
@@ -204,12 +204,12 @@ def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
 def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
             holder: str = INCREMENTAL) -> RunMetrics:
     """Process every bronze row the job has not seen yet, then stop."""
+    target = cfg.paths.table("gold", spec.name)
     with _full_disk_said_plainly(cfg, spec.name):
         writer = gold_writer(spark, cfg, spec)
-    target = cfg.paths.table("gold", spec.name)
-    before = table_version(spark, target)
-    rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
-                                       sink_version_of(cfg, spec), spec)
+        before = table_version(spark, target)
+        rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
+                                           sink_version_of(cfg, spec), spec)
     return metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
                    output_rows=rows_written_since(spark, target, before),
                    previous=None if rows else last_reading(cfg, spec.name))
