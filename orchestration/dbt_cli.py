@@ -14,6 +14,9 @@ tolerance the stream uses), with one snapshot of the streams' position for the w
 invocation: ``progress_version`` (the version of ``ops/stream_progress`` every model reads)
 and ``gold_versions`` (each job's gold table as of the last batch that snapshot records).
 Streams that keep running while dbt reads cannot make the models disagree with each other.
+Each job's reconciliation recomputes only the days its new events can change
+(``recon_from``, `orchestration.recon_scope`); ``--full`` (or dbt's ``--full-refresh``)
+recomputes every day of every job, a backfill. The scope of each job is printed first.
 Dagster's DbtCliResource runs this instead of ``dbt`` (with ``--data-root PATH`` first: the
 run's data root, from its resource).
 """
@@ -111,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from orchestration.dbt_models import reconciled_jobs
 
-        variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None)
+        # --full (tidemark's) or dbt's --full-refresh: every day of every job (a backfill)
+        full = "--full" in args or "--full-refresh" in args
+        args = [a for a in args if a != "--full"]
+        variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None, full)
+        for job, reason in variables.get("recon_reasons", {}).items():
+            print(f"tidemark-dbt: {job}: {reason}", file=sys.stderr)
         result = dbtRunner().invoke(with_vars(args, variables))
     finally:
         if metastore is not None:

@@ -40,6 +40,10 @@ def job_vars(jobs: dict) -> dict:
             seconds = interval_seconds(value) if isinstance(value, str) else None
             params[f"{key}_seconds" if seconds is not None else key] = (
                 seconds if seconds is not None else value)
+        if spec.recon_partition:
+            # incremental reconciliation (orchestration/recon_scope.py)
+            params["recon_partition"] = spec.recon_partition
+            params["recon_read_back_seconds"] = interval_seconds(spec.recon_read_back) or 0
         if spec.batch_sql:
             # what batch_by_basis needs to run the job's own SQL over bronze
             params["batch_sql"] = spec.batch_sql.strip().rstrip(";")
@@ -141,12 +145,20 @@ def gold_types(cfg: TidemarkConfig, jobs: dict) -> dict[str, dict[str, str]]:
     return out
 
 
-def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None) -> dict:
-    """Every var: the jobs, and with ``cfg`` the pinned position of the streams and the
-    measures that are not numbers."""
+def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None,
+             full: bool = False) -> dict:
+    """Every var: the jobs, and with ``cfg`` the pinned position of the streams, the measures
+    that are not numbers and the days each job's reconciliation recomputes (all with
+    ``full``: a backfill)."""
     out = {"jobs": job_vars(jobs)}
     if cfg is not None:
+        from orchestration.project import run_project_dir
+        from orchestration.recon_scope import recon_scope_vars
+
         out.update(position_vars(cfg, jobs))
+        # after position_vars: the scope is read at or after the pinned progress version
+        out.update(recon_scope_vars(cfg, jobs, out["jobs"], run_project_dir(cfg),
+                                    out.get("progress_version"), full))
         out["text_measures"] = text_measures(gold_types(cfg, jobs), jobs)
         out["watermark_ahead_seconds"] = int(cfg.ops.watermark_ahead_seconds)
     return out

@@ -69,6 +69,19 @@ class JobSpec:
     origin_lines: dict = field(default_factory=dict)
     # Rules on the job's output rows (`streaming_jobs.schemas.Expectation`): warn or fail.
     expectations: tuple = ()
+    # Incremental reconciliation (orchestration/recon_scope.py) recomputes the days from the
+    # earliest one a new event can change. recon_partition: the UTC date a gold or batch row
+    # belongs to, as SQL over its columns (e.g. "to_date(window_start)"); None: the job is
+    # reconciled in full every run. recon_lookback: how far before a new event the row it
+    # changes can lie (a join's bound); recon_read_back: how far before the first recomputed
+    # day the batch side must read events to get that day's rows right (a sliding window's
+    # length, a session gap). recon_chain: the rows are sessions (window_start, window_end
+    # keys) that a new event may extend or merge however long ago they started: the scope also
+    # reaches back to every session of the last reconciliation that ends at or after it.
+    recon_partition: str | None = None
+    recon_lookback: str = "0 seconds"
+    recon_read_back: str = "0 seconds"
+    recon_chain: bool = False
 
     @property
     def recon_open_when(self) -> str:

@@ -8,8 +8,9 @@
   stream the events come from (a join reads several); its event time is the stream's own.
   read_only keeps only the rows the stream has read: reconciliation is as of the stream's
   position, so a recon that runs while bronze is ahead of the job explains nothing away.
+  scoped keeps only the events of the days an incremental run recomputes (recon_scope.sql).
 #}
-{% macro classify_lateness(job, events_ref, source=none, read_only=true) -%}
+{% macro classify_lateness(job, events_ref, source=none, read_only=true, scoped=true) -%}
     {%- set source = source or var('jobs')[job]['source'] -%}
     {%- set event_time = var('jobs')[job]['sources'][source] -%}
     select
@@ -20,11 +21,16 @@
     left join ({{ batches_read(job, source) }}) as batches
         on events.bronze_version > batches.version_from
         and events.bronze_version <= batches.version_to
+    where true
     {% if read_only -%}
     -- as of the stream's position: bronze rows it has not read yet are no part of either side
-    where events.bronze_version <= (
+    and events.bronze_version <= (
         select coalesce(max(version_to), -1) from ({{ batches_read(job, source) }})
     )
+    {%- endif %}
+    {% if scoped and recon_from(job) is not none -%}
+    -- the events of the days this run recomputes (macros/recon_scope.sql)
+    and {{ events_in_recon_scope(job, 'events.' ~ event_time) }}
     {%- endif %}
 {%- endmacro %}
 

@@ -1,13 +1,19 @@
 {# A job's gold rows per key; a key present twice is a defect, summed here (any one value of
-   a non-numeric measure) and flagged by stream_rows. #}
+   a non-numeric measure) and flagged by stream_rows. A job reconciled by day: its rows of
+   the days this run recomputes, with their day (recon_date). #}
 {% macro streamed_by_key(job) -%}
 {%- set keys = var('jobs')[job]['keys'] -%}
 {%- set measures = var('jobs')[job]['measures'] -%}
+{%- set partitioned = var('jobs')[job].get('recon_partition') -%}
     select
         {{ keys | join(', ') }},
         {% for m in measures %}{% if measure_is_numeric(job, m) %}sum({{ m }}){% else %}any_value({{ m }}){% endif %} as {{ m }},
-        {% endfor %}count(*) as stream_rows
+        {% endfor %}{% if partitioned %}min({{ recon_date(job) }}) as recon_date,
+        {% endif %}count(*) as stream_rows
     from {{ gold_as_of(job) }}
+    {% if partitioned -%}
+    where {{ in_recon_scope(job, recon_date(job)) }}
+    {% endif -%}
     group by {{ keys | join(', ') }}
 {%- endmacro %}
 

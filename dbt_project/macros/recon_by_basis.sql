@@ -36,7 +36,8 @@
         t.{{ m }} as batch_{{ m }},
         o.{{ m }} as batch_{{ m }}_on_time,
         {% endfor %}a.stream_rows,
-        case
+        {% if spec.get('recon_partition') %}a.recon_date,
+        {% endif %}case
             when a.stream_rows = 1 and t.{{ keys[0] }} is not null
                 and {{ same_values('a', 't', job) }} then 'match'
             when a.stream_rows = 1 and o.{{ keys[0] }} is not null
@@ -61,7 +62,8 @@
         t.{{ m }} as batch_{{ m }},
         o.{{ m }} as batch_{{ m }}_on_time,
         {% endfor %}cast(null as bigint) as stream_rows,
-        case
+        {% if spec.get('recon_partition') %}coalesce(t.recon_date, o.recon_date) as recon_date,
+        {% endif %}case
             when s.stream_watermark is null or ({{ open_when }}) then 'window_open'
             when o.{{ keys[0] }} is not null then 'missing_in_stream'
             else 'late_dropped'
@@ -86,7 +88,8 @@
         {% if measure_is_numeric(job, m) %}c.stream_{{ m }} - c.batch_{{ m }}{% else %}cast(null as double){% endif %} as {{ m }}_diff,
         {% endfor %}c.stream_rows,
         s.stream_watermark,
-        current_timestamp() as reconciled_at
+        current_timestamp() as reconciled_at{% if spec.get('recon_partition') %},
+        c.recon_date{% endif %}
     from ({% for relation in classified %}select * from {{ relation }}{% if not loop.last %} union all {% endif %}{% endfor %}) as c
     cross join {{ stream_state }} as s
 {%- endmacro %}

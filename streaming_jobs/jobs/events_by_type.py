@@ -48,6 +48,7 @@ SPEC = JobSpec(
     output_mode="append",
     build=build,
     partition_by=("event_type", "event_date"),
+    recon_partition="event_date",
     table_properties={"delta.autoOptimize.autoCompact": "true"},
     thresholds=StateThresholds(warn_rows=500_000, critical_rows=2_000_000),
     tolerance=1e-6,

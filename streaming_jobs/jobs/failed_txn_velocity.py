@@ -49,6 +49,9 @@ SPEC = JobSpec(
     output_mode="append",
     build=build,
     params={"window": "24 hours", "slide": "5 seconds"},
+    # a change point at window_end sums the FAILED events of the day before it
+    recon_partition="to_date(window_end)",
+    recon_read_back="24 hours 5 seconds",
     thresholds=StateThresholds(warn_rows=200_000, critical_rows=1_000_000),
     recon_warn_share=0.9,  # a change point stays open for a day: most recent ones are open
 )

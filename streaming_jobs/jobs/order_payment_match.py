@@ -74,6 +74,10 @@ SPEC = JobSpec(
     output_mode="append",
     build=build,
     params={"within": "20 minutes"},
+    # an order and its payment are at most the bound apart
+    recon_partition="to_date(coalesce(order_time, payment_time))",
+    recon_lookback="20 minutes",
+    recon_read_back="20 minutes",
     thresholds=StateThresholds(warn_rows=200_000, critical_rows=1_000_000),
     tolerance=1e-6,
 )

@@ -47,6 +47,9 @@ SPEC = JobSpec(
     output_mode="append",
     build=build,
     params={"gap": "5 minutes"},
+    recon_partition="to_date(window_start)",
+    recon_read_back="5 minutes",  # the gap: whether a click starts a session
+    recon_chain=True,
     thresholds=StateThresholds(warn_rows=100_000, critical_rows=500_000),
     tolerance=1e-6,
 )

@@ -42,6 +42,7 @@ SPEC = JobSpec(
     output_mode="append",
     build=build,
     params={"window": "1 hour"},
+    recon_partition="to_date(window_start)",
     thresholds=StateThresholds(warn_rows=100_000, critical_rows=500_000),
     tolerance=1e-6,  # sums of doubles in another order
     recon_warn_share=0.75,  # the latest hour of every zone is open until the watermark passes

@@ -37,8 +37,12 @@ from pathlib import Path
 DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 
 
-def land_and_stream(spark, cfg, events: int, waves: int, seed: int) -> dict[str, float]:
-    """Generate, land wave by wave, ingest and stream every job; returns seconds per phase."""
+def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
+                    days: float = 0.0) -> dict[str, float]:
+    """Generate, land wave by wave, ingest and stream every job; returns seconds per phase.
+
+    ``days``: spread every stream's events over that many days of event time (else the demo's
+    rates: 2 events/s, clicks 0.5)."""
     from orchestration.demo import DEMO_RATES
     from streaming_jobs.generator import GeneratorConfig, generate, write_files
     from streaming_jobs.registry import registry
@@ -50,7 +54,8 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int) -> dict[str,
     started = time.monotonic()
     for stream in DEMO_STREAMS:
         gen = GeneratorConfig(stream=stream, events=per_stream, files=waves, seed=seed,
-                              rate=DEMO_RATES.get(stream, 2.0))
+                              rate=per_stream / (days * 86_400) if days
+                              else DEMO_RATES.get(stream, 2.0))
         write_files(pending / stream, gen, generate(gen))  # one stream in memory at a time
         gens.append(gen)
     times = {"generate": time.monotonic() - started, "ingest": 0.0, "stream": 0.0}
@@ -75,11 +80,12 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int) -> dict[str,
 
 
 def dbt_build(cfg, threads: int) -> tuple[float, float, int]:
-    """One `dbt build` in this process: wall seconds, seconds in node SQL, nodes run."""
+    """One full `dbt build` (every day of every job) in this process: wall seconds, seconds in
+    node SQL, nodes run. The incremental one: tests/benchmarks/incremental_recon.py."""
     from orchestration.dbt_cli import main as dbt_main
 
     t0 = time.monotonic()
-    code = dbt_main(["build", "--quiet", "--threads", str(threads)])
+    code = dbt_main(["--full", "build", "--quiet", "--threads", str(threads)])
     wall = time.monotonic() - t0
     if code != 0:
         raise SystemExit(f"dbt build failed (exit {code}); see {cfg.paths.dbt / 'logs'}")
@@ -121,6 +127,9 @@ def _statement(spark, node) -> bool:
         spark.sql(f"create or replace view {relation} as {sql}")
     elif node["materialized"] == "incremental":
         spark.sql(f"insert into {relation} {sql}")
+    elif node["materialized"] == "recon_partitions":  # a full build: the whole table
+        spark.sql(f"create or replace table {relation} using delta partitioned by (recon_date) "
+                  f"as {sql}")
     else:
         spark.sql(f"create or replace table {relation} using delta as {sql}")
     return False
@@ -166,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs; the order alternates")
     parser.add_argument("--data-root", help="reuse a data root kept by an earlier --keep run")
     parser.add_argument("--keep", action="store_true", help="keep the data root")
+    parser.add_argument("--days", type=float, default=0.0,
+                        help="spread each stream over this many days of event time")
+    parser.add_argument("--setup-only", action="store_true",
+                        help="land and stream, keep the data root, time nothing")
     parser.add_argument("--serial", action="store_true",
                         help="also time the plain SQL on one thread")
     parser.add_argument("--threads", type=int, default=0,
@@ -181,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     spark = get_spark(cfg, hive_metastore=True)  # dbt-spark's session method reuses it
-    phases = {} if reuse else land_and_stream(spark, cfg, args.events, args.waves, args.seed)
+    phases = {} if reuse else land_and_stream(spark, cfg, args.events, args.waves, args.seed,
+                                              args.days)
+    if args.setup_only:
+        print(f"setup: {phases}; data root kept: {root}")
+        spark.stop()
+        return 0
     bronze = {s: read_table(spark, cfg.paths.table("bronze", s)).count() for s in DEMO_STREAMS}
     gold = {}
     from streaming_jobs.registry import registry

@@ -1,4 +1,5 @@
 {%- set job = 'events_by_type' -%}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 
 -- Every distinct click in its (event_type, event_date) partition: over all clicks (basis all)
 -- and over the clicks the stream counted (basis on_time).
@@ -38,4 +39,4 @@ final as (
 
 )
 
-select * from final
+{{ batch_rows_in_scope(job) }}

@@ -1,4 +1,5 @@
 {%- set job = 'failed_txn_velocity' -%}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 {%- set window_ms = (job_param(job, 'window_seconds') | int) * 1000 -%}
 {%- set slide_ms = (job_param(job, 'slide_seconds') | int) * 1000 -%}
 
@@ -80,4 +81,4 @@ final as (
 
 )
 
-select * from final
+{{ batch_rows_in_scope(job) }}

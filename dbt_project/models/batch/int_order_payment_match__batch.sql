@@ -1,4 +1,5 @@
 {%- set job = 'order_payment_match' -%}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 {%- set within_seconds = job_param(job, 'within_seconds') | int -%}
 
 -- Orders and payments matched in batch: a payment pays an order it names within the bound
@@ -73,4 +74,4 @@ final as (
 
 )
 
-select * from final
+{{ batch_rows_in_scope(job) }}

@@ -1,4 +1,5 @@
 {%- set job = 'user_sessions' -%}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 {%- set gap_seconds = job_param(job, 'gap_seconds') | int -%}
 
 with events as (
@@ -39,4 +40,4 @@ final as (
 
 )
 
-select * from final
+{{ batch_rows_in_scope(job) }}

@@ -1,4 +1,5 @@
 {%- set job = 'zone_revenue_hourly' -%}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 {%- set window_seconds = job_param(job, 'window_seconds') | int -%}
 
 with events as (
@@ -49,4 +50,4 @@ final as (
 
 )
 
-select * from final
+{{ batch_rows_in_scope(job) }}

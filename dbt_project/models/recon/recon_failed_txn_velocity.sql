@@ -3,6 +3,7 @@
 -- The rule (macros/recon_by_basis.sql): the stream must equal the on-time basis; whatever
 -- separates it from the truth is explained by late events, or by what is not final yet.
 {%- set job = 'failed_txn_velocity' %}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 
 with streamed as (
 
@@ -14,12 +15,14 @@ with streamed as (
 truth as (
 
     select * from {{ ref('int_failed_txn_velocity__batch') }} where basis = 'all'
+        and {{ in_recon_scope(job) }}  -- the days this run recomputes
 
 ),
 
 on_time as (
 
     select * from {{ ref('int_failed_txn_velocity__batch') }} where basis = 'on_time'
+        and {{ in_recon_scope(job) }}  -- the days this run recomputes
 
 ),
 

@@ -1,4 +1,5 @@
 {%- set job = 'zone_revenue_hourly' -%}
+{{ config(materialized='recon_partitions', recon_job=job) }}
 {%- set spec = var('jobs')[job] -%}
 {%- set keys = spec['keys'] -%}
 {%- set measures = spec['measures'] -%}
@@ -18,6 +19,7 @@ with streamed as (
 batched as (
 
     select *, true as in_batch from {{ ref('int_zone_revenue_hourly__batch') }}
+    where {{ in_recon_scope(job) }}  -- the days this run recomputes
 
 ),
 
@@ -35,6 +37,7 @@ joined as (
         batched.{{ m }} as batch_{{ m }},
         batched.{{ m }}_on_time as batch_{{ m }}_on_time,
         {% endfor %}streamed.stream_rows,
+        coalesce(streamed.recon_date, batched.recon_date) as recon_date,
         coalesce(batched.in_batch, false) as in_batch,
         coalesce(batched.events_on_time, 0) as batch_events_on_time
     from streamed
@@ -82,7 +85,8 @@ final as (
         stream_{{ m }} - batch_{{ m }} as {{ m }}_diff,
         {% endfor %}stream_rows,
         stream_watermark,
-        current_timestamp() as reconciled_at
+        current_timestamp() as reconciled_at,
+        recon_date
     from classified
 
 )

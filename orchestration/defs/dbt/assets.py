@@ -24,6 +24,9 @@ from orchestration.recon_report import recon_counts, recon_metadata, summary_met
 from orchestration.resources import TidemarkResource
 
 RECON_GROUP = "reconciliation"
+# A run with tidemark/recon=full recomputes every day of every job (a backfill); otherwise
+# each job recomputes the days its new events can change (orchestration/recon_scope.py).
+RECON_MODE_TAG = "tidemark/recon"
 
 
 def reconcile_on_update() -> dg.AutomationCondition:
@@ -79,13 +82,20 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
     def tidemark_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource,
                      tidemark: TidemarkResource):
         run_cfg = tidemark.config()
-        # The jobs' parameters and the streams' position, pinned for the whole build.
-        variables = dbt_vars(jobs, run_cfg)
+        # The jobs' parameters and the streams' position, pinned for the whole build; the
+        # days each job recomputes (all of them with the run tag tidemark/recon=full)
+        full = context.run.tags.get(RECON_MODE_TAG) == "full"
+        variables = dbt_vars(jobs, run_cfg, full)
         context.log.info(f"dbt vars: progress_version {variables.get('progress_version')}, "
                          f"gold_versions {variables.get('gold_versions')}")
+        context.log.info("reconciliation scope: " + "; ".join(
+            f"{job} {why}" for job, why in variables.get("recon_reasons", {}).items()))
         target = run_cfg.paths.dbt / "target" / f"run-{context.run.run_id[:8]}"
         # tidemark-dbt takes the run's data root first and picks the SQL endpoint when it runs
-        args = ["--data-root", str(run_cfg.data_root), "build", "--vars", json.dumps(variables)]
+        # dbt's unit tests check the models' SQL on fixed rows: CI runs them (and `make dbt
+        # ARGS=build`), a scheduled reconciliation need not pay for them every time
+        args = ["--data-root", str(run_cfg.data_root), "build", "--exclude-resource-type",
+                "unit_test", "--vars", json.dumps(variables)]
         for event in dbt.cli(args, context=context, target_path=target).stream():
             if isinstance(event, dg.Output):
                 key = context.asset_key_for_output(event.output_name)

@@ -1,0 +1,81 @@
+{#
+  Incremental reconciliation (orchestration/recon_scope.py decides, before dbt starts).
+
+  A job with a recon_partition has its batch and recon tables partitioned by recon_date (the
+  UTC day of the row's window, session or order). var recon_from[job] is the first day this
+  run recomputes: the days from there on are replaced, the days before it kept as the last
+  run left them. Null (or a job without recon_partition): every day, the table rebuilt (a full
+  reconciliation, or a backfill: `tidemark-dbt --full`).
+#}
+
+{# The first day this run recomputes for the job, or none (every day; also in dbt's unit
+   tests, whose fixture rows are the whole input). #}
+{% macro recon_from(job) -%}
+{%- if model is defined and model is mapping and model.get('resource_type') == 'unit_test' -%}
+{{ return(none) }}
+{%- endif -%}
+{{ return(var('recon_from', {}).get(job) if var('jobs')[job].get('recon_partition') else none) }}
+{%- endmacro %}
+
+{# The job's day of a row, as SQL over its columns (gold and batch rows alike). #}
+{% macro recon_date(job) -%}
+{{ var('jobs')[job]['recon_partition'] }}
+{%- endmacro %}
+
+{# A batch model's rows with their day, the recomputed days only (its last select). #}
+{% macro batch_rows_in_scope(job, relation='final') -%}
+select *, {{ recon_date(job) }} as recon_date
+from {{ relation }}
+where {{ in_recon_scope(job, recon_date(job)) }}
+{%- endmacro %}
+
+{# `date_sql >= the first recomputed day`, or true when every day is recomputed. #}
+{% macro in_recon_scope(job, date_sql='recon_date') -%}
+{%- set first = recon_from(job) -%}
+{%- if first is none -%}true{%- else -%}{{ date_sql }} >= date'{{ first }}'{%- endif -%}
+{%- endmacro %}
+
+{# The events a job's batch model reads: from the first recomputed day less its read-back
+   (a sliding window's length, a session gap, a join bound), or every event. #}
+{% macro events_in_recon_scope(job, event_time) -%}
+{%- set first = recon_from(job) -%}
+{%- if first is none -%}true{%- else -%}
+{{ event_time }} >= timestamp'{{ first }} 00:00:00' - make_interval(0, 0, 0, 0, 0, 0, {{ var('jobs')[job]['recon_read_back_seconds'] }})
+{%- endif -%}
+{%- endmacro %}
+
+{#
+  A table partitioned by recon_date whose days from var recon_from[job] on are replaced by the
+  model's rows in one Delta commit (INSERT INTO ... REPLACE WHERE): readers see the old days or
+  the new ones, never a mix, and a run killed half way leaves the last run's table. Without a
+  first day (a full run), or when the table is not there yet, it is created or replaced whole.
+  Config: recon_job (the job whose var recon_from applies).
+#}
+{% materialization recon_partitions, adapter='spark' -%}
+  {%- set job = config.require('recon_job') -%}
+  {%- set first = recon_from(job) -%}
+  {%- set target = this.incorporate(type='table') -%}
+  {%- set existing = load_relation(this) -%}
+  {{ run_hooks(pre_hooks) }}
+  {%- if first is not none and existing is none -%}
+    {%- do exceptions.raise_compiler_error("recon table " ~ this ~ " of job " ~ job ~ " is missing but this run recomputes only the days from " ~ first ~ ": run a full reconciliation (tidemark-dbt --full build, or the reconciliation_job with tag tidemark/recon=full)") -%}
+  {%- endif -%}
+  {%- if first is none -%}
+    {%- call statement('main') -%}
+      create or replace table {{ target }}
+      using delta
+      partitioned by (recon_date)
+      as {{ sql }}
+    {%- endcall -%}
+  {%- else -%}
+    {%- set columns = adapter.get_columns_in_relation(existing) | map(attribute='name') | list -%}
+    {%- call statement('main') -%}
+      insert into {{ target }} replace where recon_date >= date'{{ first }}'
+      select {{ columns | join(', ') }} from (
+      {{ sql }}
+      )
+    {%- endcall -%}
+  {%- endif -%}
+  {{ run_hooks(post_hooks) }}
+  {{ return({'relations': [target]}) }}
+{%- endmaterialization %}

@@ -1,0 +1,93 @@
+{#
+  Per job and source: the lateness replay as running counts. A bronze row's lateness is fixed
+  once a batch of the stream has read it, so each run replays only the rows past the version
+  the last run counted up to (counted_upto) and adds them to its counts. Rows the stream has
+  not read yet are counted as such every time. The counts start again from every row when the
+  stream was rebuilt or restored (another checkpoint query id), the dbt project changed (the
+  fingerprint), or a full reconciliation was asked for (var recon_full).
+#}
+{%- set previous = load_relation(this) if execute else none -%}
+{%- set carried = previous is not none and not var('recon_full', false)
+    and 'counted_upto' in (adapter.get_columns_in_relation(previous) | map(attribute='name') | list) -%}
+{%- set now = {} -%}
+{%- for p in var('recon_positions', []) -%}
+{%- do now.update({p['job'] ~ '/' ~ p['source']: p}) -%}
+{%- endfor %}
+
+with
+
+{% if carried -%}
+previous as (
+
+    select * from {{ this }}
+
+),
+{%- endif %}
+
+{% for job, params in var('jobs').items() %}
+{% for source in params['sources'] %}
+{%- set here = now.get(job ~ '/' ~ source, {}) -%}
+{%- set counted_upto = here.get('version_to', -1) | int %}
+replay_{{ job }}__{{ source }} as (
+
+    select
+        '{{ job }}' as job,
+        '{{ source }}' as source,
+        cast({{ counted_upto }} as bigint) as counted_upto,
+        '{{ here.get("query_id", "") }}' as query_id,
+        '{{ here.get("fingerprint", "") }}' as fingerprint,
+        count_if(is_late) as late_events_replayed,
+        -- never read although the stream has read past them (a stream started later)
+        count_if(not seen_by_stream and bronze_version <= {{ counted_upto }}) as events_skipped,
+        count_if(not seen_by_stream and bronze_version > {{ counted_upto }}) as events_not_yet_read
+    from ({{ classify_lateness(job, ref('stg_' ~ source), source, read_only=false, scoped=false) }})
+    {% if carried -%}
+    -- the rows past what the last run counted (all of them when it counted another lineage)
+    where bronze_version > (
+        select coalesce(max(counted_upto), -1) from previous
+        where job = '{{ job }}' and source = '{{ source }}'
+            and query_id = '{{ here.get("query_id", "") }}'
+            and fingerprint = '{{ here.get("fingerprint", "") }}'
+    )
+    {%- endif %}
+
+),
+{% endfor %}
+{% endfor %}
+
+replayed as (
+
+    {% for job, params in var('jobs').items() %}{% for source in params['sources'] %}
+    select * from replay_{{ job }}__{{ source }}
+    {% if not loop.last %}union all{% endif %}
+    {% endfor %}{% if not loop.last %}union all{% endif %}{% endfor %}
+
+),
+
+final as (
+
+    select
+        replayed.job,
+        replayed.source,
+        replayed.counted_upto,
+        replayed.query_id,
+        replayed.fingerprint,
+        {% if carried -%}
+        replayed.late_events_replayed + coalesce(previous.late_events_replayed, 0)
+            as late_events_replayed,
+        replayed.events_skipped + coalesce(previous.events_skipped, 0) as events_skipped,
+        {%- else -%}
+        replayed.late_events_replayed,
+        replayed.events_skipped,
+        {%- endif %}
+        replayed.events_not_yet_read
+    from replayed
+    {% if carried -%}
+    left join previous
+        on previous.job = replayed.job and previous.source = replayed.source
+        and previous.query_id = replayed.query_id and previous.fingerprint = replayed.fingerprint
+    {%- endif %}
+
+)
+
+select * from final

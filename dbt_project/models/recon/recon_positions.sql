@@ -1,0 +1,64 @@
+{{ config(materialized='incremental', incremental_strategy='append') }}
+{%- set positions = var('recon_positions', []) %}
+
+-- Where each job's reconciliation got to: per job and source, the bronze version the streams
+-- had read (pinned for this invocation by tidemark-dbt), the stream's checkpoint query id and
+-- the fingerprint of the project and the job's parameters, and the first day still holding
+-- window_open rows. Built after every recon model, so a run that fails records nothing. The
+-- next run recomputes only the days its new events can change (orchestration/recon_scope.py).
+{% for job in var('jobs') %}
+-- depends_on: {{ ref('recon_' ~ job) }}
+{%- endfor %}
+
+with positions as (
+
+    {% if positions -%}
+    select * from values
+        {% for p in positions -%}
+        ('{{ p.job }}', '{{ p.source }}', cast({{ p.version_to }} as bigint), '{{ p.query_id }}', '{{ p.fingerprint }}'){% if not loop.last %},{% endif %}
+        {% endfor -%}
+        as t(job, source, version_to, query_id, fingerprint)
+    {%- else -%}
+    select
+        cast(null as string) as job,
+        cast(null as string) as source,
+        cast(null as bigint) as version_to,
+        cast(null as string) as query_id,
+        cast(null as string) as fingerprint
+    where false
+    {%- endif %}
+
+),
+
+still_open as (
+
+    {% for job, spec in var('jobs').items() %}
+    {% if spec.get('recon_partition') -%}
+    select '{{ job }}' as job, min(recon_date) as open_from
+    from {{ ref('recon_' ~ job) }}
+    where recon_class = 'window_open'
+    {%- else -%}
+    select '{{ job }}' as job, cast(null as date) as open_from
+    {%- endif %}
+    {% if not loop.last %}union all{% endif %}
+    {% endfor %}
+
+),
+
+final as (
+
+    select
+        positions.job,
+        positions.source,
+        positions.version_to,
+        positions.query_id,
+        positions.fingerprint,
+        still_open.open_from,
+        '{{ invocation_id }}' as invocation_id,
+        current_timestamp() as reconciled_at
+    from positions
+    left join still_open on positions.job = still_open.job
+
+)
+
+select * from final

@@ -1,0 +1,229 @@
+"""Incremental reconciliation: the first day each job's reconciliation recomputes.
+
+A full reconciliation recomputes every job over all of bronze, so its cost grows with history.
+This module decides, before dbt starts, how little of it a run can recompute and still give
+the rows a full one gives (a backfill of every day).
+
+Every run records, per job and source, the bronze version it reconciled up to (the dbt model
+``recon_positions``, built after every recon model: a run that fails records nothing, and the
+next one starts again from the last recorded position). The next run:
+
+1. takes the files each source's bronze table added since then from the Delta log, and their
+   earliest event time from the files' statistics (no data is read): the new events;
+2. the earliest day a new event can change is the day of that time less the job's
+   ``recon_lookback`` (a join's bound); it also reaches back to the first day that held
+   ``window_open`` rows last time (their windows may have closed since), and for session jobs
+   (``recon_chain``) to the start of every session last reconciled that ends at or after the
+   earliest new event (a new click may extend or merge it);
+3. passes that day as ``var('recon_from')[job]``: the job's batch and recon tables replace the
+   days from there on in one Delta commit each (materialization ``recon_partitions``), and the
+   batch model reads events from that day less ``recon_read_back``.
+
+A job is recomputed in full (``recon_from`` null) on its first reconciliation; after its
+stream was rebuilt or restored (a new checkpoint query id) or its bronze rewound; when the dbt
+project or the job's parameters changed (the fingerprint); when a log version it needs is gone
+or a file lacks statistics; and when ``full`` is asked for (``tidemark-dbt --full``, the
+``tidemark/recon: full`` run tag): a backfill. A job without ``recon_partition`` (keyed state
+such as a profile, the jobs you add) is always recomputed in full.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+
+from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.intervals import interval_seconds
+from streaming_jobs.registry import stream_schema
+from streaming_jobs.spec import JobSpec
+
+# recon_from when nothing new reached a job: no day is recomputed
+NOTHING_NEW = "9999-12-31"
+
+
+def fingerprint(project: Path, job_params: dict) -> str:
+    """A hash of the dbt project's SQL and settings and of the job's parameters: a change to
+    either makes the next reconciliation of the job a full one."""
+    digest = hashlib.sha256(json.dumps(job_params, sort_keys=True, default=str).encode())
+    for path in sorted([*project.glob("models/**/*.sql"), *project.glob("macros/**/*.sql"),
+                        project / "dbt_project.yml"]):
+        if path.is_file():
+            digest.update(path.relative_to(project).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def positions_now(progress_rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per job and source: the newest bronze version its batches have read (pure)."""
+    out: dict[str, dict[str, int]] = {}
+    for row in progress_rows:
+        for read in row.get("source_versions") or []:
+            if read.get("version_to") is None:
+                continue
+            sources = out.setdefault(row["job"], {})
+            sources[read["source_table"]] = max(sources.get(read["source_table"], -1),
+                                                int(read["version_to"]))
+    return out
+
+
+def last_reconciled(rows: list[dict]) -> dict[str, dict]:
+    """Per job, the positions recorded by its newest reconciliation (pure): query id,
+    fingerprint, open_from (a date or None) and the version per source."""
+    newest: dict[str, str] = {}
+    for row in rows:
+        if row["job"] not in newest or row["reconciled_at"] > newest[row["job"]][0]:
+            newest[row["job"]] = (row["reconciled_at"], row["invocation_id"])
+    out: dict[str, dict] = {}
+    for row in rows:
+        if (row["reconciled_at"], row["invocation_id"]) != newest[row["job"]]:
+            continue
+        job = out.setdefault(row["job"], {"query_id": row["query_id"],
+                                          "fingerprint": row["fingerprint"],
+                                          "open_from": row["open_from"], "versions": {}})
+        job["versions"][row["source"]] = int(row["version_to"])
+    return out
+
+
+class NeedsFull(Exception):
+    """Why a job must be reconciled in full this time."""
+
+
+def earliest_new_event(table: Path, after: int, upto: int, column: str) -> dt.datetime | None:
+    """The earliest ``column`` value in the files bronze versions (after, upto] added, from
+    their statistics; None when they added no rows. Files rewritten without new rows
+    (OPTIMIZE: dataChange false) are not new."""
+    from streaming_jobs.delta_log import commit_actions
+
+    earliest = None
+    for version in range(after + 1, upto + 1):
+        try:
+            actions = commit_actions(table, version)
+        except OSError:
+            raise NeedsFull(f"{table.name}: the log of version {version} is gone")
+        for action in actions:
+            add = action.get("add")
+            if not add or not add.get("dataChange", True):
+                continue
+            stats = json.loads(add.get("stats") or "{}")
+            if stats.get("numRecords") == 0:
+                continue
+            low = (stats.get("minValues") or {}).get(column)
+            if low is None:
+                raise NeedsFull(f"{table.name}: a file of version {version} has no statistics "
+                                f"for {column}")
+            at = dt.datetime.fromisoformat(low.replace("Z", "+00:00"))
+            earliest = at if earliest is None or at < earliest else earliest
+    return earliest
+
+
+def first_day(spec: JobSpec, earliest: dt.datetime | None, open_from: dt.date | None,
+              chain_start: dt.datetime | None) -> str:
+    """The first day to recompute (pure): the day a new event can change, or that still held
+    open rows, or that a session it extends began on."""
+    days = []
+    if earliest is not None:
+        back = interval_seconds(spec.recon_lookback) or 0
+        days.append((earliest - dt.timedelta(seconds=back)).date())
+    if chain_start is not None:
+        days.append(chain_start.date())
+    if open_from is not None:
+        # rows still open last time: a batch without new events (Spark runs one when the
+        # watermark moved) may have closed and emitted them since
+        days.append(open_from)
+    return min(days).isoformat() if days else NOTHING_NEW
+
+
+def session_start_reached(cfg: TidemarkConfig, job: str, earliest: dt.datetime) -> dt.datetime | None:
+    """The start of the earliest session last reconciled that ends at or after ``earliest``
+    (a new click at or after it may extend or merge it), from the job's batch table."""
+    from deltalake import DeltaTable, QueryBuilder
+    import pyarrow as pa
+
+    table = DeltaTable(str(cfg.paths.dbt_table("batch", f"int_{job}__batch")))
+    at = earliest.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    rows = pa.table(QueryBuilder().register("t", table).execute(
+        f"select min(window_start) as start from t where window_end >= '{at}'")).to_pylist()
+    start = rows[0]["start"] if rows else None
+    if start is not None and start.tzinfo is None:
+        start = start.replace(tzinfo=dt.timezone.utc)
+    return start
+
+
+def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[str, int],
+              query_id: str | None, print_: str) -> str:
+    """The first day to recompute for one job, or raise NeedsFull."""
+    if last is None:
+        raise NeedsFull("first reconciliation")
+    if last["query_id"] != query_id:
+        raise NeedsFull("its stream was rebuilt or restored since the last reconciliation")
+    if last["fingerprint"] != print_:
+        raise NeedsFull("the dbt project or the job's parameters changed")
+    for kind in ("batch", "recon"):
+        name = f"int_{spec.name}__batch" if kind == "batch" else f"recon_{spec.name}"
+        if not (cfg.paths.dbt_table(kind, name) / "_delta_log").is_dir():
+            raise NeedsFull(f"table {kind}.{name} is missing")
+    earliest = None
+    for source in spec.sources:
+        after = last["versions"].get(source)
+        upto = now.get(source, -1)
+        if after is None or upto < after:
+            raise NeedsFull(f"bronze {source} was rebuilt since the last reconciliation")
+        column = stream_schema(source).event_time
+        found = earliest_new_event(cfg.paths.table("bronze", source), after, upto, column)
+        if found is not None and (earliest is None or found < earliest):
+            earliest = found
+    chain = (session_start_reached(cfg, spec.name, earliest)
+             if spec.recon_chain and earliest is not None else None)
+    open_from = last["open_from"]
+    if isinstance(open_from, dt.datetime):
+        open_from = open_from.date()
+    return first_day(spec, earliest, open_from, chain)
+
+
+def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: dict,
+                     project: Path, version: int | None, full: bool = False) -> dict:
+    """``recon_from`` (job -> first day, or None: in full) and ``recon_positions`` (the rows
+    ``recon_positions`` records when the run succeeds), with the reason per job. ``version``:
+    the progress table's version pinned for the invocation (its positions are the run's)."""
+    from streaming_jobs import ops_tables
+    from streaming_jobs.checkpoints import query_id
+
+    progress = ops_tables.read(cfg, "stream_progress", as_of=version,
+                               columns=["job", "source_versions"]) if version is not None else []
+    now = positions_now(progress)
+    recorded = last_reconciled(read_positions(cfg))
+    scope, reasons, positions = {}, {}, []
+    for name, spec in jobs.items():
+        current = query_id(cfg.paths.checkpoint(name))
+        print_ = fingerprint(project, job_params.get(name, {}))
+        for source in spec.sources:
+            positions.append({"job": name, "source": source,
+                              "version_to": now.get(name, {}).get(source, -1),
+                              "query_id": current or "", "fingerprint": print_})
+        if not spec.recon_partition:
+            scope[name], reasons[name] = None, "keyed state without a day: always in full"
+            continue
+        if full:
+            scope[name], reasons[name] = None, "a backfill was asked for"
+            continue
+        try:
+            scope[name] = job_scope(cfg, spec, recorded.get(name), now.get(name, {}),
+                                    current or "", print_)
+            reasons[name] = ("nothing new" if scope[name] == NOTHING_NEW
+                             else f"from {scope[name]}")
+        except NeedsFull as why:
+            scope[name], reasons[name] = None, f"in full: {why}"
+    return {"recon_from": scope, "recon_positions": positions, "recon_reasons": reasons,
+            "recon_full": full}
+
+
+def read_positions(cfg: TidemarkConfig) -> list[dict]:
+    """The rows of recon_positions ([] before the first reconciliation)."""
+    path = cfg.paths.dbt_table("recon", "recon_positions")
+    if not (path / "_delta_log").is_dir():
+        return []
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
