@@ -202,7 +202,7 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
             positions.append({"job": name, "source": source,
                               "version_to": now.get(name, {}).get(source, -1),
                               "query_id": current or "", "fingerprint": print_})
-        if not spec.recon_partition:
+        if "recon_partition" not in job_params.get(name, {}):
             scope[name], reasons[name] = None, "keyed state without a day: always in full"
             continue
         if full:

@@ -1,0 +1,90 @@
+"""The first day an incremental reconciliation recomputes, from hand-written inputs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from orchestration.recon_scope import (NOTHING_NEW, NeedsFull, earliest_new_event, first_day,
+                                       last_reconciled, positions_now)
+from streaming_jobs.registry import registry
+
+UTC = dt.timezone.utc
+
+
+def commit(table, version: int, *actions: dict) -> None:
+    log = table / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def add(low: str | None, rows: int = 3, data_change: bool = True) -> dict:
+    stats = {"numRecords": rows, "minValues": {"event_time": low} if low else {}}
+    return {"add": {"path": "x.parquet", "dataChange": data_change, "stats": json.dumps(stats)}}
+
+
+def test_the_earliest_new_event_comes_from_the_files_added_since(tmp_path):
+    table = tmp_path / "bronze"
+    commit(table, 0, add("2026-03-01T00:00:00.000Z"))
+    commit(table, 1, add("2026-03-02T10:00:00.000Z"), add("2026-03-02T08:30:00.000Z"))
+    # OPTIMIZE rewrites old rows: not new events
+    commit(table, 2, add("2026-02-01T00:00:00.000Z", data_change=False))
+    commit(table, 3, add("2026-03-03T00:00:00.000Z"), add(None, rows=0))
+    assert earliest_new_event(table, 0, 3, "event_time") == dt.datetime(2026, 3, 2, 8, 30,
+                                                                        tzinfo=UTC)
+    assert earliest_new_event(table, 3, 3, "event_time") is None
+
+
+def test_a_missing_log_version_or_statistic_asks_for_a_full_run(tmp_path):
+    table = tmp_path / "bronze"
+    commit(table, 0, add("2026-03-01T00:00:00.000Z"))
+    commit(table, 2, add("2026-03-01T00:00:00.000Z"))
+    with pytest.raises(NeedsFull, match="version 1 is gone"):
+        earliest_new_event(table, 0, 2, "event_time")
+    commit(table, 1, add(None))
+    with pytest.raises(NeedsFull, match="no statistics"):
+        earliest_new_event(table, 0, 2, "event_time")
+
+
+def test_the_first_day_reaches_back_by_lookback_open_windows_and_sessions():
+    jobs = registry()
+    late = dt.datetime(2026, 3, 5, 0, 10, tzinfo=UTC)
+    # a ride at 00:10 changes only its own day
+    assert first_day(jobs["zone_revenue_hourly"], late, None, None) == "2026-03-05"
+    # a payment at 00:10 may pay an order of the day before (within 20 minutes)
+    assert first_day(jobs["order_payment_match"], late, None, None) == "2026-03-04"
+    # windows still open last time are recomputed even without new events
+    assert first_day(jobs["zone_revenue_hourly"], None, dt.date(2026, 3, 2), None) == "2026-03-02"
+    assert first_day(jobs["zone_revenue_hourly"], late, dt.date(2026, 3, 2), None) == "2026-03-02"
+    # a session the click extends began two days earlier
+    began = dt.datetime(2026, 3, 3, 23, 0, tzinfo=UTC)
+    assert first_day(jobs["user_sessions"], late, None, began) == "2026-03-03"
+    assert first_day(jobs["zone_revenue_hourly"], None, None, None) == NOTHING_NEW
+
+
+def test_positions_are_the_newest_versions_read_and_the_newest_run_recorded():
+    progress = [
+        {"job": "j", "source_versions": [{"source_table": "orders", "version_from": 0,
+                                          "version_to": 4}]},
+        {"job": "j", "source_versions": [{"source_table": "orders", "version_from": 4,
+                                          "version_to": 9},
+                                         {"source_table": "payments", "version_from": 1,
+                                          "version_to": 2}]},
+        {"job": "k", "source_versions": []},
+    ]
+    assert positions_now(progress) == {"j": {"orders": 9, "payments": 2}}
+    t1, t2 = dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 3, 2, tzinfo=UTC)
+    rows = [
+        {"job": "j", "source": "orders", "version_to": 4, "query_id": "q", "fingerprint": "f",
+         "open_from": None, "invocation_id": "a", "reconciled_at": t1},
+        {"job": "j", "source": "orders", "version_to": 9, "query_id": "q", "fingerprint": "f",
+         "open_from": dt.date(2026, 2, 28), "invocation_id": "b", "reconciled_at": t2},
+        {"job": "j", "source": "payments", "version_to": 2, "query_id": "q",
+         "fingerprint": "f", "open_from": dt.date(2026, 2, 28), "invocation_id": "b",
+         "reconciled_at": t2},
+    ]
+    assert last_reconciled(rows) == {"j": {"query_id": "q", "fingerprint": "f",
+                                           "open_from": dt.date(2026, 2, 28),
+                                           "versions": {"orders": 9, "payments": 2}}}
