@@ -8,9 +8,11 @@
   stream the events come from (a join reads several); its event time is the stream's own.
   read_only keeps only the rows the stream has read: reconciliation is as of the stream's
   position, so a recon that runs while bronze is ahead of the job explains nothing away.
-  scoped keeps only the events of the days an incremental run recomputes (recon_scope.sql).
+  scoped keeps only the events of the days an incremental run recomputes (recon_scope.sql);
+  after_version (SQL) only the rows committed after that bronze version.
 #}
-{% macro classify_lateness(job, events_ref, source=none, read_only=true, scoped=true) -%}
+{% macro classify_lateness(job, events_ref, source=none, read_only=true, scoped=true,
+                           after_version=none) -%}
     {%- set source = source or var('jobs')[job]['source'] -%}
     {%- set event_time = var('jobs')[job]['sources'][source] -%}
     select
@@ -28,6 +30,10 @@
         select coalesce(max(version_to), -1) from ({{ batches_read(job, source) }})
     )
     {%- endif %}
+    {% if after_version is not none -%}
+    -- the rows past a bronze version (SQL), before they meet the batches
+    and events.bronze_version > ({{ after_version }})
+    {% endif -%}
     {% if scoped and recon_from(job) is not none -%}
     -- the events of the days this run recomputes (macros/recon_scope.sql)
     and {{ events_in_recon_scope(job, 'events.' ~ event_time) }}

@@ -60,7 +60,12 @@ where {{ in_recon_scope(job, recon_date(job)) }}
   {%- if first is not none and existing is none -%}
     {%- do exceptions.raise_compiler_error("recon table " ~ this ~ " of job " ~ job ~ " is missing but this run recomputes only the days from " ~ first ~ ": run a full reconciliation (tidemark-dbt --full build, or the reconciliation_job with tag tidemark/recon=full)") -%}
   {%- endif -%}
-  {%- if first is none -%}
+  {%- if first == '9999-12-31' -%}
+    {#- nothing new reached the job (orchestration/recon_scope.py NOTHING_NEW): no day changes -#}
+    {%- call statement('main') -%}
+      select 1
+    {%- endcall -%}
+  {%- elif first is none -%}
     {%- call statement('main') -%}
       create or replace table {{ target }}
       using delta

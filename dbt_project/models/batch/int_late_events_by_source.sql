@@ -40,16 +40,15 @@ replay_{{ job }}__{{ source }} as (
         -- never read although the stream has read past them (a stream started later)
         count_if(not seen_by_stream and bronze_version <= {{ counted_upto }}) as events_skipped,
         count_if(not seen_by_stream and bronze_version > {{ counted_upto }}) as events_not_yet_read
-    from ({{ classify_lateness(job, ref('stg_' ~ source), source, read_only=false, scoped=false) }})
-    {% if carried -%}
-    -- the rows past what the last run counted (all of them when it counted another lineage)
-    where bronze_version > (
+    {%- set after -%}
         select coalesce(max(counted_upto), -1) from previous
         where job = '{{ job }}' and source = '{{ source }}'
             and query_id = '{{ here.get("query_id", "") }}'
             and fingerprint = '{{ here.get("fingerprint", "") }}'
-    )
-    {%- endif %}
+    {%- endset %}
+    -- the rows past what the last run counted (all of them when it counted another lineage)
+    from ({{ classify_lateness(job, ref('stg_' ~ source), source, read_only=false, scoped=false,
+                               after_version=after if carried else none) }})
 
 ),
 {% endfor %}
