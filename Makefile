@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-recon-incremental bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -93,6 +93,14 @@ bench: setup
 RECON_EVENTS ?= 10000000
 bench-recon: setup
 	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS)
+
+# Incremental reconciliation after one more hour against the full one (BENCHMARKS.md): builds
+# a lake of RECON_EVENTS over RECON_DAYS days of event time, then times both on it.
+RECON_DAYS ?= 10
+bench-recon-incremental: setup
+	@mkdir -p .tidemark
+	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --setup-only | tee .tidemark/bench-recon-setup.log
+	$(BIN)/python tests/benchmarks/incremental_recon.py --data-root "$$(sed -n 's/.*data root kept: //p' .tidemark/bench-recon-setup.log)"
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000
