@@ -31,10 +31,11 @@ EXPECTED_ASSETS = {
     "batch/int_failed_txn_velocity__batch", "batch/int_zone_revenue_hourly__batch",
     "batch/int_user_sessions__batch", "batch/int_user_activity_profile__batch",
     "batch/int_order_payment_match__batch", "batch/int_events_by_type__batch",
-    "batch/int_late_events",
+    "batch/int_late_events", "batch/int_late_events_by_source",
     "recon/recon_failed_txn_velocity", "recon/recon_zone_revenue_hourly",
     "recon/recon_user_sessions", "recon/recon_user_activity_profile",
     "recon/recon_order_payment_match", "recon/recon_events_by_type", "recon/recon_summary",
+    "recon/recon_positions",
 }
 # the ops tables are written by the listener, the recorder and the outbox, not by a step
 MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress", "ops/stream_failures", "ops/alerts",
