@@ -206,7 +206,7 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
             scope[name], reasons[name] = None, "keyed state without a day: always in full"
             continue
         if full:
-            scope[name], reasons[name] = None, "a backfill was asked for"
+            scope[name], reasons[name] = None, "in full: a backfill was asked for"
             continue
         try:
             scope[name] = job_scope(cfg, spec, recorded.get(name), now.get(name, {}),

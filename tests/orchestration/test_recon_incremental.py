@@ -66,7 +66,8 @@ def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
         reasons.append(scopes(built.stderr))
 
     # the first run is in full; the later ones start at a day after the first event's
-    assert all(r.startswith("in full") for r in reasons[0].values()), reasons[0]
+    assert reasons[0]["user_activity_profile"].startswith("keyed state"), reasons[0]
+    assert all(reasons[0][job] == "in full: first reconciliation" for job in BY_DAY), reasons[0]
     for later in reasons[1:]:
         assert later["user_activity_profile"].startswith("keyed state"), later
         for job in BY_DAY:
