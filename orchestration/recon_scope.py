@@ -71,7 +71,7 @@ def positions_now(progress_rows: list[dict]) -> dict[str, dict[str, int]]:
 def last_reconciled(rows: list[dict]) -> dict[str, dict]:
     """Per job, the positions recorded by its newest reconciliation (pure): query id,
     fingerprint, open_from (a date or None) and the version per source."""
-    newest: dict[str, str] = {}
+    newest: dict[str, tuple] = {}  # job -> (reconciled_at, invocation_id) of its newest run
     for row in rows:
         if row["job"] not in newest or row["reconciled_at"] > newest[row["job"]][0]:
             newest[row["job"]] = (row["reconciled_at"], row["invocation_id"])
