@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-recon-incremental bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -101,6 +101,11 @@ bench-recon-incremental: setup
 	@mkdir -p .tidemark
 	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --setup-only | tee .tidemark/bench-recon-setup.log
 	$(BIN)/python tests/benchmarks/incremental_recon.py --data-root "$$(sed -n 's/.*data root kept: //p' .tidemark/bench-recon-setup.log)"
+
+# Full against incremental reconciliation as history grows, at one rate (BENCHMARKS.md):
+# RECON_EVENTS over RECON_DAYS days, in 4 steps, each timed in full and after one more hour.
+bench-recon-history: setup
+	$(BIN)/python tests/benchmarks/recon_history.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --steps 4
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000

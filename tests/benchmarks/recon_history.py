@@ -1,0 +1,156 @@
+"""Benchmark: how full and incremental reconciliation grow with the length of history.
+
+    make bench-recon-history                # 10,000,000 events over 10 days, 4 steps
+    .venv/bin/python tests/benchmarks/recon_history.py --events 10000000 --days 10 --steps 4
+
+One rate for every row: the five demo streams' events (``--events`` in all) spread evenly over
+``--days`` days of event time, generated once into hourly files. The history then grows step by
+step (2.5, 5, 7.5 and 10 days with the defaults). At each step, as a schedule would meet it:
+
+1. the step's hours but the last land, are ingested and streamed by every job (as
+   `tidemark run` does);
+2. ``tidemark-dbt --full build``: the full reconciliation of everything so far (timed), which
+   also records where each job got to;
+3. the step's last hour lands, is ingested and streamed;
+4. ``tidemark-dbt build``: the incremental reconciliation of that hour (timed; each job's scope
+   printed);
+5. at the last step (every step with ``--check-every``): ``tidemark-dbt --full build`` again,
+   the backfill, and every batch and recon table must hold the rows the incremental run left,
+   and the same recon classes.
+
+Each dbt run is a new process on the session target (a JVM start included, as a scheduled run
+outside `tidemark dev` pays it), without dbt's unit tests (a scheduled run leaves them out).
+Prints a markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from incremental_recon import BUILD, DEMO_STREAMS, class_counts, slowest_nodes, table_digest, \
+    tidemark_dbt
+
+
+def land_hours(spark, cfg, gens, pending: Path, hours: range) -> tuple[float, float]:
+    """Move those hourly files of every stream into landing, ingest and stream every job."""
+    from streaming_jobs.generator import file_name
+    from streaming_jobs.registry import registry
+    from streaming_jobs.runner import run_bronze, run_job
+
+    t0 = time.monotonic()
+    for gen in gens:
+        landing = cfg.paths.landing_dir(gen.stream)
+        landing.mkdir(parents=True, exist_ok=True)
+        for hour in hours:
+            name = file_name(gen, hour)
+            os.replace(pending / gen.stream / name, landing / name)
+        run_bronze(spark, cfg, gen.stream)
+    t1 = time.monotonic()
+    for spec in registry().values():
+        run_job(spark, cfg, spec)
+    return t1 - t0, time.monotonic() - t1
+
+
+def recon_tables(cfg) -> list[tuple[str, str]]:
+    return [(schema, p.name) for schema in ("batch", "recon")
+            for p in sorted((cfg.paths.warehouse / f"{schema}.db").iterdir())
+            if p.name not in ("recon_summary", "recon_positions")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--days", type=float, default=10.0)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--check-every", action="store_true",
+                        help="compare with a backfill at every step, not only the last")
+    parser.add_argument("--keep", action="store_true", help="keep the data root")
+    args = parser.parse_args(argv)
+    hours = round(args.days * 24)
+    if hours % args.steps:
+        parser.error(f"--days {args.days} ({hours} hours) must split into --steps {args.steps}")
+
+    root = Path(tempfile.mkdtemp(prefix="tidemark-history-"))
+    os.environ["TIDEMARK_DATA_ROOT"] = str(root)
+    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.generator import GeneratorConfig, generate, write_files
+    from streaming_jobs.spark import get_spark
+
+    cfg = TidemarkConfig.from_env().with_data_root(root)
+    pending = root / "pending"
+    per_stream = args.events // len(DEMO_STREAMS)
+    rate = per_stream / (args.days * 86_400)
+    started = time.monotonic()
+    gens = []
+    for stream in DEMO_STREAMS:
+        gen = GeneratorConfig(stream=stream, events=per_stream, files=hours, seed=args.seed,
+                              rate=rate)
+        write_files(pending / stream, gen, generate(gen))  # one stream in memory at a time
+        gens.append(gen)
+    print(f"generated {per_stream * len(DEMO_STREAMS):,} events in {hours} hourly files per "
+          f"stream ({rate:.2f} events/s per stream) in {time.monotonic() - started:.0f}s",
+          flush=True)
+
+    rows = []
+    per_step = hours // args.steps
+    for step in range(1, args.steps + 1):
+        first, last = (step - 1) * per_step, step * per_step - 1
+        spark = get_spark(cfg)
+        ingest_s, stream_s = land_hours(spark, cfg, gens, pending, range(first, last))
+        spark.stop()
+        print(f"step {step}: hours {first}-{last - 1} ingested in {ingest_s:.0f}s, streamed in "
+              f"{stream_s:.0f}s", flush=True)
+        full_s, _ = tidemark_dbt("--full", *BUILD)
+        print(f"  full reconciliation: {full_s:.1f}s\n  {slowest_nodes(cfg)}", flush=True)
+        spark = get_spark(cfg)
+        ingest_s, stream_s = land_hours(spark, cfg, gens, pending, range(last, last + 1))
+        spark.stop()
+        incremental_s, said = tidemark_dbt(*BUILD)
+        scopes = [line.removeprefix("tidemark-dbt: ") for line in said.splitlines()
+                  if line.startswith("tidemark-dbt: ")]
+        print(f"  hour {last}: ingested in {ingest_s:.0f}s, streamed in {stream_s:.0f}s; "
+              f"incremental reconciliation: {incremental_s:.1f}s\n    " + "\n    ".join(scopes)
+              + f"\n  {slowest_nodes(cfg)}", flush=True)
+        checked = None
+        if step == args.steps or args.check_every:
+            tables = recon_tables(cfg)
+            after_incremental = {t: table_digest(cfg, *t) for t in tables}
+            classes = class_counts(cfg)
+            backfill_s, _ = tidemark_dbt("--full", *BUILD)
+            checked = (all(table_digest(cfg, *t) == after_incremental[t] for t in tables)
+                       and class_counts(cfg) == classes, len(tables), backfill_s)
+            print(f"  backfill: {backfill_s:.1f}s; same rows and classes in {len(tables)} "
+                  f"tables: {checked[0]}", flush=True)
+        bronze = bronze_rows(cfg)
+        rows.append((step * per_step / 24, bronze, full_s, incremental_s, checked))
+
+    print("\n| history (days) | bronze rows | full (s) | +1 hour incremental (s) "
+          "| incremental / full | same rows and classes as a backfill |")
+    print("|---:|---:|---:|---:|---:|---|")
+    for days, bronze, full_s, incremental_s, checked in rows:
+        same = ("-" if checked is None else
+                f"{'yes' if checked[0] else 'NO'}, {checked[1]} tables "
+                f"(backfill {checked[2]:.1f} s)")
+        print(f"| {days:g} | {bronze:,} | {full_s:.1f} | {incremental_s:.1f} "
+              f"| {incremental_s / full_s:.0%} | {same} |")
+    if args.keep:
+        print(f"data root kept: {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if all(c is None or c[0] for *_, c in rows) else 1
+
+
+def bronze_rows(cfg) -> int:
+    from deltalake import DeltaTable
+
+    return sum(DeltaTable(str(cfg.paths.table("bronze", s))).count() for s in DEMO_STREAMS)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
