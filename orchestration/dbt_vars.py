@@ -79,19 +79,30 @@ def last_batches(progress_rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def position_vars(cfg: TidemarkConfig, jobs: dict) -> dict:
-    """The streams' committed position, pinned for one dbt invocation (see the module doc)."""
+def read_progress(cfg: TidemarkConfig, jobs: dict) -> tuple[int | None, list[dict]]:
+    """The one read of ``ops/stream_progress`` an invocation makes: its version now, pinned
+    for every model, and the jobs' rows as of that version (what the position and the
+    reconciliation scope are taken from)."""
+    version = ops_tables.version(cfg, "stream_progress")
+    if version is None:
+        return None, []
+    return version, ops_tables.read(
+        cfg, "stream_progress", as_of=version,
+        where=f"job in ({', '.join(map(ops_tables.literal, jobs))})" if jobs else "false",
+        columns=["job", "query_id", "batch_id", "ts", "sink_version", "source_versions"])
+
+
+def position_vars(cfg: TidemarkConfig, jobs: dict,
+                  progress: tuple[int | None, list[dict]] | None = None) -> dict:
+    """The streams' committed position, pinned for one dbt invocation (see the module doc);
+    ``progress``: what `read_progress` returned (read here when not given)."""
     from streaming_jobs.checkpoints import query_id
     from streaming_jobs.delta_log import latest_version, version_as_of_batch
     from streaming_jobs.gold import sink_app_id
 
-    version = ops_tables.version(cfg, "stream_progress")
+    version, rows = progress if progress is not None else read_progress(cfg, jobs)
     if version is None:
         return {}
-    rows = ops_tables.read(cfg, "stream_progress", as_of=version,
-                           where=f"job in ({', '.join(map(ops_tables.literal, jobs))})"
-                           if jobs else "false",
-                           columns=["job", "query_id", "batch_id", "ts", "sink_version"])
     recorded = last_batches(rows)
     gold = {}
     for job, spec in jobs.items():
@@ -156,10 +167,11 @@ def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None,
         from orchestration.project import run_project_dir
         from orchestration.recon_scope import recon_scope_vars
 
-        out.update(position_vars(cfg, jobs))
-        # after position_vars: the scope is read at or after the pinned progress version
+        progress = read_progress(cfg, jobs)
+        out.update(position_vars(cfg, jobs, progress))
+        # from the same rows: the run's positions are the pinned version's
         out.update(recon_scope_vars(cfg, jobs, out["jobs"], run_project_dir(cfg),
-                                    out.get("progress_version"), full))
+                                    progress[1], full))
         out["text_measures"] = text_measures(gold_types(cfg, jobs), jobs)
         out["watermark_ahead_seconds"] = int(cfg.ops.watermark_ahead_seconds)
     return out

@@ -9,10 +9,11 @@
   read_only keeps only the rows the stream has read: reconciliation is as of the stream's
   position, so a recon that runs while bronze is ahead of the job explains nothing away.
   scoped keeps only the events of the days an incremental run recomputes (recon_scope.sql);
-  after_version (SQL) only the rows committed after that bronze version.
+  after_version only the rows committed after that bronze version; ingest_batch_floor (with
+  it) says their least ingestion batch id, so that bronze's older files are not read.
 #}
 {% macro classify_lateness(job, events_ref, source=none, read_only=true, scoped=true,
-                           after_version=none) -%}
+                           after_version=none, ingest_batch_floor=none) -%}
     {%- set source = source or var('jobs')[job]['source'] -%}
     {%- set event_time = var('jobs')[job]['sources'][source] -%}
     select
@@ -31,8 +32,12 @@
     )
     {%- endif %}
     {% if after_version is not none -%}
-    -- the rows past a bronze version (SQL), before they meet the batches
-    and events.bronze_version > ({{ after_version }})
+    -- the rows past a bronze version, before they meet the batches
+    and events.bronze_version > {{ after_version }}
+    {% endif -%}
+    {% if ingest_batch_floor is not none -%}
+    -- and so in no file older than their first ingestion batch (file statistics skip them)
+    and events.ingest_batch_id >= {{ ingest_batch_floor }}
     {% endif -%}
     {% if scoped and recon_from(job) is not none -%}
     -- the events of the days this run recomputes (macros/recon_scope.sql)

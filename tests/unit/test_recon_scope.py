@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orchestration.recon_scope import (NOTHING_NEW, NeedsFull, earliest_new_event, first_day,
-                                       last_reconciled, positions_now)
+                                       ingest_batch_floor, last_reconciled, positions_now)
 from streaming_jobs.registry import registry
 
 UTC = dt.timezone.utc
@@ -46,6 +46,36 @@ def test_a_missing_log_version_or_statistic_asks_for_a_full_run(tmp_path):
     commit(table, 1, add(None))
     with pytest.raises(NeedsFull, match="no statistics"):
         earliest_new_event(table, 0, 2, "event_time")
+
+
+def batch_file(low: int, nulls: int = 0, data_change: bool = True) -> dict:
+    stats = {"numRecords": 5, "minValues": {"_ingest_batch_id": low},
+             "maxValues": {"_ingest_batch_id": low},
+             "nullCount": {"_ingest_batch_id": nulls}}
+    return {"add": {"path": "x.parquet", "dataChange": data_change, "stats": json.dumps(stats)}}
+
+
+def test_the_replay_floor_is_the_least_ingestion_batch_added_after_a_version(tmp_path):
+    table = tmp_path / "bronze"
+    commit(table, 0, batch_file(0))
+    commit(table, 1, batch_file(1))
+    # OPTIMIZE moves batches 0 and 1 into one file: no row in it is new
+    commit(table, 2, batch_file(0, data_change=False))
+    commit(table, 3, batch_file(7))
+    # a checkpoint reset: the ingestion's batch ids start again
+    commit(table, 4, batch_file(2))
+    assert ingest_batch_floor(table, 1) == 2
+    assert ingest_batch_floor(table, 3) == 2
+    assert ingest_batch_floor(table, 2) == 2
+    commit(table, 5, batch_file(9))
+    assert ingest_batch_floor(table, 4) == 9
+    # nothing added since: one past the newest batch (rows that arrive meanwhile are newer)
+    assert ingest_batch_floor(table, 5) == 10
+    commit(table, 6, batch_file(0, data_change=False))
+    assert ingest_batch_floor(table, 6) == 10
+    # a file with rows that have no batch id: no floor, every row is read
+    commit(table, 7, batch_file(10, nulls=1))
+    assert ingest_batch_floor(table, 6) is None
 
 
 def test_the_first_day_reaches_back_by_lookback_open_windows_and_sessions():

@@ -13,6 +13,14 @@
 {%- for p in var('recon_positions', []) -%}
 {%- do now.update({p['job'] ~ '/' ~ p['source']: p}) -%}
 {%- endfor %}
+{#- what the last run counted up to, per job, source and lineage (query id, fingerprint) -#}
+{%- set counted = {} -%}
+{%- if carried -%}
+{%- for row in run_query('select job, source, query_id, fingerprint, counted_upto from '
+                         ~ this).rows -%}
+{%- do counted.update({row[0] ~ '/' ~ row[1] ~ '/' ~ row[2] ~ '/' ~ row[3]: row[4]}) -%}
+{%- endfor -%}
+{%- endif %}
 
 with
 
@@ -40,15 +48,17 @@ replay_{{ job }}__{{ source }} as (
         -- never read although the stream has read past them (a stream started later)
         count_if(not seen_by_stream and bronze_version <= {{ counted_upto }}) as events_skipped,
         count_if(not seen_by_stream and bronze_version > {{ counted_upto }}) as events_not_yet_read
-    {%- set after -%}
-        select coalesce(max(counted_upto), -1) from previous
-        where job = '{{ job }}' and source = '{{ source }}'
-            and query_id = '{{ here.get("query_id", "") }}'
-            and fingerprint = '{{ here.get("fingerprint", "") }}'
-    {%- endset %}
+    {%- set after = counted.get(job ~ '/' ~ source ~ '/' ~ here.get('query_id', '') ~ '/'
+                                ~ here.get('fingerprint', ''), -1) | int -%}
+    {#- the least ingestion batch id past the version the scope was taken from (recon_scope.py):
+        it bounds the rows past this run's own start when that is no earlier -#}
+    {%- set floor = here.get('replay_floor') -%}
+    {%- set floor = floor['ingest_batch_id']
+                    if floor and floor['after'] >= 0 and after >= floor['after'] else none %}
     -- the rows past what the last run counted (all of them when it counted another lineage)
     from ({{ classify_lateness(job, ref('stg_' ~ source), source, read_only=false, scoped=false,
-                               after_version=after if carried else none) }})
+                               after_version=after if after >= 0 else none,
+                               ingest_batch_floor=floor) }})
 
 ),
 {% endfor %}

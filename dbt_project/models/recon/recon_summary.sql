@@ -1,8 +1,17 @@
 {{ config(materialized='incremental', incremental_strategy='append') }}
 
--- History: every reconciliation run appends one row per job.
+-- History: every reconciliation run appends one row per job, also for a job with no row to
+-- compare yet (its counts are 0: it has not streamed, or its windows are all still open).
 
-with recon as (
+with jobs as (
+
+    select * from values
+        {% for job in var('jobs') %}('{{ job }}'){% if not loop.last %}, {% endif %}{% endfor %}
+        as t(job)
+
+),
+
+recon as (
 
     {% for job in var('jobs') %}
     select job, recon_class, stream_watermark from {{ ref('recon_' ~ job) }}
@@ -34,17 +43,18 @@ counts as (
 final as (
 
     select
-        counts.job,
+        jobs.job,
         '{{ invocation_id }}' as invocation_id,
         current_timestamp() as reconciled_at,
-        counts.rows_compared,
-        {% for class in recon_classes() %}counts.{{ class }}_rows,
-        {% endfor %}counts.unexplained_rows,
+        coalesce(counts.rows_compared, 0) as rows_compared,
+        {% for class in recon_classes() %}coalesce(counts.{{ class }}_rows, 0) as {{ class }}_rows,
+        {% endfor %}coalesce(counts.unexplained_rows, 0) as unexplained_rows,
         late.late_events_replayed,
         late.late_events_reported,
         counts.stream_watermark
-    from counts
-    left join late on counts.job = late.job
+    from jobs
+    left join counts on jobs.job = counts.job
+    left join late on jobs.job = late.job
 
 )
 
