@@ -84,6 +84,12 @@ def sources_yml(known: dict[str, StreamSchema], jobs: dict[str, JobSpec], header
         "description": "One row per micro-batch of every streaming query (the progress listener).",
         "meta": {"dagster": {"asset_key": ["ops", "stream_progress"]}},
     })
+    tables.append({
+        "name": "ops_stream_late_rows",
+        "identifier": _lake("ops", "stream_late_rows"),
+        "description": "The bronze rows that batches folded by retention dropped as late.",
+        "meta": {"dagster": {"asset_key": ["ops", "stream_late_rows"]}},
+    })
     return _yml({"version": 2, "sources": [{
         "name": "lake", "schema": "delta",
         # tables are addressed by path: the streaming JVM writes them without a metastore
@@ -94,17 +100,19 @@ def sources_yml(known: dict[str, StreamSchema], jobs: dict[str, JobSpec], header
 
 def staging_sql(stream: StreamSchema, header: str) -> str:
     columns = [*stream.field_names, *(f"{raw} as {clean}" for raw, clean in LINEAGE.items()),
-               "bronze_version"]
+               "bronze_version", "bronze_row_id"]
     listed = ",\n".join(f"        {c}" for c in columns)
     return f"""-- {header}
 -- Bronze {stream.name} as a view, with each row's bronze commit version (row tracking), which
--- tells which stream batch read it.
+-- tells which stream batch read it, and its stable row id (a folded batch's late rows are
+-- recorded by it).
 
 with source as (
 
     select
         *,
-        _metadata.row_commit_version as bronze_version
+        _metadata.row_commit_version as bronze_version,
+        _metadata.row_id as bronze_row_id
     from {{{{ source('lake', 'bronze_{stream.name}') }}}}
 
 ),

@@ -8,6 +8,7 @@ from dagster import AssetKey
 from streaming_jobs.ingestion import stream_of
 
 STREAM_PROGRESS = AssetKey(["ops", "stream_progress"])
+STREAM_LATE_ROWS = AssetKey(["ops", "stream_late_rows"])
 STREAM_FAILURES = AssetKey(["ops", "stream_failures"])
 ALERTS = AssetKey(["ops", "alerts"])
 OVERVIEW = AssetKey(["ops", "overview"])

@@ -35,14 +35,14 @@ import json
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.delta_log import (StatsUnknown, earliest_new_event,  # noqa: F401
+                                     ingest_batch_floor)
 from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.registry import stream_schema
 from streaming_jobs.spec import JobSpec
 
 # recon_from when nothing new reached a job: no day is recomputed
 NOTHING_NEW = "9999-12-31"
-# how many of bronze's newest commits are searched for its newest ingestion batch
-NEWEST_BATCH_LOOKBACK = 50
 
 
 def fingerprint(project: Path, job_params: dict) -> str:
@@ -88,89 +88,9 @@ def last_reconciled(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-class NeedsFull(Exception):
-    """Why a job must be reconciled in full this time."""
-
-
-def new_file_stats(table: Path, version: int):
-    """The statistics of each file bronze version ``version`` added with new rows. Files
-    rewritten without new rows (OPTIMIZE: dataChange false) are not new. NeedsFull when the
-    version's log is gone."""
-    from streaming_jobs.delta_log import commit_actions
-
-    try:
-        actions = commit_actions(table, version)
-    except OSError:
-        raise NeedsFull(f"{table.name}: the log of version {version} is gone")
-    for action in actions:
-        add = action.get("add")
-        if not add or not add.get("dataChange", True):
-            continue
-        stats = json.loads(add.get("stats") or "{}")
-        if stats.get("numRecords") != 0:
-            yield version, stats
-
-
-def file_stat(stats: tuple[int, dict], kind: str, column: str, table: Path,
-              no_nulls: bool = False):
-    """One file's ``minValues`` or ``maxValues`` of ``column``; NeedsFull when the file has
-    none or (``no_nulls``) holds nulls in the column."""
-    version, found = stats
-    value = (found.get(kind) or {}).get(column)
-    if value is None or (no_nulls and (found.get("nullCount") or {}).get(column, 1)):
-        raise NeedsFull(f"{table.name}: a file of version {version} has no statistics "
-                        f"for {column}")
-    return value
-
-
-def new_file_minimum(table: Path, after: int, upto: int, column: str, parse,
-                     no_nulls: bool = False):
-    """The least ``column`` value (``parse``d) in the files bronze versions (after, upto]
-    added, from their statistics (no data is read); None when they added no rows."""
-    values = [parse(file_stat(stats, "minValues", column, table, no_nulls))
-              for version in range(after + 1, upto + 1)
-              for stats in new_file_stats(table, version)]
-    return min(values, default=None)
-
-
-def new_file_maximum(table: Path, version: int, column: str) -> int | None:
-    """The greatest ``column`` value (an integer) in the files version ``version`` added with
-    new rows; None when it added none."""
-    return max((int(file_stat(stats, "maxValues", column, table))
-                for stats in new_file_stats(table, version)), default=None)
-
-
-def earliest_new_event(table: Path, after: int, upto: int, column: str) -> dt.datetime | None:
-    """The earliest event time (``column``) among the rows bronze versions (after, upto] added."""
-    return new_file_minimum(table, after, upto, column,
-                            lambda low: dt.datetime.fromisoformat(low.replace("Z", "+00:00")))
-
-
-def ingest_batch_floor(table: Path, after: int) -> int | None:
-    """The least ``_ingest_batch_id`` among the rows bronze added after version ``after``
-    (up to its latest version now), or None when that is unknown. Every row committed after
-    ``after`` carries an ingestion batch id at least this, and bronze's files have statistics
-    for it: the lateness replay of those rows skips the older files. When nothing was added
-    since, it is one past the newest batch's id: rows that arrive while dbt runs have higher
-    ids (unless the ingestion's checkpoint is reset meanwhile; they are then missing from that
-    run's count of rows not yet read, and only there)."""
-    from streaming_jobs.delta_log import latest_version
-
-    latest = latest_version(table)
-    if latest is None:
-        return None
-    try:
-        floor = new_file_minimum(table, after, latest, "_ingest_batch_id", int, no_nulls=True)
-        if floor is not None:
-            return floor
-        # nothing new: one past the newest ingestion batch, from the last commit that added rows
-        for version in range(latest, max(latest - NEWEST_BATCH_LOOKBACK, -1), -1):
-            newest = new_file_maximum(table, version, "_ingest_batch_id")
-            if newest is not None:
-                return newest + 1
-    except NeedsFull:
-        pass
-    return None
+# Why a job must be reconciled in full this time: the Delta log's reasons (a version gone, a
+# file without statistics) and this module's own.
+NeedsFull = StatsUnknown
 
 
 def first_day(spec: JobSpec, earliest: dt.datetime | None, open_from: dt.date | None,

@@ -83,6 +83,23 @@ PROGRESS_SCHEMA = T.StructType([
     # Kafka sources: records still unread when the batch ended (its partitions' latest offsets
     # minus where it stopped); null for landing and Delta sources
     T.StructField("source_lag_rows", T.LongType()),
+    # Set on a rollup row only: retention folds a lineage's old batches into one row
+    # (`streaming_jobs.operations.lineage`) that keeps their sums, their version ranges and the
+    # last batch's watermark, position and state; this is how many batches it holds.
+    T.StructField("rolled_up_batches", T.LongType()),
+])
+
+# The bronze rows a job dropped as late in batches that retention folded into a rollup row:
+# with the batches' own late thresholds gone, reconciliation's lateness replay reads these.
+LATE_ROWS_SCHEMA = T.StructType([
+    T.StructField("job", T.StringType()),
+    T.StructField("source_table", T.StringType()),
+    T.StructField("batch_id", T.LongType()),  # the folded batch that read the row
+    T.StructField("bronze_version", T.LongType()),  # the row's row_commit_version
+    T.StructField("row_id", T.LongType()),  # Delta row tracking's stable row id
+    T.StructField("event_time", T.TimestampType()),
+    T.StructField("late_threshold", T.TimestampType()),
+    T.StructField("recorded_at", T.TimestampType()),
 ])
 
 FAILURE_SCHEMA = T.StructType([
@@ -132,6 +149,7 @@ SCHEMAS: dict[str, T.StructType] = {
     "stream_failures": FAILURE_SCHEMA,
     "alerts": ALERT_SCHEMA,
     "expectations": EXPECTATION_SCHEMA,
+    "stream_late_rows": LATE_ROWS_SCHEMA,
 }
 CHECKPOINT_EVERY = 50
 COMMIT_ATTEMPTS = 8
@@ -218,6 +236,22 @@ class Locked:
     def delete(self, predicate: str) -> None:
         self._commit(lambda table: table.delete(predicate))
 
+    def replace(self, rows: list[dict], predicate: str) -> None:
+        """Replace the rows matching ``predicate`` with ``rows`` (which must match it too), in
+        one commit: a reader sees either all the old rows or all the new ones."""
+        from deltalake import write_deltalake
+
+        from deltalake import DeltaTable
+
+        data = _arrow(self.name, rows)
+        present = set(DeltaTable(str(path(self.cfg, self.name))).schema().to_arrow().names)
+        if not set(data.schema.names) <= present:
+            # a table written by an older tidemark gains the newer columns first
+            self._commit(lambda table: write_deltalake(table, data.slice(0, 0), mode="append",
+                                                       schema_mode="merge"))
+        self._commit(lambda table: write_deltalake(table, data, mode="overwrite",
+                                                   predicate=predicate))
+
     def update(self, new_values: dict, predicate: str) -> None:
         self._commit(lambda table: table.update(new_values=new_values, predicate=predicate))
 
@@ -252,8 +286,26 @@ def ensure(cfg: TidemarkConfig, name: str) -> bool:
 
 
 def ensure_all(cfg: TidemarkConfig) -> list[str]:
-    """Create every missing ops table (setup, the SQL endpoint and dbt do this up front)."""
-    return [f"ops/{name}" for name in SCHEMAS if ensure(cfg, name)]
+    """Create every missing ops table, and give the existing ones the columns a newer tidemark
+    declares (setup, the SQL endpoint and dbt do this up front, so dbt finds every column)."""
+    created = [f"ops/{name}" for name in SCHEMAS if ensure(cfg, name)]
+    for name in SCHEMAS:
+        _add_missing_columns(cfg, name)
+    return created
+
+
+def _add_missing_columns(cfg: TidemarkConfig, name: str) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    def present() -> set[str]:
+        return set(DeltaTable(str(path(cfg, name))).schema().to_arrow().names)
+
+    if set(arrow_schema(name).names) <= present():
+        return
+    with locked(cfg, name) as table:
+        if not set(arrow_schema(name).names) <= present():
+            table._commit(lambda t: write_deltalake(t, _arrow(name, []), mode="append",
+                                                    schema_mode="merge"))
 
 
 def append(cfg: TidemarkConfig, name: str, rows: list[dict]) -> None:

@@ -219,7 +219,7 @@ def forget_previous_lineage(cfg: TidemarkConfig, query: str) -> int:
     if last_planned_batch(cfg.paths.checkpoint(query)) is not None:
         return 0
     removed = 0
-    for table in ("stream_progress", "stream_failures", "expectations"):
+    for table in ("stream_progress", "stream_late_rows", "stream_failures", "expectations"):
         with ops_tables.locked(cfg, table) as handle:
             predicate = f"job = {ops_tables.literal(query)}"
             stale = handle.read(where=predicate, columns=["job"])

@@ -187,6 +187,37 @@ def snapshot(root: Path) -> dict:
                                                       "failed_count"])}
 
 
+def lineage(root: Path) -> Counter:
+    """What reconciliation's lateness replay reads of the progress, per query: the batches its
+    rows stand for (a rollup row stands for many), their input and dropped-late rows, and each
+    late row that folded batches recorded (once, however often a redone fold wrote it)."""
+    from deltalake import DeltaTable
+
+    ops = root / "lake" / "ops"
+    out: Counter = Counter()
+    if (ops / "stream_progress" / "_delta_log").is_dir():
+        table = DeltaTable(str(ops / "stream_progress"))
+        names = set(table.schema().to_arrow().names)
+        wanted = ["job", "query_id", "batch_id", "ts", "num_input_rows",
+                  "rows_dropped_by_watermark", "rolled_up_batches"]
+        latest: dict[tuple, dict] = {}
+        for row in table.to_pyarrow_table(columns=[c for c in wanted if c in names]).to_pylist():
+            key = (row["job"], row["query_id"], row["batch_id"])
+            if key not in latest or row.get("rolled_up_batches") or (
+                    not latest[key].get("rolled_up_batches") and row["ts"] > latest[key]["ts"]):
+                latest[key] = row
+        for row in latest.values():
+            out[(row["job"], "batches")] += row.get("rolled_up_batches") or 1
+            out[(row["job"], "input rows")] += row["num_input_rows"] or 0
+            out[(row["job"], "dropped late")] += row["rows_dropped_by_watermark"] or 0
+    if (ops / "stream_late_rows" / "_delta_log").is_dir():
+        late = DeltaTable(str(ops / "stream_late_rows")).to_pyarrow_table(
+            columns=["job", "source_table", "row_id"]).to_pylist()
+        out.update({(r["job"], r["source_table"], r["row_id"]): 1
+                    for r in {tuple(r.values()): r for r in late}.values()})
+    return out
+
+
 def difference(got: Counter, want: Counter) -> tuple[int, int]:
     """(lost, duplicated): rows of ``want`` missing from ``got``, and rows beyond it."""
     return sum((want - got).values()), sum((got - want).values())
@@ -206,6 +237,9 @@ class Trial:
     manual_interventions: int = 0
     alerts_lost: int = 0  # owed notifications the webhook never received
     alerts_reposted: int = 0  # POSTs the webhook received again (same Idempotency-Key)
+    # maintenance: differences in what the lateness replay reads (see `lineage`)
+    lineage_differences: int = 0
+    lineage_compared: int = 0  # entries of `lineage` compared (0: nothing to compare)
     recover_seconds: float = 0.0
     note: str = ""
 
@@ -497,7 +531,7 @@ def maintenance_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
             ok = ok and run_worker(root, "run")[0]
             if not ok:
                 raise RuntimeError(f"chaos: the uninterrupted maintenance run failed:\n{out}")
-            bench.maintenance_want = snapshot(root)
+            bench.maintenance_want = {**snapshot(root), "lineage": lineage(root)}
         shutil.rmtree(root)
         shutil.copytree(stash, root, symlinks=True)
         trial = Trial("maintenance", number)
@@ -508,10 +542,14 @@ def maintenance_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
         if ok:
             land(root, bench.maintenance_waves[2])
             trial = recover(trial, root, "run", bench.maintenance_want)
+            trial.lineage_differences = sum(difference(lineage(root),
+                                                       bench.maintenance_want["lineage"]))
+            trial.lineage_compared = len(bench.maintenance_want["lineage"])
         else:
             trial.manual_interventions, trial.note = 1, out[-500:]
         if trial.manual_interventions or trial.events_lost or trial.events_duplicated \
-                or trial.gold_rows_lost or trial.gold_rows_duplicated:
+                or trial.gold_rows_lost or trial.gold_rows_duplicated \
+                or trial.lineage_differences:
             kept = root.with_name(f"maintenance-{number}.failed")  # for a look afterwards
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(root, kept, symlinks=True)
@@ -692,6 +730,7 @@ def summarize(results: list[Trial]) -> list[dict]:
             "manual_interventions": sum(t.manual_interventions for t in mine),
             "alerts_lost": sum(t.alerts_lost for t in mine),
             "alerts_reposted": sum(t.alerts_reposted for t in mine),
+            "lineage_differences": sum(t.lineage_differences for t in mine),
             "recover_seconds_median": recover[len(recover) // 2] if recover else None,
         })
     return rows
@@ -750,16 +789,16 @@ def main(argv: list[str] | None = None) -> int:
                          spark=spark, on_trial=save)
     table = summarize(results)
     print("| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
-          "manual | alerts lost | reposted | recover (median s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "manual | alerts lost | reposted | lineage differences | recover (median s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
         print(f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
               f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
               f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
-              f"{r['recover_seconds_median']:.1f} |")
+              f"{r['lineage_differences']} | {r['recover_seconds_median']:.1f} |")
     bad = sum(r[k] for r in table for k in ("events_lost", "events_duplicated", "gold_rows_lost",
                                              "gold_rows_duplicated", "manual_interventions",
-                                             "alerts_lost"))
+                                             "alerts_lost", "lineage_differences"))
     return 1 if bad else 0
 
 

@@ -19,11 +19,17 @@
     select
         events.*,
         batches.batch_id is not null as seen_by_stream,
-        coalesce(events.{{ event_time }} <= batches.late_threshold, false) as is_late
+        case
+            -- a batch folded into the job's rollup row: its late rows were recorded by row id
+            when batches.rolled_up then folded_late.row_id is not null
+            else coalesce(events.{{ event_time }} <= batches.late_threshold, false)
+        end as is_late
     from {{ events_ref }} as events
     left join ({{ batches_read(job, source) }}) as batches
         on events.bronze_version > batches.version_from
         and events.bronze_version <= batches.version_to
+    left join ({{ folded_late_rows(job, source) }}) as folded_late
+        on batches.rolled_up and folded_late.row_id = events.bronze_row_id
     where true
     {% if read_only -%}
     -- as of the stream's position: bronze rows it has not read yet are no part of either side
@@ -45,12 +51,24 @@
     {%- endif %}
 {%- endmacro %}
 
-{# Each committed batch of a job: the versions of one source it read, and its late threshold. #}
+{#
+  Each committed batch of a job: the versions of one source it read, and its late threshold.
+  A rollup row (rolled_up) stands for the old batches retention folded: the versions they read
+  together; which of their rows were late is in folded_late_rows.
+#}
 {% macro batches_read(job, source) -%}
-        select progress.batch_id, progress.late_threshold, read.version_from, read.version_to
+        select progress.batch_id, progress.late_threshold, progress.rolled_up,
+               read.version_from, read.version_to
         from {{ ref('stg_stream_progress') }} as progress
         lateral view inline(progress.source_versions) read
         where progress.job = '{{ job }}' and read.source_table = '{{ source }}'
+{%- endmacro %}
+
+{# The bronze rows of one source that a job's folded batches dropped as late, by row id. #}
+{% macro folded_late_rows(job, source) -%}
+        select distinct row_id
+        from {{ ref('stg_stream_late_rows') }}
+        where job = '{{ job }}' and source_table = '{{ source }}'
 {%- endmacro %}
 
 {#

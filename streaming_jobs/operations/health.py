@@ -220,7 +220,10 @@ RECENT_BATCHES = 10
 def _recent_batches(cfg: TidemarkConfig, query: str) -> list[dict]:
     rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(query)}",
                            columns=["query_id", "batch_id", "ts", "watermark", "num_input_rows",
-                                    "rows_dropped_by_watermark", "state_operators"])
+                                    "rows_dropped_by_watermark", "state_operators",
+                                    "rolled_up_batches"])
+    # a rollup row (retention's fold) sums many old batches: not one recent batch
+    rows = [r for r in rows if r["rolled_up_batches"] is None]
     if not rows:
         return []
     newest = max(rows, key=lambda r: (r["ts"], r["batch_id"]))

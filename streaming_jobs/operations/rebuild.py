@@ -25,7 +25,8 @@ def rebuild(cfg: TidemarkConfig, job: str, holder: str = "tidemark rebuild") -> 
     removed = {"progress_rows": 0, "savepoints": 0, "gold": False, "checkpoint": False}
     with checkpoint_lock(checkpoint, holder):
         predicate = f"job = {ops_tables.literal(job)}"
-        for table in ("stream_progress", "stream_failures", "expectations"):
+        for table in ("stream_progress", "stream_late_rows", "stream_failures",
+                      "expectations"):
             if ops_tables.exists(cfg, table):
                 with ops_tables.locked(cfg, table) as handle:
                     rows = len(handle.read(where=predicate, columns=["job"]))

@@ -15,9 +15,11 @@ does, in this order, each step on its own (one failing step is reported, the oth
 3. **Ops tables** (delta-rs): rows older than ``TIDEMARK_OPS_RETENTION_DAYS`` pruned from
    ``stream_failures``, ``expectations`` and ``alerts`` (only incidents resolved and fully
    delivered), then compaction, ``VACUUM``, a log checkpoint and the log's expired entries.
-   ``stream_progress`` keeps its rows (reconciliation's lateness replay reads the version
-   range of every batch since the job started), but past that age each row's raw
-   ``progress_json`` (most of its bytes) is cleared.
+   ``stream_progress``'s batches past that age are folded, per job, into one rollup row,
+   and the rows they dropped as late are recorded in ``stream_late_rows``, which
+   reconciliation's lateness replay reads instead (`streaming_jobs.operations.lineage`);
+   the raw ``progress_json`` of rows past the age that cannot be folded yet (a savepoint
+   may still restore to them) is cleared.
 4. **Old checkpoints** set aside by restores (``checkpoints/.replaced/``) older than
    ``TIDEMARK_OPS_RETENTION_DAYS``.
 
@@ -65,6 +67,14 @@ PRUNED = {
     "expectations": ("recorded_at", None),
     "alerts": ("resolved_at", "firing_delivered_at is not null and "
                               "resolved_delivered_at is not null"),
+}
+
+# why the other ops tables keep their rows
+KEPT = {
+    "stream_progress": "batches past the age folded into a rollup row per job (see the fold "
+                       "step); raw progress past the age cleared",
+    "stream_late_rows": "rows kept: the late rows of folded batches, which reconciliation's "
+                        "lateness replay reads",
 }
 
 
@@ -431,10 +441,20 @@ def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
     files_after, bytes_after = _disk(path)
     out.steps.append(Step(target, "prune+compact" if name in PRUNED else "compact",
                           f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
-                          if name in PRUNED else "rows kept (reconciliation reads their "
-                          "lineage); raw progress past the age cleared",
+                          if name in PRUNED else KEPT.get(name, "rows kept"),
                           files_before, files_after, removed,
                           max(bytes_before - bytes_after, 0)))
+
+
+def _fold_progress(out: Maintenance, target: str, spark, cfg: TidemarkConfig,
+                   cutoff: datetime) -> None:
+    from streaming_jobs.operations import lineage
+
+    replaced, rollups, late = lineage.fold(spark, cfg, cutoff)
+    if rollups:
+        out.steps.append(Step(target, "fold", f"{replaced:,} batch rows of {rollups} jobs "
+                              f"folded into their rollup rows; {late:,} late rows recorded in "
+                              "ops/stream_late_rows", rows_removed=replaced - rollups))
 
 
 def _replaced(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
@@ -469,6 +489,7 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
             else []:
         for table in delta_tables(schema):
             _guarded(out, f"dbt/{schema.stem}.{table.name}", _dbt_table, spark, cfg, table)
+    _guarded(out, "ops/stream_progress", _fold_progress, spark, cfg, cutoff)
     for name in ops_tables.SCHEMAS:
         if ops_tables.exists(cfg, name):
             _guarded(out, f"ops/{name}", _ops_table, cfg, name, cutoff)

@@ -24,10 +24,11 @@ EXPECTED_ASSETS = {
     "bronze/transactions", "bronze/rides", "bronze/orders", "bronze/payments", "bronze/clicks",
     "gold/failed_txn_velocity", "gold/zone_revenue_hourly", "gold/user_sessions",
     "gold/user_activity_profile", "gold/order_payment_match", "gold/events_by_type",
-    "ops/stream_progress", "ops/stream_failures", "ops/alerts", "ops/overview",
+    "ops/stream_progress", "ops/stream_late_rows", "ops/stream_failures", "ops/alerts",
+    "ops/overview",
     "staging/stg_transactions", "staging/stg_rides", "staging/stg_clicks",
     "staging/stg_orders", "staging/stg_payments",
-    "staging/stg_stream_progress",
+    "staging/stg_stream_progress", "staging/stg_stream_late_rows",
     "batch/int_failed_txn_velocity__batch", "batch/int_zone_revenue_hourly__batch",
     "batch/int_user_sessions__batch", "batch/int_user_activity_profile__batch",
     "batch/int_order_payment_match__batch", "batch/int_events_by_type__batch",
@@ -38,8 +39,8 @@ EXPECTED_ASSETS = {
     "recon/recon_positions",
 }
 # the ops tables are written by the listener, the recorder and the outbox, not by a step
-MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress", "ops/stream_failures", "ops/alerts",
-                                  "ops/overview"}
+MATERIALIZED = EXPECTED_ASSETS - {"ops/stream_progress", "ops/stream_late_rows",
+                                  "ops/stream_failures", "ops/alerts", "ops/overview"}
 EXPECTED_ASSETS_KEYS = [AssetKey(k.split("/")) for k in sorted(EXPECTED_ASSETS)]  # written by the listener, not a step
 
 

@@ -103,3 +103,59 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
 def expected_count(key) -> int:
     """The on-time count of a streamed change point (what the duplicated row doubles)."""
     return scenarios.expected_stream_rows()[key]
+
+
+def _recon_rows(spark, cfg) -> list[tuple]:
+    """recon_failed_txn_velocity's rows, less what differs between runs by design."""
+    table = read_table(spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity"))
+    columns = [c for c in table.columns if c not in ("reconciled_at", "stream_watermark")]
+    return sorted(tuple(r) for r in table.select(*columns).collect())
+
+
+@pytest.mark.slow
+def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row_as_before(
+        spark, cfg):
+    from datetime import datetime, timedelta, timezone
+
+    from streaming_jobs import ops_tables
+    from streaming_jobs.operations import lineage
+    from streaming_jobs.registry import get_job
+    from streaming_jobs.runner import run_job
+
+    job = "failed_txn_velocity"
+    reported_late, _ = scenarios.run_waves(spark, cfg)
+    land(cfg, "wave-3.jsonl", [txn("e9", "u4", 1610)])  # on time: one more batch
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job(job))
+    select = ["--select", f"+recon_{job}", "+int_late_events", "--exclude", "test_type:unit"]
+    result = dbt("build", *select)
+    assert result.returncode == 0, result.stdout[-3000:]
+    before = _recon_rows(spark, cfg)
+    assert {r.recon_class for r in read_table(spark, cfg.paths.dbt_table(
+        "recon", f"recon_{job}")).collect()} >= {"match", "late_dropped"}
+    batches = {r["batch_id"] for r in ops_tables.read(cfg, "stream_progress") if r["job"] == job}
+
+    replaced, rollups, ledgered = lineage.fold(
+        spark, cfg, cutoff=datetime.now(timezone.utc) + timedelta(days=1))
+
+    # one rollup row and the newest batch are left of the job's batches; the counts hold
+    rows = sorted((r for r in ops_tables.read(cfg, "stream_progress") if r["job"] == job),
+                  key=lambda r: r["batch_id"])
+    assert [r["rolled_up_batches"] for r in rows] == [len(batches) - 1, None]
+    assert rows[-1]["batch_id"] == max(batches)
+    assert sum(r["rows_dropped_by_watermark"] for r in rows) == reported_late == 1
+    assert rollups >= 1 and replaced >= len(batches) - 1
+    # the ledger holds exactly the event the scenario made late, by its bronze row id
+    late = [r for r in ops_tables.read(cfg, "stream_late_rows") if r["job"] == job]
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).select(
+        "event_id", "_metadata.row_id").collect()
+    assert sorted(e.event_id for e in bronze if e.row_id in {r["row_id"] for r in late}) == \
+        sorted(scenarios.LATE)
+    assert ledgered == len(late) == 1
+
+    result = dbt("--full", "build", *select)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert _recon_rows(spark, cfg) == before
+    counts = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
+        f"job = '{job}'").collect()[0]
+    assert counts.late_events_replayed == counts.late_events_reported == 1

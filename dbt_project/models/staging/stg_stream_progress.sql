@@ -36,6 +36,9 @@ final as (
         source_version_from,
         source_version_to,
         source_versions,
+        -- a rollup of old batches (retention's fold): its rows' lateness is in
+        -- stg_stream_late_rows, its late_threshold means nothing
+        rolled_up_batches is not null as rolled_up,
         state_rows,
         state_memory_bytes,
         state_disk_bytes

@@ -1,12 +1,14 @@
 -- Written from streaming_jobs/schemas.py by `make dbt-models`; a test keeps it equal.
 -- Bronze transactions as a view, with each row's bronze commit version (row tracking), which
--- tells which stream batch read it.
+-- tells which stream batch read it, and its stable row id (a folded batch's late rows are
+-- recorded by it).
 
 with source as (
 
     select
         *,
-        _metadata.row_commit_version as bronze_version
+        _metadata.row_commit_version as bronze_version,
+        _metadata.row_id as bronze_row_id
     from {{ source('lake', 'bronze_transactions') }}
 
 ),
@@ -25,7 +27,8 @@ final as (
         _source_file as source_file,
         _ingested_at as ingested_at,
         _ingest_batch_id as ingest_batch_id,
-        bronze_version
+        bronze_version,
+        bronze_row_id
     from source
 
 )

@@ -68,9 +68,11 @@ class TidemarkTranslator(DagsterDbtTranslator):
         return RECON_GROUP
 
     def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]):
-        # The progress table is written by the listener, never materialized by a run: it must
-        # not count as a missing dependency that holds everything back.
-        return reconcile_on_update().ignore(dg.AssetSelection.keys(keys.STREAM_PROGRESS))
+        # The progress table is written by the listener and the late rows by maintenance,
+        # never materialized by a run: neither may count as a missing dependency that holds
+        # everything back.
+        return reconcile_on_update().ignore(
+            dg.AssetSelection.keys(keys.STREAM_PROGRESS, keys.STREAM_LATE_ROWS))
 
 
 def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:

@@ -12,6 +12,10 @@ OPS_ASSETS = [
                  description="One row per micro-batch of every streaming query (rows, rates, "
                              "watermark, state per operator, bronze versions read, the gold "
                              "version written), appended by every run's progress flush."),
+    dg.AssetSpec(key=keys.STREAM_LATE_ROWS, group_name=OPS_GROUP, kinds={"delta"},
+                 description="The bronze rows that batches folded by the maintenance job "
+                             "dropped as late (their progress rows became one rollup row per "
+                             "job); reconciliation's lateness replay reads them."),
     dg.AssetSpec(key=keys.STREAM_FAILURES, group_name=OPS_GROUP, kinds={"delta"},
                  description="Queries that ended with an error, for checkpoint_health_sensor."),
     dg.AssetSpec(key=keys.ALERTS, group_name=OPS_GROUP, kinds={"delta"},
