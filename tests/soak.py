@@ -156,21 +156,24 @@ def sample(root: Path, started: float) -> dict:
 def table(samples: list[dict]) -> list[str]:
     lines = ["| minute | state rows (all jobs) | JVM heap used MB | JVM RSS MB | lake files on "
              "disk | lake files current | ops/stream_progress rows / files / MB | "
-             "ops/alerts rows / files | landing files waiting / archived |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "ops/stream_late_rows rows | ops/alerts rows / files | "
+             "landing files waiting / archived |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in samples:
         if "error" in s:
-            lines.append(f"| {s['minute']:.0f} | sample failed: {s['error'][:80]} |||||||| ")
+            lines.append(f"| {s['minute']:.0f} | sample failed: {s['error'][:80]} ||||||||| ")
             continue
         jvm = s["continuous_jvm"]
         disk = sum(t["disk_files"] for t in s["tables"].values())
         active = sum(t["active_files"] or 0 for t in s["tables"].values())
         progress = s["ops"].get("stream_progress", {})
         alerts = s["ops"].get("alerts", {})
+        late = s["ops"].get("stream_late_rows", {})
         lines.append(
             f"| {s['minute']:.0f} | {sum(s['state_rows'].values()):,} | {jvm.get('heap_mb')} | "
             f"{jvm.get('rss_mb')} | {disk:,} | {active:,} | {progress.get('rows', 0):,} / "
-            f"{progress.get('files', 0)} / {progress.get('mb', 0)} | {alerts.get('rows', 0)} / "
+            f"{progress.get('files', 0)} / {progress.get('mb', 0)} | {late.get('rows', 0):,} | "
+            f"{alerts.get('rows', 0)} / "
             f"{alerts.get('files', 0)} | {s['landing_files']} / {s['archived_files']} |")
     return lines
 
