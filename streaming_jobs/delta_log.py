@@ -4,7 +4,10 @@ Two facts are needed in places that must not start a JVM (sensors, the progress 
 entry point): the table's latest version, and which version a streaming batch committed. The
 second is the version whose commit carries the batch's idempotency marker, a ``txn`` action
 ``{"appId": <writer>, "version": <batch id>}``: the Delta sink writes one per batch (app id =
-the query id), and tidemark's foreachBatch writers write their own (see `lake`).
+the query id), and tidemark's foreachBatch writers write their own (see `lake`). A third comes
+from the commits since a version: the statistics of the files they added (the earliest new
+event, the least ingestion batch), which incremental reconciliation and retention's progress
+fold use to read only what is new.
 
 Only the JSON commit files are read (Delta keeps them for 30 days by default, checkpoints or
 not), newest first, so the cost follows how far back the wanted batch is.
