@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-unit dev live summary recon dbt dbt-models bench bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -29,6 +29,11 @@ run: setup
 
 test: setup
 	$(BIN)/pytest
+
+# The long proofs CI leaves out for time (marker `long`): incremental reconciliation against a
+# backfill, jobs on the project's Spark cluster.
+test-long: setup
+	$(BIN)/pytest -m long
 
 # The pure tests only (no Spark, no dbt): seconds.
 test-unit: $(INSTALLED)

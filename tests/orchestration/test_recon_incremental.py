@@ -50,6 +50,7 @@ def scopes(stderr: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
     start = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)

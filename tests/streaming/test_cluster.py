@@ -56,6 +56,7 @@ def stateful_tasks(events: Path) -> dict[tuple[int, int], str]:
     return placed
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_jobs_on_a_cluster_give_the_local_rows_with_state_on_both_executors(
         spark, spark_cluster, tmp_path):
