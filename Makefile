@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-compare bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -93,6 +93,19 @@ soak: setup
 EVENTS ?= 2000000
 bench: setup
 	$(BIN)/python tests/benchmarks/sliding_window.py --events $(EVENTS)
+
+# Side by side (BENCHMARKS.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
+# Flink and DuckDB live in an environment of their own, apart from tidemark's pins.
+BENCH_VENV := $(CURDIR)/.tidemark/bench-venv
+COMPARE_EVENTS ?= 1000000
+$(BENCH_VENV)/.installed: tests/benchmarks/compare-requirements.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip==25.3
+	$(BENCH_VENV)/bin/pip install --quiet -r tests/benchmarks/compare-requirements.txt
+	touch $@
+
+bench-compare: setup $(BENCH_VENV)/.installed
+	$(BIN)/python tests/benchmarks/compare.py --events $(COMPARE_EVENTS)
 
 # The reconciliation benchmark (BENCHMARKS.md): dbt build against the same SQL run plainly.
 RECON_EVENTS ?= 10000000

@@ -1,0 +1,392 @@
+"""Benchmark side by side: the same queries on the same generated data, one run, four engines.
+
+    make bench-compare                                   # 1,000,000 events per stream
+    .venv/bin/python tests/benchmarks/compare.py --events 100000 --queries tumbling session
+
+Engines (each query in a process of its own, so its wall time and peak memory are its own):
+
+- ``tidemark``: as a user runs it, incrementally: the files are landed, then ingestion
+  (landing -> bronze: parsing, validation, quarantine) and the job (bronze -> gold) run with
+  ``availableNow``. Events/s counts both; the job alone is reported too.
+- ``spark``: the same query as a bare hand-written PySpark Structured Streaming job reading the
+  JSON files (dedup within the watermark, Spark's ``window``, ``session_window`` or interval
+  join, RocksDB state, Parquet sink, ``availableNow``), so the platform's overhead is a ratio.
+- ``flink``: Apache Flink through PyFlink's Table API (`compare_flink.py`): file source,
+  parallelism 2, RocksDB, checkpoints every 10 s.
+- ``duckdb``: the batch answer (`compare_duckdb.py`), the floor for this machine and the
+  reference every engine's answer is checked against, on the windows closed by the final
+  watermark (`compare_queries.py`).
+
+Flink and DuckDB run from the benchmark's own environment (``.tidemark/bench-venv``, made by
+``make bench-compare`` from ``tests/benchmarks/compare-requirements.txt``), so their
+dependencies never meet tidemark's pins. The data is generated without late or malformed
+events (every engine must give the same answer), with the generator's 1 % duplicates.
+
+Output: per query, each engine's events/s (input lines / processing seconds: from the start of
+the engine's work to its end, JVM start excluded), its process's wall time, its peak memory
+(proportional set size of the process and its children, sampled every 0.2 s), the ratio of tidemark's events/s
+to each, and whether its answer equals DuckDB's. A markdown table is printed and the figures
+go to ``--results`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CHECKOUT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(CHECKOUT))
+
+from compare_queries import COLUMNS, EVENT_TIME, QUERIES, Query  # noqa: E402
+
+SPARK_TYPES = {"VARCHAR": "string", "DOUBLE": "double", "BIGINT": "long"}
+TIME_COLUMNS = ("window_start", "window_end", "anchor")
+
+
+# --- the engines that run in this environment (Spark) ---------------------------------------
+
+def _epoch_ms(df):
+    """Time columns as epoch milliseconds, so every engine's answer compares alike."""
+    from pyspark.sql import functions as F
+
+    for col in TIME_COLUMNS:
+        if col in df.columns:
+            df = df.withColumn(col, F.unix_millis(F.col(col)))
+    return df
+
+
+def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
+    from pyspark.sql import functions as F
+
+    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.lake import read_table
+    from streaming_jobs.registry import get_job
+    from streaming_jobs.runner import run_bronze, run_job
+    from streaming_jobs.spark import get_spark
+    from streaming_jobs.tables import ensure_lake
+
+    root = work / "root"
+    os.environ["TIDEMARK_DATA_ROOT"] = str(root)
+    cfg = TidemarkConfig.from_env().with_data_root(root)
+    spark = get_spark(cfg)
+    spec = get_job(query.job)
+    if query.params:
+        spec = replace(spec, name=f"bench_{query.name}", params={**spec.params, **query.params})
+    ensure_lake(spark, cfg)  # once per lake, not per run: not timed
+    for stream in query.streams:  # landing: what a producer does, not timed
+        shutil.copytree(folder / stream, cfg.paths.landing_dir(stream), dirs_exist_ok=True)
+    started = time.monotonic()
+    for stream in query.streams:
+        run_bronze(spark, cfg, stream)
+    ingested = time.monotonic()
+    metrics = run_job(spark, cfg, spec)
+    ended = time.monotonic()
+
+    gold = read_table(spark, cfg.paths.table("gold", spec.name))
+    if query.name == "sliding_60s":
+        from sliding_window import expand_change_points
+
+        watermark = (read_table(spark, cfg.paths.table("ops", "stream_progress"))
+                     .where(f"job = '{spec.name}'").agg(F.max("watermark")).collect()[0][0])
+        gold = expand_change_points(gold, 5, watermark)
+    elif query.name == "interval_join":
+        gold = gold.withColumn("anchor", F.coalesce("order_time", "payment_time"))
+    _epoch_ms(gold).write.parquet(str(out))
+    return {"processing_s": ended - started, "ingest_s": ingested - started,
+            "job_s": ended - ingested, "job_input_rows": metrics.input_rows}
+
+
+def bare_session():
+    """A plain SparkSession with the settings a hand-written job would take from tidemark's:
+    ``local[2]``, 4 shuffle partitions, RocksDB state with changelog checkpoints, UTC."""
+    from pyspark.sql import SparkSession
+
+    provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    return (SparkSession.builder.master("local[2]").appName("bare-spark")
+            .config("spark.driver.memory", "4g")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.streaming.stateStore.providerClass", provider)
+            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                    "true")
+            .getOrCreate())
+
+
+def run_spark(query: Query, folder: Path, out: Path, work: Path) -> dict:
+    """The query as a bare PySpark Structured Streaming job, written by hand."""
+    from pyspark.sql import functions as F
+
+    spark = bare_session()
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def stream(name: str):
+        schema = ", ".join(f"{k} {SPARK_TYPES[v]}" for k, v in COLUMNS[name].items())
+        return (spark.readStream.schema(schema).json(str(folder / name))
+                .withColumn("ts", F.col(EVENT_TIME[name]).cast("timestamp"))
+                .withWatermark("ts", "10 minutes")
+                .dropDuplicatesWithinWatermark(["event_id"]))
+
+    if query.name == "tumbling":
+        rides = stream("rides")
+        result = (rides.groupBy("pickup_zone", F.window("ts", "1 hour").alias("w"))
+                  .agg(F.count(F.lit(1)).alias("trips"), F.sum("total_amount").alias("revenue"),
+                       F.avg("fare").alias("avg_fare")))
+    elif query.name == "sliding_60s":
+        failed = stream("transactions").where("status = 'FAILED'")
+        result = (failed.groupBy("user_id", F.window("ts", "60 seconds", "5 seconds").alias("w"))
+                  .agg(F.count(F.lit(1)).alias("failed_count")))
+    elif query.name == "session":
+        clicks = stream("clicks")
+        result = (clicks.groupBy("user_id", F.session_window("ts", "5 minutes").alias("w"))
+                  .agg(F.count(F.lit(1)).alias("clicks"), F.sum("amount").alias("spend")))
+    elif query.name == "interval_join":
+        o = stream("orders").select(F.col("order_id").alias("o_id"),
+                                    F.col("amount").alias("order_amount"),
+                                    F.col("ts").alias("o_ts"))
+        p = stream("payments").select(F.col("order_id").alias("p_id"), "payment_id",
+                                      F.col("amount").alias("payment_amount"),
+                                      F.col("ts").alias("p_ts"))
+        joined = o.join(p, F.expr("o_id = p_id and p_ts >= o_ts - interval 20 minutes "
+                                  "and p_ts <= o_ts + interval 20 minutes"), "full_outer")
+        result = joined.select(
+            F.coalesce("o_id", "p_id").alias("order_id"), "payment_id",
+            F.when(F.col("o_id").isNull(), "unknown_order")
+            .when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"),
+            "order_amount", "payment_amount", F.coalesce("o_ts", "p_ts").alias("anchor"))
+    else:
+        raise SystemExit(f"compare: query {query.name} does not run on bare Spark: Spark's "
+                         "window() makes 17,280 copies of each event at 24 h / 5 s")
+    if "w" in result.columns:
+        result = result.select("*", F.col("w.start").alias("window_start"),
+                               F.col("w.end").alias("window_end")).drop("w")
+    raw = work / "raw"
+    started = time.monotonic()
+    (result.writeStream.format("parquet").outputMode("append")
+     .option("checkpointLocation", str(work / "checkpoint"))
+     .trigger(availableNow=True).start(str(raw)).awaitTermination())
+    ended = time.monotonic()
+    _epoch_ms(spark.read.parquet(str(raw))).write.parquet(str(out))
+    return {"processing_s": ended - started}
+
+
+# --- the parent: data, processes, memory, checks --------------------------------------------
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            out.setdefault(ppid, []).append(int(proc.name))
+    return out
+
+
+def tree_memory(pid: int) -> int:
+    """Proportional set size (bytes) of ``pid`` and every process below it: pages shared
+    between them (Spark's forked Python workers) are counted once, not once per process."""
+    children, total, todo = _children(), 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except (OSError, IndexError, ValueError):
+            pass
+        todo.extend(children.get(current, []))
+    return total
+
+
+def measured(command: list[str], log: Path) -> tuple[dict, float, int]:
+    """Run ``command``; its last JSON line, its wall seconds and its peak memory (bytes, PSS)."""
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=out, text=True)
+        peak = [0]
+        done = threading.Event()
+
+        def sample():
+            while True:
+                peak[0] = max(peak[0], tree_memory(proc.pid))
+                if done.wait(0.2):
+                    return
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        stdout, _ = proc.communicate()
+        done.set()
+        sampler.join()
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"compare: {' '.join(command[:4])} failed (exit {proc.returncode}); "
+                           f"see {log}")
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]), wall, peak[0]
+
+
+def generate_input(folder: Path, streams: set[str], events: int, files: int, seed: int) -> dict:
+    from streaming_jobs.generator import GeneratorConfig, generate, write_files
+
+    lines = {}
+    for stream in sorted(streams):
+        gen = GeneratorConfig(stream=stream, events=events, files=files, seed=seed,
+                              late_share=0.0, malformed_share=0.0)
+        content = generate(gen)
+        write_files(folder / stream, gen, content)
+        shutil.rmtree(folder / f".{stream}.staging", ignore_errors=True)
+        lines[stream] = sum(map(len, content))
+    return lines
+
+
+def versions(bench_python: str) -> dict:
+    import pyspark
+
+    flink = subprocess.run(
+        [bench_python, "-c", "import importlib.metadata as m; "
+                             "print(m.version('apache-flink'), m.version('duckdb'))"],
+        capture_output=True, text=True).stdout.split()
+    return {"python": platform.python_version(), "spark": pyspark.__version__,
+            "flink": flink[0] if flink else "?", "duckdb": flink[1] if len(flink) > 1 else "?",
+            "cores": os.cpu_count()}
+
+
+def table(results: list[dict], head: str) -> str:
+    lines = [head, ""]
+    for name in dict.fromkeys(r["query"] for r in results):
+        rows = [r for r in results if r["query"] == name]
+        ours = next((r for r in rows if r["engine"] == "tidemark"), None)
+        lines += [f"**{name}** ({QUERIES[name].job}; {rows[0]['input_events']:,} input events)",
+                  "", "| engine | events/s | processing s | wall s | peak memory MB | "
+                      "tidemark / engine | answer |", "|---|---:|---:|---:|---:|---:|---|"]
+        for r in rows:
+            ratio = (f"{ours['events_per_s'] / r['events_per_s']:.2f}"
+                     if ours and r is not ours else "")
+            check = r.get("check") or {}
+            verdict = ("reference" if r["engine"] == "duckdb" else
+                       "equal" if check.get("equal") else
+                       f"differs: {check.get('missing')} missing, {check.get('extra')} extra, "
+                       f"{check.get('differing')} differing, {check.get('repeated')} repeated")
+            if r["engine"] != "duckdb" and check:
+                verdict += f" ({check['compared']:,} rows)"
+            extra = (f" (job alone {r['job_s']:.1f} s)" if "job_s" in r else "")
+            lines.append(f"| {r['engine']} | {r['events_per_s']:,.0f} | "
+                         f"{r['processing_s']:.1f}{extra} | {r['wall_s']:.1f} | "
+                         f"{r['peak_memory_bytes'] / 2**20:,.0f} | {ratio} | {verdict} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["engine"]:
+        return engine_main(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="events per stream")
+    parser.add_argument("--files", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--queries", nargs="+", default=list(QUERIES), choices=list(QUERIES))
+    parser.add_argument("--engines", nargs="+", default=["duckdb", "tidemark", "spark", "flink"])
+    parser.add_argument("--bench-python",
+                        default=str(CHECKOUT / ".tidemark" / "bench-venv" / "bin" / "python"))
+    parser.add_argument("--results", default=str(CHECKOUT / "BENCHMARKS.compare.json"))
+    parser.add_argument("--keep", action="store_true", help="keep the data and answers")
+    args = parser.parse_args(argv)
+    if not Path(args.bench_python).exists():
+        raise SystemExit(f"compare: {args.bench_python} does not exist; `make bench-compare` "
+                         "creates the benchmark's environment (Flink, DuckDB)")
+
+    root = Path(tempfile.mkdtemp(prefix="tidemark-compare-"))
+    folder = root / "input"
+    streams = {s for q in args.queries for s in QUERIES[q].streams}
+    started = time.monotonic()
+    lines = generate_input(folder, streams, args.events, args.files, args.seed)
+    print(f"generated {sum(lines.values()):,} lines in {time.monotonic() - started:.0f}s: "
+          + ", ".join(f"{s} {n:,}" for s, n in lines.items()), flush=True)
+
+    results = []
+    for name in args.queries:
+        query = QUERIES[name]
+        events = sum(lines[s] for s in query.streams)
+        reference = root / f"{name}.duckdb.parquet"
+        for engine in ["duckdb", *[e for e in args.engines if e != "duckdb"]]:
+            if engine not in query.engines:
+                continue
+            out, work = root / f"{name}.{engine}", root / f"work.{name}.{engine}"
+            work.mkdir()
+            if engine == "duckdb":
+                command = [args.bench_python, str(HERE / "compare_duckdb.py"), "answer",
+                           "--query", name, "--input", str(folder), "--out", str(reference)]
+            elif engine == "flink":
+                command = [args.bench_python, str(HERE / "compare_flink.py"), "--query", name,
+                           "--input", str(folder), "--out", str(out), "--work", str(work)]
+            else:
+                command = [sys.executable, str(HERE / "compare.py"), "engine", "--engine",
+                           engine, "--query", name, "--input", str(folder), "--out", str(out),
+                           "--work", str(work)]
+            said, wall, peak = measured(command, root / f"{name}.{engine}.log")
+            row = {"query": name, "engine": engine, "input_events": events, "wall_s": wall,
+                   "peak_memory_bytes": peak, **said,
+                   "events_per_s": events / said["processing_s"]}
+            if engine != "duckdb":
+                row["check"], _, _ = measured(
+                    [args.bench_python, str(HERE / "compare_duckdb.py"), "check", "--query",
+                     name, "--input", str(folder), "--reference", str(reference),
+                     "--answer", str(out)], root / f"{name}.{engine}.check.log")
+            results.append(row)
+            print(f"{name} {engine}: {row['events_per_s']:,.0f} events/s, "
+                  f"{said['processing_s']:.1f}s, peak {peak / 2**20:,.0f} MB"
+                  + ("" if engine == "duckdb" else
+                     f", answer {'equal' if row['check']['equal'] else row['check']}"),
+                  flush=True)
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+
+    info = versions(args.bench_python)
+    head = (f"{args.events:,} generated events per stream (seed {args.seed}, no late or "
+            f"malformed events, 1 % duplicates), {info['cores']} cores, Python {info['python']}, "
+            f"Spark {info['spark']}, Flink {info['flink']}, DuckDB {info['duckdb']}.")
+    print(table(results, head))
+    Path(args.results).write_text(json.dumps(
+        {"events_per_stream": args.events, "versions": info, "results": results}, indent=1))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"kept {root}")
+    return 0 if all(r.get("check", {"equal": True})["equal"] for r in results) else 1
+
+
+def engine_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="compare.py engine")
+    parser.add_argument("--engine", required=True, choices=("tidemark", "spark"))
+    parser.add_argument("--query", required=True, choices=list(QUERIES))
+    parser.add_argument("--input", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--work", required=True, type=Path)
+    args = parser.parse_args(argv)
+    run = run_tidemark if args.engine == "tidemark" else run_spark
+    print(json.dumps(run(QUERIES[args.query], args.input, args.out, args.work)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
