@@ -12,7 +12,9 @@ through the webserver, as the UI does. `live` runs the whole system for a bounde
 land, the continuous run hosts every job, reconciliation runs on a short schedule, savepoints
 are taken, retention runs (every 5 minutes unless TIDEMARK_MAINTENANCE_CRON says otherwise),
 sensors tick; then it stops cleanly (landing, then the continuous run, then a final
-reconciliation) and prints the summary. Full logs go under ``<data root>/logs/``.
+reconciliation) and prints the summary. Full logs go under ``<data root>/logs/``. If the
+continuous run fails, landing goes on (producers do not wait for a consumer) and `live` follows
+the run ``streaming_restart_sensor`` starts; ``kill`` (SIGTERM) stops it as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from streaming_jobs.config import CHECKOUT, TidemarkConfig
 from orchestration.instance import prepare_dagster_home
 
 TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
+CONTINUOUS_JOB = "continuous_streaming_job"
 
 
 class LiveError(RuntimeError):
@@ -226,6 +229,9 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     from orchestration.summary import collect, render
 
     started = time.monotonic()
+    if threading.current_thread() is threading.main_thread():
+        # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint and landing are stopped
+        signal.signal(signal.SIGTERM, _terminated)
     env = {"TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
            "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *",
            # retention runs too (with the retention settings of the environment)
@@ -247,19 +253,31 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         gql = dagster.start()
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
         landing.start()
-        continuous = gql.launch("continuous_streaming_job", {"ops": {"run_continuously": {
+        continuous = gql.launch(CONTINUOUS_JOB, {"ops": {"run_continuously": {
             "config": {"trigger_seconds": 15.0, "flush_seconds": 15.0,
                        "heartbeat_seconds": 15.0}}}})
         out(f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
             f"per stream; reconciliation every {recon_every_minutes} min")
         deadline = started + minutes * 60
+        restarts = 0
         while time.monotonic() < deadline:
             time.sleep(min(30.0, max(0.0, deadline - time.monotonic())))
             out("  " + _status_line(cfg, gql, continuous, landing, started))
-            if gql.status(continuous) in TERMINAL:
-                out("  the continuous run ended early; see the Dagster UI")
-                ok = False
-                break
+            ended = gql.status(continuous)
+            if ended in TERMINAL:
+                # producers do not stop when a consumer fails: landing goes on while
+                # streaming_restart_sensor starts the run again (with its backoff)
+                wait = cfg.ops.restart_backoff_seconds * 2 ** restarts + 120.0
+                successor = _successor(gql, continuous, timeout=wait)
+                if successor is None:
+                    out(f"  the continuous run {continuous[:8]} ended ({ended}) and was not "
+                        f"started again within {wait:.0f}s; see the Dagster UI")
+                    ok = False
+                    break
+                restarts += 1
+                out(f"  continuous run {continuous[:8]} ended ({ended}); "
+                    f"streaming_restart_sensor started {successor[:8]} (restart {restarts})")
+                continuous = successor
         landing.stop_event.set()
         landing.join()
         out(f"  landing stopped: {landing.landed:,} lines landed; waiting for every query to "
@@ -282,6 +300,24 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     out(f"tidemark live took {time.monotonic() - started:.0f}s")
     out(render(summary, cfg))
     return 0 if ok and summary.recon and summary.unexplained == 0 else 1
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _successor(gql: "Graphql", ended: str, timeout: float) -> str | None:
+    """The continuous run launched after ``ended`` (by streaming_restart_sensor), if one is
+    launched within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = gql.runs(CONTINUOUS_JOB, limit=5)  # newest first
+        ids = [r["runId"] for r in runs]
+        if ended in ids and ids.index(ended) > 0:
+            return ids[0]
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(5.0)
 
 
 def hosted_assets() -> list:

@@ -16,6 +16,12 @@ checkpoint, restarts it and answers. The other queries go on meanwhile.
 Memory stays bounded however long it runs: per query it keeps running totals and the latest
 progress row, not the rows themselves.
 
+A transient failure of one query (Spark gave up waiting for a new Python worker, which happens
+when the cores are saturated: the wait is fixed at 10 s) restarts that query in place, from its
+last committed batch, at most ``TRANSIENT_RESTARTS`` times in ``TRANSIENT_WINDOW_SECONDS``; the
+other queries go on, and each restart is recorded in ``ops/stream_failures``. Any other failure,
+or one more restart than that, ends the run with the query's error.
+
 Stopping is graceful: each query is stopped when no micro-batch is in flight, so the last
 batch is committed and the next run, incremental or continuous, starts after it. Were a query
 stopped mid-batch (a hard kill), the batch was not committed, and Spark replays it on restart
@@ -49,6 +55,23 @@ from streaming_jobs.registry import stream_schema
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
 REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
+# Failures that say nothing about the query or its data: Spark starts a Python process for a
+# pandas state operator's first batch and waits 10 s (fixed) for it to connect back.
+TRANSIENT = ("Python worker failed to connect back",
+             "Timed out while waiting for the Python worker to connect back")
+TRANSIENT_RESTARTS = 3
+TRANSIENT_WINDOW_SECONDS = 600.0
+
+
+def is_transient(exc: BaseException) -> bool:
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
+    return any(marker in text for marker in TRANSIENT)
+
+
+def may_restart(restarts: list[float], now: float, limit: int = TRANSIENT_RESTARTS,
+                window: float = TRANSIENT_WINDOW_SECONDS) -> bool:
+    """Whether one more in-place restart is allowed, given the times of the earlier ones."""
+    return sum(1 for at in restarts if now - at < window) < limit
 
 
 @dataclass
@@ -97,6 +120,7 @@ class ContinuousRun:
     metrics: dict[str, RunMetrics] = field(default_factory=dict)
     stopped_by: str = ""
     savepoints_taken: list[str] = field(default_factory=list)
+    restarted: list[tuple[str, str]] = field(default_factory=list)  # (query, transient error)
 
 
 class _Host:
@@ -115,6 +139,7 @@ class _Host:
         self.previous = {name: last_reading(cfg, name) for name in self.names}
         self.specs = {job: get_job(job) for job in self.jobs}  # loaded once, not per flush
         self.resolvers = {job: sink_version_of(cfg, spec) for job, spec in self.specs.items()}
+        self.restarts: dict[str, list[float]] = {name: [] for name in self.names}
         self.started = time.monotonic()
 
     def writer(self, name: str):
@@ -163,6 +188,27 @@ class _Host:
         self.log.wait_terminated(str(query.runId))
         self.flush([name])
 
+    def restart_in_place(self, name: str, exc: BaseException, out: ContinuousRun) -> bool:
+        """Start a query that failed transiently again, from its last commit; False when the
+        failure is not transient or the query used up its restarts (the run ends)."""
+        now = time.monotonic()
+        if not is_transient(exc) or not may_restart(self.restarts[name], now):
+            return False
+        self.restarts[name].append(now)
+        failed = self.queries[name]
+        self.log.wait_terminated(str(failed.runId))
+        self.flush([name])
+        reason, _ = query_failure(exc, self.cfg)
+        count = sum(1 for at in self.restarts[name] if now - at < TRANSIENT_WINDOW_SECONDS)
+        record_failure(self.cfg, name, str(failed.runId),
+                       f"restarted in place after a transient error (restart {count} of at most "
+                       f"{TRANSIENT_RESTARTS} in {TRANSIENT_WINDOW_SECONDS:.0f}s): {reason}")
+        LOG.warning("continuous: %s failed transiently (%s); restarted from its last commit",
+                    name, reason[:300])
+        out.restarted.append((name, reason[:1000]))
+        self.start(name)
+        return True
+
     def answer_savepoint_requests(self, keep: int, out: ContinuousRun) -> None:
         for job in self.jobs:
             for request_id in savepoints.pending(self.cfg, job):
@@ -207,6 +253,7 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             last_flush = last_poll = time.monotonic()
             while True:
                 failed = [(n, q.exception()) for n, q in host.queries.items() if q.exception()]
+                failed = [(n, e) for n, e in failed if not host.restart_in_place(n, e, out)]
                 if failed:
                     failure = failed[0]
                     out.stopped_by = f"query {failure[0]} failed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 
@@ -18,7 +19,7 @@ from orchestration.defs.streaming.jobs import continuous_streaming_job as contin
 
 continuous_streaming_job = continuous_job()
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
-from helpers import click, land
+from helpers import click, land, txn
 
 pytestmark = pytest.mark.slow
 
@@ -114,3 +115,88 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     assert last_committed_batch(checkpoint) > committed
     expected = sorted({e["event_id"] for e in first + second + third})
     assert gold_ids(spark, cfg) == expected
+
+
+FLAKY = textwrap.dedent('''
+    """flaky_failures: FAILED transactions per merchant per 10 minutes, through a Python UDF
+    that fails once the way Spark does when a new Python worker is slow to connect back."""
+    import os
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from streaming_jobs.stateful.dedup import dedup_within_watermark
+    from streaming_jobs.spec import JobSpec, StateBound
+
+    FLAG = os.environ["TIDEMARK_TEST_FLAKY_FLAG"]
+
+
+    @F.udf(T.StringType())
+    def once_flaky(merchant):
+        try:
+            os.remove(FLAG)
+        except FileNotFoundError:
+            return merchant
+        raise RuntimeError("Python worker failed to connect back (injected by the test)")
+
+
+    def build(events, *, window, watermark):
+        failed = dedup_within_watermark(events, "event_time", watermark).where("status = 'FAILED'")
+        return (failed.withColumn("merchant", once_flaky("merchant"))
+                .groupBy("merchant", F.window("event_time", window).alias("w"))
+                .agg(F.count(F.lit(1)).alias("failures"))
+                .select("merchant", F.col("w.start").alias("window_start"),
+                        F.col("w.end").alias("window_end"), "failures"))
+
+
+    SPEC = JobSpec(
+        name="flaky_failures", description="FAILED per merchant per 10 min, failing once",
+        source="transactions", keys=("merchant", "window_start", "window_end"),
+        measures=("failures",), event_time="event_time", state=StateBound(watermark="5 minutes"),
+        output_mode="append", build=build, params={"window": "10 minutes"},
+    )
+''')
+
+
+def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(spark, cfg, tmp_path,
+                                                                        monkeypatch):
+    from streaming_jobs import ops_tables
+    from streaming_jobs.operations.continuous import run_continuous
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "flaky_failures.py").write_text(FLAKY)
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    monkeypatch.setenv("TIDEMARK_TEST_FLAKY_FLAG", str(flag))
+    events = [txn(f"t{i:02d}", f"u{i % 3}", i, status="FAILED" if i % 3 else "APPROVED")
+              for i in range(32)]
+    land(cfg, "t.jsonl", events)
+    run_bronze(spark, cfg, "transactions")
+    # closed by the watermark (last event at minute 31, less 5): [0, 10) and [10, 20)
+    expected = {}
+    for i in range(32):
+        if i % 3 and (i // 10 + 1) * 10 <= 31 - 5:
+            expected[i // 10 * 10] = expected.get(i // 10 * 10, 0) + 1
+    gold = cfg.paths.table("gold", "flaky_failures")
+
+    def windows():
+        if not table_exists(spark, gold):
+            return {}
+        return {r.window_start.minute: r.failures
+                for r in read_table(spark, gold).collect()}
+
+    result = run_continuous(spark, cfg, streams=["clicks"], jobs=["flaky_failures"],
+                            trigger_seconds=1.0, flush_seconds=1.0, max_seconds=240,
+                            should_stop=lambda: windows() == expected)
+    assert not flag.exists()  # the UDF did fail once
+    assert result.stopped_by == "stop requested"
+    assert [name for name, _ in result.restarted] == ["flaky_failures"]
+    assert "failed to connect back" in result.restarted[0][1]
+    assert windows() == expected  # exactly once: the failed batch was replayed, not doubled
+    recorded = ops_tables.read(cfg, "stream_failures", where="job = 'flaky_failures'")
+    assert len(recorded) == 1 and recorded[0]["error"].startswith("restarted in place")
+    # the failure is history, not a finding: the query committed after it
+    from streaming_jobs.operations.health import check
+
+    assert "query_failed" not in {f.kind for f in check(cfg, "flaky_failures")}

@@ -98,6 +98,8 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
         savepoints_keep=cfg.ops.savepoints_keep)
     context.log.info(f"continuous run stopped ({result.stopped_by}); checkpoints committed; "
                      f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}")
+    for name, reason in result.restarted:
+        context.log.warning(f"{name} was restarted in place after a transient error: {reason}")
     for name, metrics in result.metrics.items():
         yield report(name, metrics, f"continuous run {run_id[:8]}: {result.stopped_by}")
     if should_stop():
