@@ -31,7 +31,8 @@ def count_lines(path: Path) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-def _rows_per_file(table: Path) -> dict[str, int]:
+def _rows_per_file(table: Path) -> dict[str, tuple[int, int | None]]:
+    """Per landing file: the rows the table holds from it and the newest ingestion batch."""
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import TableNotFoundError
     import pyarrow as pa
@@ -41,8 +42,9 @@ def _rows_per_file(table: Path) -> dict[str, int]:
     except TableNotFoundError:
         return {}
     rows = pa.table(QueryBuilder().register("t", handle).execute(
-        'select "_source_file" as f, count(*) as n from t group by "_source_file"')).to_pylist()
-    return {unquote(urlsplit(r["f"]).path) if r["f"] else "": r["n"] for r in rows}
+        'select "_source_file" as f, count(*) as n, max("_ingest_batch_id") as b from t '
+        'group by "_source_file"')).to_pylist()
+    return {unquote(urlsplit(r["f"]).path) if r["f"] else "": (r["n"], r["b"]) for r in rows}
 
 
 @dataclass(frozen=True)
@@ -62,17 +64,26 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     now = time.time() if now is None else now
     folder = cfg.paths.landing_dir(stream)
     ingested: dict[str, int] = {}
+    newest: dict[str, int] = {}
     for layer in ("bronze", "quarantine"):
-        for name, n in _rows_per_file(cfg.paths.table(layer, stream)).items():
+        for name, (n, batch) in _rows_per_file(cfg.paths.table(layer, stream)).items():
             ingested[name] = ingested.get(name, 0) + n
+            if batch is not None:
+                newest[name] = max(newest.get(name, batch), batch)
     checkpoint = cfg.paths.checkpoint(query_name(stream))
-    commit = checkpoint / "commits" / str(last_committed_batch(checkpoint))
-    read_until = commit.stat().st_mtime if commit.exists() else None
+    last = last_committed_batch(checkpoint)
+    # A batch writes bronze, then quarantine, then commits: the rows of the batch after the
+    # last commit may be half there. Files are listed when a batch is planned (its offsets
+    # file): a file landed after the last committed batch was planned is for a later batch.
+    in_flight = 0 if last is None else last + 1
+    planned = checkpoint / "offsets" / str(last)
+    read_until = planned.stat().st_mtime if last is not None and planned.exists() else None
     findings, lines, got = [], 0, 0
     for path in landing_files(folder):
-        n, rows = count_lines(path), ingested.get(str(path.resolve()), 0)
+        key = str(path.resolve())
+        n, rows = count_lines(path), ingested.get(key, 0)
         lines, got = lines + n, got + rows
-        if rows == n:
+        if rows == n or newest.get(key) == in_flight:
             continue
         if rows and rows < n:
             problem = (f"{n - rows:,} lines were added after it was read ({rows:,} of {n:,} "
@@ -86,7 +97,7 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
                        "landed: its name was already read once (reuse of a name), or it is "
                        "older than the source's maxFileAge; land it again under a new name")
         else:
-            continue  # landed after the last ingestion: the next run reads it
+            continue  # landed after the last batch was planned: a later batch reads it
         findings.append(Finding("landing_unaccounted", WARNING,
                                 f"landing/{stream}/{path.name}: {problem}"))
     if folder.is_dir():

@@ -259,7 +259,7 @@ def _ingested_files(cfg: TidemarkConfig, stream: str) -> dict[str, int]:
 
     rows: dict[str, int] = {}
     for layer in ("bronze", "quarantine"):
-        for name, n in _rows_per_file(cfg.paths.table(layer, stream)).items():
+        for name, (n, _) in _rows_per_file(cfg.paths.table(layer, stream)).items():
             rows[name] = rows.get(name, 0) + n
     return rows
 
