@@ -194,12 +194,14 @@ class _Host:
         now = time.monotonic()
         if not is_transient(exc) or not may_restart(self.restarts[name], now):
             return False
-        self.restarts[name].append(now)
+        # only the window's restarts are kept: memory stays bounded over a run of days
+        self.restarts[name] = [at for at in self.restarts[name]
+                               if now - at < TRANSIENT_WINDOW_SECONDS] + [now]
         failed = self.queries[name]
         self.log.wait_terminated(str(failed.runId))
         self.flush([name])
         reason, _ = query_failure(exc, self.cfg)
-        count = sum(1 for at in self.restarts[name] if now - at < TRANSIENT_WINDOW_SECONDS)
+        count = len(self.restarts[name])
         record_failure(self.cfg, name, str(failed.runId),
                        f"restarted in place after a transient error (restart {count} of at most "
                        f"{TRANSIENT_RESTARTS} in {TRANSIENT_WINDOW_SECONDS:.0f}s): {reason}")
