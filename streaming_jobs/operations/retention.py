@@ -89,6 +89,7 @@ class Step:
     files_after: int | None = None
     rows_removed: int = 0
     bytes_freed: int = 0
+    seconds: float = 0.0  # the step's wall time (a shared machine shows here where time goes)
 
 
 @dataclass
@@ -246,11 +247,15 @@ def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None) -> 
 
 def _guarded(out: Maintenance, target: str, action, *args) -> None:
     """Run one step; a failure is a ``failed`` step with its reason, and the others go on."""
+    started, before = time.monotonic(), len(out.steps)
     try:
         action(out, target, *args)
     except Exception as exc:  # noqa: BLE001 - reported, the next step still runs
         LOG.warning("maintenance of %s failed: %s", target, exc)
         out.steps.append(Step(target, "failed", f"{type(exc).__name__}: {str(exc)[:500]}"))
+    added = out.steps[before:]
+    for step in added:  # a target's steps share its time (e.g. optimize then vacuum)
+        step.seconds = (time.monotonic() - started) / len(added)
 
 
 def _ingested_files(cfg: TidemarkConfig, stream: str) -> dict[str, int]:
@@ -513,8 +518,9 @@ def table(report: Maintenance) -> list[str]:
         return "" if value is None else f"{value:,}"
 
     lines = ["| target | action | files before | files after | rows removed | MB freed | "
-             "detail |", "|---|---|---|---|---|---|---|"]
+             "seconds | detail |", "|---|---|---|---|---|---|---|---|"]
     for s in report.steps:
         lines.append(f"| {s.target} | {s.action} | {n(s.files_before)} | {n(s.files_after)} | "
-                     f"{n(s.rows_removed)} | {s.bytes_freed / 1e6:.1f} | {s.detail} |")
+                     f"{n(s.rows_removed)} | {s.bytes_freed / 1e6:.1f} | {s.seconds:.1f} | "
+                     f"{s.detail} |")
     return lines
