@@ -19,6 +19,7 @@
     tidemark check             analyse every job against its sources without running it
     tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
     tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
+                               [--partition DAY|FROM:TO] reconciliation's days to recompute
     tidemark rebuild JOB       reset a job so its next run streams all of bronze again
     tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
@@ -41,6 +42,7 @@ from streaming_jobs.sql_endpoint import EndpointError
 from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.instance import prepare_dagster_home
 from orchestration.operate import OPERATIONS, OperationError
+from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG, latest_partition
 from orchestration.services import ServiceError, start_cluster_if_used, start_kafka_if_used
 
 def setup(cfg: TidemarkConfig) -> None:
@@ -129,7 +131,8 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
                          f"(run {result.run_id[:8]} {'ok' if result.success else 'FAILED'})")
             ok &= result.success
         result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
-            instance=instance, raise_on_error=False)
+            instance=instance, raise_on_error=False, partition_key=latest_partition(cfg),
+            tags={RECON_MODE_TAG: INCREMENTAL})
         checks = [e.event_specific_data for e in result.all_events
                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         failed = sorted(c.asset_check_key.name for c in checks if not c.passed)
@@ -289,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")
     mat_p.add_argument("--select", required=True,
                        help="Dagster asset selection, e.g. '+key:gold/my_job' or 'group:streaming'")
+    mat_p.add_argument("--partition", metavar="DAY|FROM:TO",
+                       help="reconciliation days (YYYY-MM-DD) to recompute, at least; the first "
+                            "day on is a full reconciliation. Default: an incremental run "
+                            "labelled with today")
     new_p = sub.add_parser("new", help="write a commented stream or job file that loads as is")
     new_p.add_argument("kind", choices=("stream", "job"))
     new_p.add_argument("name")

@@ -33,6 +33,7 @@ from pathlib import Path
 from streaming_jobs.config import CHECKOUT, TidemarkConfig
 
 from orchestration.instance import prepare_dagster_home
+from orchestration.recon_partitions import incremental_tags
 
 TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
 CONTINUOUS_JOB = "continuous_streaming_job"
@@ -288,7 +289,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         gql.terminate(continuous)
         ended = gql.wait(continuous, timeout=300)
         out(f"  continuous run    {ended} (stopped cleanly at a committed batch)")
-        final = gql.launch("reconciliation_job")
+        final = gql.launch("reconciliation_job", tags=incremental_tags(cfg))
         status = gql.wait(final, timeout=900)
         out(f"  final reconciliation {final[:8]}: {status}")
         ok &= status == "SUCCESS"

@@ -211,6 +211,7 @@ def materialize(cfg: TidemarkConfig, args) -> int:
 
     from orchestration.definitions import build_definitions
     from orchestration.instance import prepare_dagster_home
+    from orchestration.recon_partitions import chosen_tags, incremental_tags
 
     prepare_dagster_home(cfg)
     os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)
@@ -224,10 +225,21 @@ def materialize(cfg: TidemarkConfig, args) -> int:
     if not keys:
         raise OperationError(f"--select {args.select!r} matches no asset; list them with "
                              "'dg list defs' or see the Dagster UI")
+    partitioned = {k for k in keys if graph.get(k).partitions_def is not None}
+    tags = {}
+    if partitioned:
+        # reconciliation's days: the ones asked for (at least), else an incremental run
+        tags = (chosen_tags(args.partition) if args.partition else incremental_tags(cfg))
+        print(f"reconciliation partitions: {args.partition or 'today (incremental)'}",
+              flush=True)
+    elif args.partition:
+        raise OperationError(f"--partition {args.partition}: --select {args.select!r} has no "
+                             "partitioned asset (only reconciliation's dbt models have days)")
     print(f"materializing {len(keys)} assets: "
           f"{', '.join(sorted(k.to_user_string() for k in keys))}", flush=True)
     result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
-        asset_selection=list(keys), instance=dg.DagsterInstance.get(), raise_on_error=False)
+        asset_selection=list(keys), instance=dg.DagsterInstance.get(), raise_on_error=False,
+        tags=tags)
     print(f"run {result.run_id}: {'success' if result.success else 'FAILED (see the Dagster UI)'}")
     return 0 if result.success else 1
 

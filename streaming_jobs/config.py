@@ -173,6 +173,17 @@ class SparkSettings:
     extra_conf: dict[str, str] = field(default_factory=dict, repr=False)
 
 
+def _parse_date(name: str, raw: str) -> str:
+    """A calendar day written YYYY-MM-DD, or a `ConfigError` naming the variable."""
+    from datetime import date
+
+    try:
+        return date.fromisoformat(raw.strip()).isoformat()
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a day written YYYY-MM-DD "
+                          "(e.g. 2025-01-01)") from None
+
+
 def _parse_cron(raw: str, name: str = "TIDEMARK_RECON_CRON") -> str:
     fields = raw.split()
     if len(fields) != 5:
@@ -380,6 +391,8 @@ class TidemarkConfig:
     data_root: Path
     spark: SparkSettings = field(default_factory=SparkSettings)
     recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
+    # the first day (UTC, event time) of the reconciliation's daily Dagster partitions
+    recon_start_date: str = "2026-01-01"
     ops: OpsSettings = field(default_factory=OpsSettings)
     sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
@@ -443,6 +456,9 @@ class TidemarkConfig:
             raise ConfigError(f"TIDEMARK_UNBOUNDED_STATE={unbounded!r}: use refuse or warn")
         return cls(data_root=root, spark=spark, unbounded_state=unbounded,
                    recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
+                   recon_start_date=_parse_date("TIDEMARK_RECON_START_DATE",
+                                                env.get("TIDEMARK_RECON_START_DATE",
+                                                        "2026-01-01")),
                    ops=_ops_settings(env), sql=_sql_settings(env),
                    alerts=_alert_settings(env), kafka=_kafka_settings(env),
                    cluster=_cluster_settings(env), jobs_path=jobs_path)

@@ -69,9 +69,11 @@ def run_seconds(root: Path, run_id: str) -> float:
 
 
 def reconcile(cfg, gql, root: Path, label: str, repeat: int) -> list[dict]:
+    from orchestration.recon_partitions import incremental_tags
+
     out = []
     for attempt in range(repeat):
-        run_id = gql.launch("reconciliation_job")
+        run_id = gql.launch("reconciliation_job", tags=incremental_tags(cfg))
         status = gql.wait(run_id, timeout=3600)
         seconds = run_seconds(root, run_id)
         out.append({"mode": label, "attempt": attempt + 1, "status": status,

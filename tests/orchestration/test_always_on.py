@@ -24,6 +24,7 @@ from streaming_jobs.checkpoints import CheckpointBusy
 from streaming_jobs.runner import run_job
 
 from orchestration.live import DagsterDev, wait_caught_up
+from orchestration.recon_partitions import incremental_tags
 from orchestration.services import start_sql_endpoint, stop_sql_endpoint
 
 pytestmark = pytest.mark.slow
@@ -129,7 +130,7 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         assert gql.wait(continuous, timeout=300) == "CANCELED"
         # The queue lets the incremental run go once the checkpoints are free.
         assert gql.wait(incremental, timeout=600) == "SUCCESS"
-        final = gql.launch("reconciliation_job")
+        final = gql.launch("reconciliation_job", tags=incremental_tags(cfg))
         assert gql.wait(final, timeout=900) == "SUCCESS"
     finally:
         dagster.stop()

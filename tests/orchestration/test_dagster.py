@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import subprocess
@@ -78,9 +79,13 @@ def test_definitions_load_with_assets_checks_and_jobs(cfg):
 
 
 @pytest.mark.slow
-def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, sample):
+def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, sample,
+                                                                    monkeypatch):
     from orchestration.definitions import build_definitions
 
+    # reconciliation's days start before the data (late events reach 2025-12-31), so that a
+    # backfill from 2026-01-01 is not the first partition (which would be a full run)
+    monkeypatch.setenv("TIDEMARK_RECON_START_DATE", "2025-12-01")
     gen, files = sample
     rides_gen = GeneratorConfig(stream="rides", events=2000, files=3, seed=12)
     rides = generate(rides_gen)
@@ -103,7 +108,10 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     write_wave(cfg, clicks_gen, clicks, 1)
     for g, f in more:
         write_wave(cfg, g, f, 1)
-    result = defs.resolve_job_def("tidemark_all_job").execute_in_process(instance=instance)
+    from orchestration.recon_partitions import incremental_tags
+
+    result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
+        instance=instance, tags=incremental_tags(cfg))
     assert result.success
 
     materialized = {e.event_specific_data.materialization.asset_key.to_user_string()
@@ -177,6 +185,32 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     assert all(r.rows_compared > 0 and r.late_events_replayed == r.late_events_reported
                for r in summary)
 
+    # The incremental run was labelled with today's partition and, being the first
+    # reconciliation, recomputed every day of every job.
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {today}
+    assert recon["recomputed_from"] == "all"
+
+    # Partitions chosen by hand (a backfill from the UI): every job with days recomputes from
+    # the range's first day at least, though nothing new arrived; the profile (keyed state)
+    # in full. Days before it are left as they were, so the rows do not change.
+    def rows(name):
+        return sorted(tuple(sorted((k, repr(v)) for k, v in r.asDict().items()
+                                   if k not in ("reconciled_at", "stream_watermark")))
+                      for r in read_table(spark, cfg.paths.dbt_table("recon", name)).collect())
+
+    before = {job: rows(f"recon_{job}") for job in sorted(r.job for r in summary)}
+    backfill = defs.resolve_job_def("reconciliation_job").execute_in_process(
+        instance=instance, tags={"dagster/asset_partition_range_start": "2026-01-01",
+                                 "dagster/asset_partition_range_end": "2026-01-03"})
+    assert backfill.success
+    assert {job: metadata(backfill, ["recon", f"recon_{job}"])["recomputed_from"]
+            for job in before} == {job: "all" if job == "user_activity_profile" else "2026-01-01"
+                                   for job in before}
+    assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {
+        today, "2026-01-01", "2026-01-02", "2026-01-03"}
+    assert {job: rows(f"recon_{job}") for job in before} == before
+
 
 
 def _free_port() -> int:
@@ -233,6 +267,9 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     assert len(tick.run_requests) == 1 and schedule.job_name == "reconciliation_job"
     assert tick.run_requests[0].job_name in (None, "reconciliation_job")  # None: the schedule's own
     assert tick.run_requests[0].tags["tidemark/reconciliation"] == "1"
+    # incremental, labelled with today's day of event time (UTC)
+    assert tick.run_requests[0].tags["tidemark/recon"] == "incremental"
+    assert tick.run_requests[0].partition_key == dt.datetime.now(dt.timezone.utc).date().isoformat()
     # A reconciliation still queued or running: the tick is skipped, runs never pile up.
     from dagster import DagsterRunStatus
 
@@ -305,11 +342,13 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
     def like_an_incremental_run():
         report()
 
-    # everything reconciled once (reported here rather than built: dbt is not what is tested)
+    # everything reconciled once today (reported here rather than built: dbt is not what is
+    # tested); automation requests today's partition only
     graph = defs.resolve_asset_graph()
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     for key in graph.get_all_asset_keys():
         if key.path[0] in ("staging", "batch", "recon"):
-            instance.report_runless_asset_event(AssetMaterialization(key))
+            instance.report_runless_asset_event(AssetMaterialization(key, partition=today))
     first = evaluate_automation_conditions(defs=defs, instance=instance)
     recon = AssetKey(["recon", "recon_events_by_type"])
     assert like_a_continuous_run.execute_in_process(instance=instance).success
@@ -320,3 +359,4 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
     after_incremental = evaluate_automation_conditions(defs=defs, instance=instance,
                                                        cursor=after_continuous.cursor)
     assert after_incremental.get_num_requested(recon) == 1
+    assert after_incremental.get_requested_partitions(recon) == {today}

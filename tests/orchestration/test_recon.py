@@ -8,6 +8,7 @@ import scenarios
 from helpers import dbt, land, txn
 from streaming_jobs.runner import run_bronze
 from orchestration.dbt_models import reconciled_jobs
+from orchestration.recon_partitions import incremental_tags
 from streaming_jobs.lake import read_table
 
 
@@ -78,7 +79,7 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
 
     defs = build_definitions()
     result = defs.resolve_job_def("reconciliation_job").execute_in_process(
-        instance=DagsterInstance.ephemeral(), raise_on_error=False)
+        instance=DagsterInstance.ephemeral(), raise_on_error=False, tags=incremental_tags(cfg))
     assert not result.success
 
     recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity")).collect()

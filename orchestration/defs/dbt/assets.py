@@ -1,6 +1,8 @@
 """The dbt models as Dagster assets; dbt tests become asset checks (severity error = blocking).
 
 Model keys mirror the dbt layers: ``staging/<model>``, ``batch/<model>``, ``recon/<model>``.
+They are partitioned by day of event time (`orchestration.recon_partitions`: what a run's
+partitions, and its ``tidemark/recon`` tag, make it recompute).
 The asset runs ``dbt build`` through ``tidemark-dbt`` (the SQL endpoint when it runs, so no JVM
 here), with its ``--vars`` built here in the open (`orchestration.dbt_vars`): the jobs'
 parameters and the streams' pinned position. Each recon model's materialization carries its
@@ -20,13 +22,12 @@ from orchestration.concurrency import CONTINUOUS_TAG
 from orchestration.dbt_models import ensure_manifest, reconciled_jobs
 from orchestration.dbt_vars import dbt_vars
 from orchestration.project import dbt_project
+from orchestration.recon_partitions import (RECON_MODE_TAG, partitions_def, recomputed_from,
+                                            run_scope)
 from orchestration.recon_report import recon_counts, recon_metadata, summary_metadata
 from orchestration.resources import TidemarkResource
 
 RECON_GROUP = "reconciliation"
-# A run with tidemark/recon=full recomputes every day of every job (a backfill); otherwise
-# each job recomputes the days its new events can change (orchestration/recon_scope.py).
-RECON_MODE_TAG = "tidemark/recon"
 
 
 def reconcile_on_update() -> dg.AutomationCondition:
@@ -79,15 +80,20 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
     manifest = ensure_manifest(cfg)  # first: it writes the data root's copy of the project
     jobs = reconciled_jobs()
 
+    daily = partitions_def(cfg)
+
     @dbt_assets(manifest=manifest, project=dbt_project(cfg), name="tidemark_dbt",
-                dagster_dbt_translator=TidemarkTranslator())
+                dagster_dbt_translator=TidemarkTranslator(), partitions_def=daily)
     def tidemark_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource,
                      tidemark: TidemarkResource):
         run_cfg = tidemark.config()
         # The jobs' parameters and the streams' position, pinned for the whole build; the
-        # days each job recomputes (all of them with the run tag tidemark/recon=full)
-        full = context.run.tags.get(RECON_MODE_TAG) == "full"
-        variables = dbt_vars(jobs, run_cfg, full)
+        # days each job recomputes: what its new events change, from the first of the run's
+        # partitions at least, or all of them (recon_partitions.run_scope)
+        full, floor = run_scope(context.run.tags.get(RECON_MODE_TAG),
+                                context.partition_key_range.start,
+                                daily.get_first_partition_key())
+        variables = dbt_vars(jobs, run_cfg, full, floor)
         context.log.info(f"dbt vars: progress_version {variables.get('progress_version')}, "
                          f"gold_versions {variables.get('gold_versions')}")
         context.log.info("reconciliation scope: " + "; ".join(
@@ -107,7 +113,9 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
                 elif key.path[0] == "recon" and job in jobs:
                     # the recon table was just built: its classes, plotted run after run
                     counts = recon_counts(run_cfg, job)
-                    event = event.with_metadata({**event.metadata, **recon_metadata(counts)})
+                    event = event.with_metadata({
+                        **event.metadata, **recon_metadata(counts),
+                        "recomputed_from": recomputed_from(variables, job)})
             yield event
 
     return tidemark_dbt

@@ -1,6 +1,7 @@
 """``reconciliation_schedule``: reconciliation on a cron (TIDEMARK_RECON_CRON, default hourly).
 
-A tick is skipped while a reconciliation is still queued or running (this schedule's, one
+Each run is incremental (`orchestration.recon_partitions`): it recomputes the days its new
+events change, and carries today's partition. A tick is skipped while a reconciliation is still queued or running (this schedule's, one
 launched by hand, or automation's): each run reconciles everything up to the streams' position
 when it starts, so the next one loses nothing, and ticks faster than a reconciliation never
 pile runs up in the queue.
@@ -11,6 +12,7 @@ import dagster as dg
 from streaming_jobs.config import TidemarkConfig
 
 from orchestration.concurrency import RECON_TAG, run_in_flight
+from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG, latest_partition
 
 
 def reconciliation_schedule(cfg: TidemarkConfig) -> dg.ScheduleDefinition:
@@ -24,7 +26,9 @@ def reconciliation_schedule(cfg: TidemarkConfig) -> dg.ScheduleDefinition:
         if busy is not None:
             return dg.SkipReason(f"reconciliation run {busy.run_id[:8]} is still "
                                  f"{busy.status.value.lower()}; this tick is skipped")
-        return dg.RunRequest(tags={RECON_TAG: "1"})
+        # incremental: what new events change; labelled with today's partition
+        return dg.RunRequest(partition_key=latest_partition(cfg),
+                             tags={RECON_TAG: "1", RECON_MODE_TAG: INCREMENTAL})
 
     return _reconciliation_schedule
 

@@ -6,12 +6,15 @@ import dagster as dg
 
 from orchestration.concurrency import RECON_TAG
 from orchestration.defs.dbt.assets import RECON_GROUP
+from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG
 
 reconcile_on_update_sensor = dg.AutomationConditionSensorDefinition(
     "reconcile_on_update_sensor",
     target=dg.AssetSelection.groups(RECON_GROUP),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    run_tags={RECON_TAG: "1"},
+    # incremental (the days its new events change), on today's partition (the condition's
+    # in_latest_time_window)
+    run_tags={RECON_TAG: "1", RECON_MODE_TAG: INCREMENTAL},
     minimum_interval_seconds=30,
     description="Reconciles after an incremental run updated a gold or bronze table (the dbt "
                 "assets' reconcile_on_update condition).")
