@@ -178,6 +178,97 @@ def table(samples: list[dict]) -> list[str]:
     return lines
 
 
+def maintenance_runs(root: Path) -> list[dict]:
+    """Every maintenance run of the soak, from its Dagster instance: when it started, how long
+    it took, and from its step table (`streaming_jobs.operations.retention.table`) the files
+    its VACUUMs deleted and the seconds spent per kind of step."""
+    import sqlite3
+
+    db = root / "dagster_home" / "history" / "runs.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        runs = conn.execute("select run_id, status, create_timestamp, update_timestamp from runs "
+                            "where pipeline_name = 'maintenance_job' order by create_timestamp"
+                            ).fetchall()
+    out = []
+    for run_id, status, created, updated in runs:
+        row = {"run": run_id[:8], "status": status, "created": created[11:19],
+               "minutes": round((_stamp(updated) - _stamp(created)) / 60, 1)}
+        steps = _steps_table(root / "dagster_home" / "history" / "runs" / f"{run_id}.db")
+        deleted, seconds = 0, {}
+        for step in steps:
+            kind = step["target"].split("/")[0]
+            seconds[kind] = seconds.get(kind, 0.0) + step["seconds"]
+            if step["action"] == "vacuum" and step["before"] is not None:
+                deleted += max(step["before"] - (step["after"] or 0), 0)
+        row.update({"vacuum_deleted": deleted,
+                    "seconds": {k: round(v) for k, v in sorted(seconds.items())}})
+        out.append(row)
+    return out
+
+
+def _stamp(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _steps_table(db: Path) -> list[dict]:
+    """The rows of a maintenance run's ``steps`` metadata (its markdown table)."""
+    import sqlite3
+
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        events = [e for (e,) in conn.execute(
+            "select event from event_logs where dagster_event_type in "
+            "('STEP_OUTPUT', 'STEP_FAILURE')")]
+    for event in events:
+        for entry in _metadata_entries(json.loads(event)):
+            if entry.get("label") != "steps":
+                continue
+            text = entry["entry_data"].get("md_str") or ""
+            header, rows = None, []
+            for line in text.splitlines():
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if header is None:
+                    header = cells
+                    continue
+                if set(line) <= set("|-"):
+                    continue
+                rows.append(dict(zip(header, cells)))
+            return [{"target": r["target"], "action": r["action"],
+                     "before": _int(r.get("files before")), "after": _int(r.get("files after")),
+                     "seconds": float(r.get("seconds") or 0)} for r in rows]
+    return []
+
+
+def _metadata_entries(event: dict) -> list[dict]:
+    data = (event.get("dagster_event") or {}).get("event_specific_data") or {}
+    entries = data.get("metadata_entries") or []
+    error = data.get("error") or {}
+    failure = data.get("user_failure_data") or {}
+    return entries + (failure.get("metadata_entries") or []) + (error.get("metadata") or [])
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int((text or "").replace(",", ""))
+    except ValueError:
+        return None
+
+
+def maintenance_table(runs: list[dict]) -> list[str]:
+    lines = ["| started (UTC) | status | minutes | files VACUUM deleted | seconds per step kind |",
+             "|---|---|---:|---:|---|"]
+    for r in runs:
+        kinds = ", ".join(f"{k} {v}" for k, v in r["seconds"].items())
+        lines.append(f"| {r['created']} | {r['status']} | {r['minutes']} | "
+                     f"{r['vacuum_deleted']:,} | {kinds} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=20)
@@ -192,8 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=3311)
     parser.add_argument("--data-root", default=str(CHECKOUT / ".tidemark" / "soak"))
     parser.add_argument("--results", default=str(CHECKOUT / "RELIABILITY.soak.json"))
+    parser.add_argument("--report", action="store_true",
+                        help="only print the maintenance runs of an existing soak's data root")
     args = parser.parse_args(argv)
     root = Path(args.data_root).resolve()
+    if args.report:
+        print("\n".join(maintenance_table(maintenance_runs(root))))
+        return 0
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root),
@@ -230,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([str(Path(sys.executable).with_name("tidemark")), "sql", "stop"], env=env,
                    cwd=CHECKOUT, capture_output=True)
     print("\n".join(table(samples)))
+    runs = maintenance_runs(root)
+    print("\n".join(maintenance_table(runs)))
+    Path(args.results).write_text(json.dumps({"command": "tests/soak.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]), "samples": samples,
+        "maintenance_runs": runs}, indent=1))
     print(f"tidemark live exited {live.returncode}; its output: {log.name}")
     return live.returncode or 0
 
