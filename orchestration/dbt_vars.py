@@ -158,10 +158,11 @@ def gold_types(cfg: TidemarkConfig, jobs: dict) -> dict[str, dict[str, str]]:
 
 
 def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None,
-             full: bool = False, floor: str | None = None) -> dict:
+             full: bool = False, partitions_from: str | None = None) -> dict:
     """Every var: the jobs, and with ``cfg`` the pinned position of the streams, the measures
     that are not numbers and the days each job's reconciliation recomputes (all with
-    ``full``: a backfill; from ``floor`` at least: the first day of the run's partitions)."""
+    ``full``: a backfill; from ``partitions_from`` at least: the first day of the run's
+    partitions)."""
     out = {"jobs": job_vars(jobs)}
     if cfg is not None:
         from orchestration.project import run_project_dir
@@ -171,7 +172,7 @@ def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None,
         out.update(position_vars(cfg, jobs, progress))
         # from the same rows: the run's positions are the pinned version's
         out.update(recon_scope_vars(cfg, jobs, out["jobs"], run_project_dir(cfg),
-                                    progress[1], full, floor))
+                                    progress[1], full, partitions_from))
         out["text_measures"] = text_measures(gold_types(cfg, jobs), jobs)
         out["watermark_ahead_seconds"] = int(cfg.ops.watermark_ahead_seconds)
     return out

@@ -159,12 +159,12 @@ def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[s
 
 def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: dict,
                      project: Path, progress_rows: list[dict], full: bool = False,
-                     floor: str | None = None) -> dict:
+                     partitions_from: str | None = None) -> dict:
     """``recon_from`` (job -> first day, or None: in full) and ``recon_positions`` (the rows
     ``recon_positions`` records when the run succeeds), with the reason per job.
     ``progress_rows``: the progress table's rows as of the version pinned for the invocation
-    (`orchestration.dbt_vars.read_progress`; its positions are the run's). ``floor``: a day
-    every dated job recomputes from at least (the first of the partitions a run was asked
+    (`orchestration.dbt_vars.read_progress`; its positions are the run's).
+    ``partitions_from``: a day every dated job recomputes from at least (the first of the partitions a run was asked
     for, `orchestration.recon_partitions`)."""
     from streaming_jobs.checkpoints import query_id
 
@@ -199,8 +199,9 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
                                     current or "", print_)
             reasons[name] = ("nothing new" if scope[name] == NOTHING_NEW
                              else f"from {scope[name]}")
-            if floor is not None and floor < scope[name]:
-                scope[name], reasons[name] = floor, f"from {floor}: the run's partitions"
+            if partitions_from is not None and partitions_from < scope[name]:
+                scope[name] = partitions_from
+                reasons[name] = f"from {partitions_from}: the run's partitions"
         except NeedsFull as why:
             scope[name], reasons[name] = None, f"in full: {why}"
     return {"recon_from": scope, "recon_positions": positions, "recon_reasons": reasons,
