@@ -199,14 +199,25 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
                                    if k not in ("reconciled_at", "stream_watermark")))
                       for r in read_table(spark, cfg.paths.dbt_table("recon", name)).collect())
 
+    from orchestration.dbt_models import reconciled_jobs
+    from orchestration.dbt_vars import dbt_vars
+    from orchestration.recon_scope import NOTHING_NEW
+
     before = {job: rows(f"recon_{job}") for job in sorted(r.job for r in summary)}
+    # what an incremental run would recompute now (open windows, session chains), and so what
+    # the backfill must: the earlier of that and its first day
+    alone = dbt_vars(reconciled_jobs(), cfg)["recon_from"]
+    expected = {job: "all" if alone[job] is None else min(alone[job], "2026-01-01")
+                for job in before}
+    assert any(alone[job] in (NOTHING_NEW,) or (alone[job] or "") > "2026-01-01"
+               for job in before), f"the range changes no job's scope: {alone}"
     backfill = defs.resolve_job_def("reconciliation_job").execute_in_process(
         instance=instance, tags={"dagster/asset_partition_range_start": "2026-01-01",
                                  "dagster/asset_partition_range_end": "2026-01-03"})
     assert backfill.success
     assert {job: metadata(backfill, ["recon", f"recon_{job}"])["recomputed_from"]
-            for job in before} == {job: "all" if job == "user_activity_profile" else "2026-01-01"
-                                   for job in before}
+            for job in before} == expected
+    assert expected["user_activity_profile"] == "all"  # keyed state: always in full
     assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {
         today, "2026-01-01", "2026-01-02", "2026-01-03"}
     assert {job: rows(f"recon_{job}") for job in before} == before

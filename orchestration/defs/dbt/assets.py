@@ -91,8 +91,8 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
         # days each job recomputes: what its new events change, from the first of the run's
         # partitions at least, or all of them (recon_partitions.run_scope)
         full, partitions_from = run_scope(context.run.tags.get(RECON_MODE_TAG),
-                                context.partition_key_range.start,
-                                daily.get_first_partition_key())
+                                          context.partition_key_range.start,
+                                          daily.get_first_partition_key())
         variables = dbt_vars(jobs, run_cfg, full, partitions_from)
         context.log.info(f"dbt vars: progress_version {variables.get('progress_version')}, "
                          f"gold_versions {variables.get('gold_versions')}")
