@@ -413,9 +413,13 @@ def _vacuum(spark, table: Path, hours: int) -> None:
     here for a table of ten files); ``FULL`` when the log no longer reaches back that far.
     Delta's guard against less than its own retention is lifted for this call only (tidemark
     computed what readers need, see `retain_hours`)."""
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    previous = spark.conf.get(key, "true")
-    spark.conf.set(key, "false")
+    # Delta 4.4 ignores a RETAIN other than 0 hours (keeping the table's 7-day default) unless
+    # retentionWindowIgnore is off: found by the soak, whose VACUUMs deleted nothing
+    lifted = {"spark.databricks.delta.retentionDurationCheck.enabled": "false",
+              "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false"}
+    previous = {key: spark.conf.get(key, None) for key in lifted}
+    for key, value in lifted.items():
+        spark.conf.set(key, value)
     try:
         try:
             spark.sql(f"VACUUM delta.`{table}` LITE RETAIN {hours} HOURS").collect()
@@ -424,7 +428,11 @@ def _vacuum(spark, table: Path, hours: int) -> None:
                 raise
             spark.sql(f"VACUUM delta.`{table}` RETAIN {hours} HOURS").collect()
     finally:
-        spark.conf.set(key, previous)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,

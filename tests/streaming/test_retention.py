@@ -158,3 +158,49 @@ def test_vacuum_keeps_what_a_savepoint_or_a_lagging_job_needs(spark, cfg, monkey
     savepoints.take(cfg, "failed_txn_velocity")
     hours, why = retention.retain_hours(cfg, bronze, now=time.time() + 36000)
     assert why == "the oldest savepoint" and 10.05 < hours < 10.2
+
+
+def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_rest(spark, cfg):
+    """Delta 4.4 ignores ``RETAIN n HOURS`` (n > 0) by default and keeps its 7-day default:
+    the soak's VACUUMs deleted nothing for two hours. A table whose compaction is two hours
+    old (its log aged: commit times are the commit files' times) must lose the compacted-away
+    files at a one-hour retention; a compaction of a minute ago must keep them."""
+    import json
+
+    def table(name: str, hours_ago: float):
+        path = cfg.data_root / name
+        for k in range(3):
+            spark.range(k * 10, k * 10 + 10).write.format("delta").mode("append").save(str(path))
+        spark.sql(f"OPTIMIZE delta.`{path}`").collect()
+        log = path / "_delta_log"
+        then = time.time() - hours_ago * 3600
+        for commit in log.glob("*.json"):
+            actions = [json.loads(line) for line in commit.read_text().splitlines()]
+            for action in actions:
+                if "remove" in action:
+                    action["remove"]["deletionTimestamp"] = int(then * 1000)
+            commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+            os.utime(commit, (then, then))
+        for crc in [*log.glob("*.crc"), *log.glob(".*.crc")]:
+            crc.unlink()  # the log was edited: its checksums no longer hold
+        spark.range(100, 110).write.format("delta").mode("append").save(str(path))  # now
+        return path
+
+    def parquet(path) -> set[str]:
+        return {p.name for p in path.glob("*.parquet")}
+
+    def current(path) -> set[str]:
+        from deltalake import DeltaTable
+
+        return {os.path.basename(u) for u in DeltaTable(str(path)).file_uris()}
+
+    old, recent = table("old", hours_ago=2), table("recent", hours_ago=1 / 60)
+    removed_old, removed_recent = parquet(old) - current(old), parquet(recent) - current(recent)
+    assert len(removed_old) == len(removed_recent) == 3  # the three appends compacted away
+    retention._vacuum(spark, old, 1)
+    retention._vacuum(spark, recent, 1)
+    assert parquet(old) == current(old)  # every removed file older than an hour: deleted
+    assert parquet(recent) - current(recent) == removed_recent  # a minute old: all kept
+    assert spark.conf.get("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled",
+                          None) is None  # the session's settings are left as they were
+    assert read_table(spark, old).count() == 40  # no row lost
