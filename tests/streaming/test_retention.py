@@ -181,7 +181,7 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
                     action["remove"]["deletionTimestamp"] = int(then * 1000)
             commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
             os.utime(commit, (then, then))
-        for crc in [*log.glob("*.crc"), *log.glob(".*.crc")]:
+        for crc in set(log.glob("*.crc")) | set(log.glob(".*.crc")):
             crc.unlink()  # the log was edited: its checksums no longer hold
         spark.range(100, 110).write.format("delta").mode("append").save(str(path))  # now
         return path
@@ -196,7 +196,8 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
 
     old, recent = table("old", hours_ago=2), table("recent", hours_ago=1 / 60)
     removed_old, removed_recent = parquet(old) - current(old), parquet(recent) - current(recent)
-    assert len(removed_old) == len(removed_recent) == 3  # the three appends compacted away
+    # the three appends' files, compacted away
+    assert removed_old and len(removed_old) == len(removed_recent)
     retention._vacuum(spark, old, 1)
     retention._vacuum(spark, recent, 1)
     assert parquet(old) == current(old)  # every removed file older than an hour: deleted
