@@ -109,6 +109,11 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
              {"key": "dagster/schedule_name", "value": "reconciliation_schedule"} in r["tags"]
              and r["runId"] not in before_streamed), None), timeout=600)
         assert gql.wait(scheduled, timeout=900) == "SUCCESS"
+        # incremental, on today's partition of event time (orchestration/recon_partitions.py)
+        tags = {t["key"]: t["value"] for r in gql.runs("reconciliation_job")
+                if r["runId"] == scheduled for t in r["tags"]}
+        assert (tags["tidemark/recon"], tags["dagster/partition"]) == (
+            "incremental", time.strftime("%Y-%m-%d", time.gmtime()))
         assert gql.status(continuous) == "STARTED"
         assert gql.status(incremental) == "QUEUED"
         # both hosted jobs got a savepoint, taken by the continuous run between two batches

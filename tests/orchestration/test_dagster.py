@@ -281,7 +281,8 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     assert schedule.cron_schedule == "0 * * * *" and schedule.execution_timezone == "UTC"
     (cfg.data_root / "instance").mkdir()
     instance = DagsterInstance.local_temp(str(cfg.data_root / "instance"))
-    tick = schedule.evaluate_tick(build_schedule_context(instance=instance))
+    tick = schedule.evaluate_tick(build_schedule_context(
+        instance=instance, repository_def=defs.get_repository_def()))
     assert len(tick.run_requests) == 1 and schedule.job_name == "reconciliation_job"
     assert tick.run_requests[0].job_name in (None, "reconciliation_job")  # None: the schedule's own
     assert tick.run_requests[0].tags["tidemark/reconciliation"] == "1"
@@ -295,7 +296,8 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     run = instance.create_run_for_job(recon_job, status=DagsterRunStatus.NOT_STARTED,
                                       tags=recon_job.tags)  # as the UI launches it
     instance.run_storage.handle_run_event(run.run_id, _started(run))  # the run is now STARTED
-    skipped = schedule.evaluate_tick(build_schedule_context(instance=instance))
+    skipped = schedule.evaluate_tick(build_schedule_context(
+        instance=instance, repository_def=defs.get_repository_def()))
     assert not skipped.run_requests and "is still started" in skipped.skip_message
     job = defs.resolve_job_def("reconciliation_job")
     selected = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
