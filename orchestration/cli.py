@@ -42,7 +42,7 @@ from streaming_jobs.sql_endpoint import EndpointError
 from orchestration.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.instance import prepare_dagster_home
 from orchestration.operate import OPERATIONS, OperationError
-from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG, latest_partition
+from orchestration.recon_partitions import incremental_tags
 from orchestration.services import ServiceError, start_cluster_if_used, start_kafka_if_used
 
 def setup(cfg: TidemarkConfig) -> None:
@@ -131,8 +131,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
                          f"(run {result.run_id[:8]} {'ok' if result.success else 'FAILED'})")
             ok &= result.success
         result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
-            instance=instance, raise_on_error=False, partition_key=latest_partition(cfg),
-            tags={RECON_MODE_TAG: INCREMENTAL})
+            instance=instance, raise_on_error=False, tags=incremental_tags(cfg))
         checks = [e.event_specific_data for e in result.all_events
                   if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         failed = sorted(c.asset_check_key.name for c in checks if not c.passed)

@@ -28,7 +28,6 @@ full by every run; their tables carry the partitions of the run like the others.
 
 from __future__ import annotations
 
-import datetime as dt
 import dagster as dg
 
 from streaming_jobs.config import ConfigError, TidemarkConfig
