@@ -19,7 +19,18 @@ DATA_BEARING = ("landing", "lake", "checkpoints", "savepoints", "kafka")
 
 
 def has_data(root) -> bool:
-    return any((root / name).is_dir() and any((root / name).iterdir()) for name in DATA_BEARING)
+    """Whether ``root`` holds data. The empty ops tables `tidemark setup` creates
+    (``lake/ops``, a log and no data file) are not data: ``make run`` is setup, then
+    ``run --fresh``, on a new root."""
+    for name in DATA_BEARING:
+        folder = root / name
+        if not folder.is_dir():
+            continue
+        for child in folder.iterdir():
+            if name == "lake" and child.name == "ops" and not any(child.rglob("*.parquet")):
+                continue
+            return True
+    return False
 
 
 def reset_demo_root(cfg: TidemarkConfig) -> None:

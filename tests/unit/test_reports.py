@@ -14,6 +14,7 @@ def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
     (tmp_path / "dbt" / "target").mkdir(parents=True)  # what `make setup` leaves behind
     (tmp_path / "dagster_home").mkdir(exist_ok=True)
+    (tmp_path / "lake" / "ops" / "alerts" / "_delta_log").mkdir(parents=True)  # empty ops table
     _reset(cfg)
     assert not (tmp_path / "dbt").exists() and (tmp_path / "dagster_home").is_dir()
     assert (tmp_path / DEMO_MARKER).exists()
@@ -23,6 +24,12 @@ def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
     with pytest.raises(SystemExit, match="refusing to clear"):
         _reset(cfg.with_data_root(foreign))
     assert (foreign / "lake" / "gold" / "t").is_dir()
+    # ops history with rows is data too
+    history = tmp_path / "history"
+    (history / "lake" / "ops" / "alerts").mkdir(parents=True)
+    (history / "lake" / "ops" / "alerts" / "part-0.parquet").write_bytes(b"rows")
+    with pytest.raises(SystemExit, match="refusing to clear"):
+        _reset(cfg.with_data_root(history))
 
 
 def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
