@@ -28,6 +28,14 @@ EXPLAINED, UNEXPLAINED = _classes()
 RECON_CLASSES = EXPLAINED + UNEXPLAINED
 
 
+
+def late_events(row: dict, between: str = "/") -> str:
+    """Late events replayed / reported, and how many replayed ones were read by batches whose
+    own report was lost (re-run after a stop or a crash; int_late_events)."""
+    text = f"{row['late_events_replayed']:,}{between}{row['late_events_reported']:,}"
+    lost = row.get("late_events_report_lost") or 0
+    return text + (f" ({lost:,} in lost reports)" if lost else "")
+
 def recon_counts(cfg: TidemarkConfig, job: str) -> dict[str, int]:
     from deltalake import DeltaTable
 
@@ -68,8 +76,7 @@ def summary_metadata(cfg: TidemarkConfig) -> dict[str, MetadataValue]:
     for r in latest:
         lines.append(f"| {r['job']} | {r['rows_compared']:,} | {r['match_rows']:,} | "
                      f"{r['window_open_rows']:,} | {r['late_dropped_rows']:,} | "
-                     f"{r['unexplained_rows']:,} | {r['late_events_replayed']:,} / "
-                     f"{r['late_events_reported']:,} |")
+                     f"{r['unexplained_rows']:,} | {late_events(r, ' / ')} |")
     compared = sum(r["rows_compared"] for r in latest)
     unexplained = sum(r["unexplained_rows"] for r in latest)
     return {

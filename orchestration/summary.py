@@ -17,7 +17,7 @@ from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
 
-from orchestration.recon_report import RECON_CLASSES
+from orchestration.recon_report import RECON_CLASSES, late_events
 
 
 @dataclass
@@ -126,7 +126,7 @@ def recon_lines(summary: Summary) -> list[str]:
     for job, r in summary.recon.items():
         lines.append(f"  {job:<24}{r['rows_compared']:>10,}" + "".join(
             f"{r[c + '_rows']:>{max(len(c), 7) + 2},}" for c in RECON_CLASSES)
-            + f"  {r['late_events_replayed']:,}/{r['late_events_reported']:,}")
+            + f"  {late_events(r)}")
     if summary.recon:
         newest = max(r["reconciled_at"] for r in summary.recon.values())
         lines.append(f"  reconciled {newest}")

@@ -144,6 +144,7 @@ class ProgressLog(StreamingQueryListener):
         self._lock = threading.Condition()
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._terminated: dict[str, str | None] = {}
+        self._reported: dict[str, int] = {}  # per run id still running: batches reported
 
     # Spark's callbacks -------------------------------------------------------------
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's name
@@ -154,7 +155,9 @@ class ProgressLog(StreamingQueryListener):
         progress = json.loads(event.progress.json)
         name = progress.get("name") or "unnamed"
         with self._lock:
-            self._rows[str(progress.get("runId"))].append(progress_row(name, progress))
+            run_id = str(progress.get("runId"))
+            self._rows[run_id].append(progress_row(name, progress))
+            self._reported[run_id] = self._reported.get(run_id, 0) + 1
             self._lock.notify_all()
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
@@ -163,6 +166,7 @@ class ProgressLog(StreamingQueryListener):
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         with self._lock:
             self._terminated[str(event.runId)] = event.exception
+            self._reported.pop(str(event.runId), None)
             self._lock.notify_all()
 
     # tidemark's side ---------------------------------------------------------------
@@ -174,6 +178,17 @@ class ProgressLog(StreamingQueryListener):
         """
         with self._lock:
             return self._lock.wait_for(lambda: run_id in self._terminated, timeout)
+
+    def batches_reported(self, run_id: str) -> int:
+        """How many batches of a running query have reported so far."""
+        with self._lock:
+            return self._reported.get(run_id, 0)
+
+    def wait_batch_reported(self, run_id: str, after: int, timeout: float) -> bool:
+        """Wait until the query has reported more than ``after`` batches: the batch in flight
+        has finished (its checkpoint commit included). False on timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._reported.get(run_id, 0) > after, timeout)
 
     def take(self, run_id: str) -> list[dict]:
         with self._lock:

@@ -23,7 +23,14 @@
             -- a batch folded into the job's rollup row: its late rows were recorded by row id
             when batches.rolled_up then folded_late.row_id is not null
             else coalesce(events.{{ event_time }} <= batches.late_threshold, false)
-        end as is_late
+        end as is_late,
+        -- the batch that read the row reported none of its input: it re-ran after a stop or a
+        -- crash with its write already committed (the Delta sink skipped it), so what the run
+        -- cut short dropped is in no rows_dropped_by_watermark
+        case
+            when batches.rolled_up then coalesce(folded_late.report_lost, false)
+            else coalesce(batches.report_lost, false)
+        end as report_lost
     from {{ events_ref }} as events
     left join ({{ batches_read(job, source) }}) as batches
         on events.bronze_version > batches.version_from
@@ -58,6 +65,8 @@
 #}
 {% macro batches_read(job, source) -%}
         select progress.batch_id, progress.late_threshold, progress.rolled_up,
+               not progress.rolled_up and coalesce(progress.num_input_rows, 0) = 0
+                   as report_lost,
                read.version_from, read.version_to
         from {{ ref('stg_stream_progress') }} as progress
         lateral view inline(progress.source_versions) read
@@ -66,9 +75,10 @@
 
 {# The bronze rows of one source that a job's folded batches dropped as late, by row id. #}
 {% macro folded_late_rows(job, source) -%}
-        select distinct row_id
+        select row_id, bool_or(coalesce(report_lost, false)) as report_lost
         from {{ ref('stg_stream_late_rows') }}
         where job = '{{ job }}' and source_table = '{{ source }}'
+        group by row_id
 {%- endmacro %}
 
 {#

@@ -30,11 +30,12 @@ true
         and {{ tested_days(model) }}
 {% endtest %}
 
-{# Fails when the batch replay and the stream disagree on how many events were dropped late. #}
+{# Fails when the batch replay and the stream disagree on how many events were dropped late
+   (the late rows of batches whose own report was lost are in no report: left out). #}
 {% test late_counts_agree(model) %}
     select *
     from {{ model }}
-    where late_events_replayed <> late_events_reported
+    where late_events_replayed - late_events_report_lost <> late_events_reported
 {% endtest %}
 
 {# Fails with every key that appears more than once. #}

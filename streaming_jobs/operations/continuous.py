@@ -22,8 +22,8 @@ last committed batch, at most ``TRANSIENT_RESTARTS`` times in ``TRANSIENT_WINDOW
 other queries go on, and each restart is recorded in ``ops/stream_failures``. Any other failure,
 or one more restart than that, ends the run with the query's error.
 
-Stopping is graceful: each query is stopped when no micro-batch is in flight, so the last
-batch is committed and the next run, incremental or continuous, starts after it. Were a query
+Stopping is graceful: each query is stopped when no micro-batch is in flight (or right after
+the batch in flight reports, for a query that is behind), so the last batch is committed and the next run, incremental or continuous, starts after it. Were a query
 stopped mid-batch (a hard kill), the batch was not committed, and Spark replays it on restart
 into idempotent sinks: nothing is lost or written twice either way.
 """
@@ -179,11 +179,19 @@ class _Host:
         return out
 
     def stop(self, name: str) -> None:
+        """Stop a query between batches. A query that is behind starts its next batch the
+        instant one ends, so its trigger is never seen idle: it is stopped as soon as the batch
+        in flight has reported, when the next one has only begun and has written nothing (a
+        stop inside the window between a batch's sink commit and its checkpoint commit makes
+        the batch run again with its write skipped, and its report counts nothing)."""
         query = self.queries[name]
         deadline = time.monotonic() + IDLE_WAIT_SECONDS
+        run_id = str(query.runId)
+        reported = self.log.batches_reported(run_id)
         while query.isActive and query.status.get("isTriggerActive") \
                 and time.monotonic() < deadline:
-            time.sleep(0.2)
+            if self.log.wait_batch_reported(run_id, reported, timeout=0.2):
+                break
         query.stop()
         self.log.wait_terminated(str(query.runId))
         self.flush([name])

@@ -12,7 +12,8 @@ their input, output and dropped-late rows summed, the version range they read fr
 source, and the last one's batch id, watermark, state and gold version (so the next batch's
 late threshold, the recorded position and the gold pin are unchanged). The one thing a rollup
 cannot keep, each batch's own late threshold, is replaced by its outcome: the bronze rows the
-folded batches dropped as late, by Delta row id, in ``ops/stream_late_rows``. The replay takes
+folded batches dropped as late, by Delta row id, in ``ops/stream_late_rows`` (each marked
+``report_lost`` when its batch's own report counted nothing, see `report_lost`). The replay takes
 a folded row's lateness from there (``macros/lateness.sql``), so a full reconciliation after a
 fold classifies every row exactly as before it (``tests/orchestration/test_recon.py``).
 
@@ -157,6 +158,15 @@ def plan(rows: list[dict], cutoff: datetime, savepoint_batches: dict[str, int]) 
     return folds
 
 
+def report_lost(batch: dict) -> bool:
+    """Whether a batch's report counted none of its input although it read some: a batch that
+    re-ran after a stop or a crash whose write had already committed is skipped by the Delta
+    sink (exactly once), so Spark reports 0 rows read and 0 dropped for it. Any bronze row in
+    its version range was read, and maybe dropped, by the run that was cut short. The replay
+    counts its late rows apart (``late_events_report_lost``)."""
+    return (batch.get("num_input_rows") or 0) == 0
+
+
 def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[dict]:
     """The bronze rows the folded batches dropped as late (event time at or behind the batch's
     late threshold), read with Spark: every source the job reads, only the versions the
@@ -171,7 +181,7 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
     for source in sorted({r["source_table"] for b in fold.batches
                           for r in (b.get("source_versions") or [])}):
         spans = [(b["batch_id"], r["version_from"], r["version_to"],
-                  fold.thresholds.get(b["batch_id"]))
+                  fold.thresholds.get(b["batch_id"]), report_lost(b))
                  for b in fold.batches for r in (b.get("source_versions") or [])
                  if r["source_table"] == source and r.get("version_to") is not None]
         spans = [s for s in spans if s[3] is not None]  # no threshold yet: nothing was late
@@ -191,13 +201,15 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
             rows = rows.where(F.col("_ingest_batch_id") >= floor)
         rows = rows.where((F.col("bronze_version") > low) & (F.col("bronze_version") <= high))
         batches = spark.createDataFrame(
-            [(b, f if f is not None else -1, t, th) for b, f, t, th in spans],
-            "batch_id long, version_from long, version_to long, late_threshold timestamp")
+            [(b, f if f is not None else -1, t, th, lost) for b, f, t, th, lost in spans],
+            "batch_id long, version_from long, version_to long, late_threshold timestamp, "
+            "report_lost boolean")
         late = (rows.join(F.broadcast(batches),
                           (rows.bronze_version > batches.version_from)
                           & (rows.bronze_version <= batches.version_to))
                 .where(F.col("event_time") <= F.col("late_threshold"))
-                .select("batch_id", "bronze_version", "row_id", "event_time", "late_threshold"))
+                .select("batch_id", "bronze_version", "row_id", "event_time", "late_threshold",
+                        "report_lost"))
         out += [{"job": fold.job, "source_table": source, **r.asDict(), "recorded_at": now}
                 for r in late.collect()]
     return out

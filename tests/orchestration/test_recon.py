@@ -160,3 +160,65 @@ def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row
     counts = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
         f"job = '{job}'").collect()[0]
     assert counts.late_events_replayed == counts.late_events_reported == 1
+
+
+@pytest.mark.slow
+def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and_after_a_fold(
+        spark, cfg):
+    """A kill between a batch's sink commit and its checkpoint commit: the batch runs again,
+    the Delta sink skips it (exactly once) and Spark reports it read and dropped nothing. The
+    replay still finds the rows it dropped as late; late_counts_agree holds with them apart."""
+    from datetime import datetime, timedelta, timezone
+
+    from helpers import click
+    from streaming_jobs import ops_tables
+    from streaming_jobs.operations import lineage
+    from streaming_jobs.registry import get_job
+    from streaming_jobs.runner import run_job
+
+    job, spec = "events_by_type", get_job("events_by_type")
+    # a batch's late threshold is the previous batch's watermark: two batches set it (1409)
+    waves = [[click(f"w{w}-{i}", f"u{i % 3}", 1400 + 10 * w + i) for i in range(10)]
+             for w in range(4)]
+    late = [click("late-1", "u1", 1300), click("late-2", "u2", 1310)]
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    try:
+        for w, events in enumerate(waves):
+            land(cfg, f"w{w}.jsonl", events + (late if w == 2 else []), stream="clicks")
+            run_bronze(spark, cfg, "clicks")
+            dropped = run_job(spark, cfg, spec).late_rows_dropped
+            if w < 2:
+                continue
+            if w == 2:
+                assert dropped == len(late)
+                # the process dies after the batch's gold commit, before its checkpoint commit
+                # and before its progress was flushed
+                cut = max(r["batch_id"] for r in ops_tables.read(cfg, "stream_progress")
+                          if r["job"] == job)
+                commits = cfg.paths.checkpoint(job) / "commits"
+                for name in (str(cut), f".{cut}.crc"):
+                    (commits / name).unlink(missing_ok=True)
+                ops_tables.delete(cfg, "stream_progress", f"job = '{job}' and batch_id = {cut}")
+                assert run_job(spark, cfg, spec).late_rows_dropped == 0  # the batch again
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
+
+    rerun = [r for r in ops_tables.read(cfg, "stream_progress")
+             if r["job"] == job and r["batch_id"] == cut]
+    assert [(r["num_input_rows"], r["rows_dropped_by_watermark"]) for r in rerun] == [(0, 0)]
+    gold = read_table(spark, cfg.paths.table("gold", job)).collect()
+    assert sorted(r.event_id for r in gold) == sorted(e["event_id"] for w in waves for e in w)
+
+    select = ["--select", "+int_late_events", "--exclude", "test_type:unit"]
+    for full in (False, True):
+        if full:  # fold every batch but the newest: the ledger carries the lost report
+            lineage.fold(spark, cfg, cutoff=datetime.now(timezone.utc) + timedelta(days=1))
+            ledger = [r for r in ops_tables.read(cfg, "stream_late_rows") if r["job"] == job]
+            assert sorted((r["batch_id"], r["report_lost"]) for r in ledger) == [
+                (cut, True)] * len(late)
+        result = dbt(*(["--full"] if full else []), "build", *select)
+        assert result.returncode == 0, result.stdout[-3000:]
+        counts = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
+            f"job = '{job}'").collect()[0]
+        assert (counts.late_events_replayed, counts.late_events_reported,
+                counts.late_events_report_lost) == (len(late), 0, len(late))

@@ -7,8 +7,10 @@
   fingerprint), or a full reconciliation was asked for (var recon_full).
 #}
 {%- set previous = load_relation(this) if execute else none -%}
+{#- carried only from a table with every running count (an older one is counted again) -#}
 {%- set carried = previous is not none and not var('recon_full', false)
-    and 'counted_upto' in (adapter.get_columns_in_relation(previous) | map(attribute='name') | list) -%}
+    and ['counted_upto', 'late_events_report_lost'] | reject('in', adapter.get_columns_in_relation(
+        previous) | map(attribute='name') | list) | list | length == 0 -%}
 {%- set now = {} -%}
 {%- for p in var('recon_positions', []) -%}
 {%- do now.update({p['job'] ~ '/' ~ p['source']: p}) -%}
@@ -45,6 +47,8 @@ replay_{{ job }}__{{ source }} as (
         '{{ here.get("query_id", "") }}' as query_id,
         '{{ here.get("fingerprint", "") }}' as fingerprint,
         count_if(is_late) as late_events_replayed,
+        -- of those, the ones read by a batch whose own report was lost (macros/lateness.sql)
+        count_if(is_late and report_lost) as late_events_report_lost,
         -- never read although the stream has read past them (a stream started later)
         count_if(not seen_by_stream and bronze_version <= {{ counted_upto }}) as events_skipped,
         count_if(not seen_by_stream and bronze_version > {{ counted_upto }}) as events_not_yet_read
@@ -84,9 +88,12 @@ final as (
         {% if carried -%}
         replayed.late_events_replayed + coalesce(previous.late_events_replayed, 0)
             as late_events_replayed,
+        replayed.late_events_report_lost + coalesce(previous.late_events_report_lost, 0)
+            as late_events_report_lost,
         replayed.events_skipped + coalesce(previous.events_skipped, 0) as events_skipped,
         {%- else -%}
         replayed.late_events_replayed,
+        replayed.late_events_report_lost,
         replayed.events_skipped,
         {%- endif %}
         replayed.events_not_yet_read

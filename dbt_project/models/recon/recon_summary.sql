@@ -1,4 +1,5 @@
-{{ config(materialized='incremental', incremental_strategy='append') }}
+{{ config(materialized='incremental', incremental_strategy='append',
+          on_schema_change='append_new_columns') }}
 
 -- History: every reconciliation run appends one row per job, also for a job with no row to
 -- compare yet (its counts are 0: it has not streamed, or its windows are all still open).
@@ -51,7 +52,8 @@ final as (
         {% endfor %}coalesce(counts.unexplained_rows, 0) as unexplained_rows,
         late.late_events_replayed,
         late.late_events_reported,
-        counts.stream_watermark
+        counts.stream_watermark,
+        late.late_events_report_lost
     from jobs
     left join counts on jobs.job = counts.job
     left join late on jobs.job = late.job

@@ -18,7 +18,8 @@ final as (
         bronze_version,
         row_id,
         event_time,
-        late_threshold
+        late_threshold,
+        report_lost
     from source
 
 )
