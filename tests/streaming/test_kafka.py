@@ -32,7 +32,8 @@ from streaming_jobs.runner import run_bronze, run_job
 
 JOB = "failed_txn_velocity"
 STREAM = "transactions"
-pytestmark = pytest.mark.slow
+# one broker for the module: its tests run on one xdist worker (make test: --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kafka")]
 
 WORKER = textwrap.dedent("""
     import sys
