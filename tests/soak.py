@@ -7,7 +7,9 @@ It runs ``tidemark live`` (landing at a steady rate, the continuous run hosting 
 reconciliation, savepoints, sensors, the SQL endpoint, Dagster's daemon) on a data root of its
 own, with retention every ``--maintenance-minutes`` that keeps little history
 (``TIDEMARK_VACUUM_RETAIN_HOURS``, ``TIDEMARK_OPS_RETENTION_DAYS``), so that whatever does not
-plateau within the soak would not plateau in days either. Every minute, from outside the
+plateau within the soak would not plateau in days either. Delta's ``VACUUM`` keeps whole hours
+(tidemark rounds a shorter retention up to one hour), so files on disk can level only after the
+first hour: a soak that is to show it runs 90 minutes or more. Every minute, from outside the
 processes (nothing here runs inside tidemark), it records:
 
 - state rows per job: the latest progress row of each query in ``ops/stream_progress``;
