@@ -27,15 +27,11 @@ SOURCE ?= landing
 run: setup
 	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
-# Every test, spread over TEST_WORKERS processes (each with its own SparkSession; the tests of
-# one server, such as the Kafka broker, stay on one worker: --dist loadgroup). TEST_WORKERS=0
-# runs them in this process, one after the other.
-TEST_WORKERS ?= 3
 test: setup
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest
 
-# The long proofs only (marker `long`): incremental reconciliation against a backfill, jobs on
-# the project's Spark cluster.
+# The long proofs CI leaves out for time (marker `long`): incremental reconciliation against a
+# backfill, jobs on the project's Spark cluster.
 test-long: setup
 	$(BIN)/pytest -m long
 

@@ -32,8 +32,7 @@ from streaming_jobs.runner import run_bronze, run_job
 
 JOB = "failed_txn_velocity"
 STREAM = "transactions"
-# one broker for the module: its tests run on one xdist worker (make test: --dist loadgroup)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kafka")]
+pytestmark = pytest.mark.slow
 
 WORKER = textwrap.dedent("""
     import sys
