@@ -28,13 +28,13 @@ EXPLAINED, UNEXPLAINED = _classes()
 RECON_CLASSES = EXPLAINED + UNEXPLAINED
 
 
-
 def late_events(row: dict, between: str = "/") -> str:
     """Late events replayed / reported, and how many replayed ones were read by batches whose
     own report was lost (re-run after a stop or a crash; int_late_events)."""
     text = f"{row['late_events_replayed']:,}{between}{row['late_events_reported']:,}"
     lost = row.get("late_events_report_lost") or 0
     return text + (f" ({lost:,} in lost reports)" if lost else "")
+
 
 def recon_counts(cfg: TidemarkConfig, job: str) -> dict[str, int]:
     from deltalake import DeltaTable

@@ -23,9 +23,10 @@ other queries go on, and each restart is recorded in ``ops/stream_failures``. An
 or one more restart than that, ends the run with the query's error.
 
 Stopping is graceful: each query is stopped when no micro-batch is in flight (or right after
-the batch in flight reports, for a query that is behind), so the last batch is committed and the next run, incremental or continuous, starts after it. Were a query
-stopped mid-batch (a hard kill), the batch was not committed, and Spark replays it on restart
-into idempotent sinks: nothing is lost or written twice either way.
+the batch in flight reports, for a query that is behind), so the last batch is committed and
+the next run, incremental or continuous, starts after it. Were a query stopped mid-batch (a
+hard kill), the batch was not committed, and Spark replays it on restart into idempotent sinks:
+nothing is lost or written twice either way.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ class _Host:
             if self.log.wait_batch_reported(run_id, reported, timeout=0.2):
                 break
         query.stop()
-        self.log.wait_terminated(str(query.runId))
+        self.log.wait_terminated(run_id)
         self.flush([name])
 
     def restart_in_place(self, name: str, exc: BaseException, out: ContinuousRun) -> bool:
