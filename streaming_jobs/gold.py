@@ -13,6 +13,7 @@ from streaming_jobs.checkpoints import query_id
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import version_of_batch
 from streaming_jobs.expectations import counts, guard, record, resolve, result_rows
+from streaming_jobs.interrupts import stoppable
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.lake import ensure_table, merge_once, table_exists
 
@@ -90,15 +91,16 @@ class UpsertBatch:
         app_id = merge_app_id(query_id(self.checkpoint))
         batch = batch.persist()
         try:
-            # Evaluate the whole batch first: its state stores must commit even when Delta
-            # skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose stateful
-            # partitions never ran), and the MERGE then reads cached rows.
-            batch.count()
-            if self.spec.expectations:  # 'fail' rules already raised inside the query
-                identity = query_id(self.checkpoint)
-                record(self.cfg, result_rows(self.spec.name, identity, batch_id,
-                                             self.spec.expectations,
-                                             counts(batch, self.spec.expectations)))
-            merge_once(batch, self.target, self.keys, app_id, batch_id)
+            with stoppable(f"job {self.spec.name}"):
+                # Evaluate the whole batch first: its state stores must commit even when
+                # Delta skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose
+                # stateful partitions never ran), and the MERGE then reads cached rows.
+                batch.count()
+                if self.spec.expectations:  # 'fail' rules already raised inside the query
+                    identity = query_id(self.checkpoint)
+                    record(self.cfg, result_rows(self.spec.name, identity, batch_id,
+                                                 self.spec.expectations,
+                                                 counts(batch, self.spec.expectations)))
+                merge_once(batch, self.target, self.keys, app_id, batch_id)
         finally:
             batch.unpersist()

@@ -26,6 +26,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from streaming_jobs.checkpoints import BRONZE_QUERY_PREFIX, query_id, query_name, stream_of  # noqa: F401,E501
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.expectations import record, resolve, result_rows, split
+from streaming_jobs.interrupts import stoppable
 from streaming_jobs.lake import ROW_TRACKING, add_missing_columns, append_once, ensure_table
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.validation import parse_lines
@@ -82,6 +83,10 @@ class BronzeBatchWriter:
                 schema.expectations)
 
     def __call__(self, lines: DataFrame, batch_id: int) -> None:
+        with stoppable(f"stream {self.schema.name}"):
+            self._write(lines, batch_id)
+
+    def _write(self, lines: DataFrame, batch_id: int) -> None:
         parsed = (
             parse_lines(lines, self.schema)
             .withColumn("_ingested_at", F.current_timestamp())
