@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-compare bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-compare bench-batch-cost bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -106,6 +106,10 @@ $(BENCH_VENV)/.installed: tests/benchmarks/compare-requirements.txt
 
 bench-compare: setup $(BENCH_VENV)/.installed
 	$(BIN)/python tests/benchmarks/compare.py --events $(COMPARE_EVENTS)
+
+# The fixed cost of a micro-batch carrying a handful of events, per job and for ingestion.
+bench-batch-cost: setup
+	$(BIN)/python tests/benchmarks/batch_cost.py --results BENCHMARKS.batch_cost.json
 
 # The reconciliation benchmark (BENCHMARKS.md): dbt build against the same SQL run plainly.
 RECON_EVENTS ?= 10000000
