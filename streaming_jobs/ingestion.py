@@ -112,9 +112,15 @@ class BronzeBatchWriter:
             app_id = f"tidemark.bronze.{identity}"
             record(self.cfg, result_rows(query_name(self.schema.name), identity, batch_id,
                                          self.schema.expectations, found))
-            append_once(good.select(*columns), self.bronze, app_id, batch_id)
-            append_once(bad, self.quarantine, app_id, batch_id)
-            self.written[batch_id] = (good.count(), bad.count())
+            written = (good.count(), bad.count())  # on the cached rows
+            # A layer gets no commit for a batch with none of its rows: an empty commit costs a
+            # Delta transaction, about what a small write costs (most batches of a continuous
+            # run have no bad line). The batch's rows decide it, so a replay decides the same.
+            if written[0]:
+                append_once(good.select(*columns), self.bronze, app_id, batch_id)
+            if written[1]:
+                append_once(bad, self.quarantine, app_id, batch_id)
+            self.written[batch_id] = written
         finally:
             parsed.unpersist()
 

@@ -55,6 +55,52 @@ def waves_of(stream: str, waves: int, events: int, seed: int) -> list[list[str]]
     return generate(gen)
 
 
+class StepTimer:
+    """``--profile``: the wall time of each step inside the foreachBatch functions (they run in
+    this process, on py4j's callback thread), by wrapping the functions those modules call."""
+
+    STEPS = {
+        "streaming_jobs.ingestion": ("split", "record", "append_once"),
+        "streaming_jobs.gold": ("counts", "record", "merge_once"),
+    }
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {}
+        self.undo: list[tuple[object, str, object]] = []
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, names in self.STEPS.items():
+            module = importlib.import_module(module_name)
+            for name in names:
+                original = getattr(module, name)
+                self.undo.append((module, name, original))
+                setattr(module, name, self._timed(f"{module_name.rsplit('.', 1)[1]}.{name}",
+                                                  original))
+
+    def _timed(self, label: str, fn):
+        def timed(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                where = next((f" {a.parent.name}" for a in args if isinstance(a, Path)), "")
+                self.seconds.setdefault(label + where, []).append(time.monotonic() - started)
+        return timed
+
+    def uninstall(self) -> None:
+        for module, name, original in self.undo:
+            setattr(module, name, original)
+
+    def table(self) -> list[str]:
+        out = ["| step (inside foreachBatch) | calls | s median | s worst |", "|---|---:|---:|---:|"]
+        for label, times in sorted(self.seconds.items()):
+            out.append(f"| `{label}` | {len(times)} | {statistics.median(times):.2f} | "
+                       f"{max(times):.2f} |")
+        return out
+
+
 def wait_for(spark, rows_read: dict[str, int], timeout: float, failure: list) -> None:
     """Until every query named has read its expected rows in all (the wave went through both
     ingestion and the job), then a second more: the next wave lands on idle queries."""
@@ -155,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--work", default=None, help="folder for the data roots (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the data roots")
+    parser.add_argument("--profile", action="store_true",
+                        help="also time each step inside the foreachBatch functions")
     parser.add_argument("--results", default="batch_cost.json")
     args = parser.parse_args(argv)
     if args.work:
@@ -163,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_spark(base)
     jobs = args.jobs or sorted(registry())
     rows: list[dict] = []
+    timer = StepTimer()
+    if args.profile:
+        timer.install()
     started = time.monotonic()
     for job in jobs:
         print(f"{job}: {args.waves} waves of {args.events} events per stream", flush=True)
@@ -170,9 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.results).write_text(json.dumps({
         "command": "tests/benchmarks/batch_cost.py " + " ".join(argv or []),
         "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
-        "seconds": round(time.monotonic() - started), "batches": rows}, indent=1))
+        "seconds": round(time.monotonic() - started), "batches": rows,
+        "steps": timer.seconds}, indent=1))
     # ingestion queries appear once per job that reads them; each job's own line is the job
     print("\n".join(table(rows)))
+    if args.profile:
+        timer.uninstall()
+        print("\n".join(timer.table()))
     return 0
 
 

@@ -375,8 +375,32 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
     after_continuous = evaluate_automation_conditions(defs=defs, instance=instance,
                                                       cursor=first.cursor)
     assert after_continuous.get_num_requested(recon) == 0
+    # What a reconciliation built requests nothing, also when it built part of the graph only
+    # (still running, or failed half way): no recon model rebuilt without its batch model, no
+    # summary of half a reconciliation (the soak of 2026-11-24 saw both before this rule).
+    from orchestration.concurrency import RECON_TAG
+
+    built = [AssetKey(["batch", "int_user_sessions__batch"]),
+             AssetKey(["recon", "recon_user_sessions"]), AssetKey(["batch", "int_late_events"])]
+
+    @op
+    def reconcile_part(context):
+        for key in built:
+            context.log_event(AssetMaterialization(key, partition=today))
+
+    @job(tags={RECON_TAG: "1"})
+    def like_half_a_reconciliation():
+        reconcile_part()
+
+    assert like_half_a_reconciliation.execute_in_process(instance=instance).success
+    after_recon = evaluate_automation_conditions(defs=defs, instance=instance,
+                                                 cursor=after_continuous.cursor)
+    assert after_recon.total_requested == 0, {
+        k.to_user_string() for k in graph.get_all_asset_keys() if after_recon.get_num_requested(k)}
+
     assert like_an_incremental_run.execute_in_process(instance=instance).success
     after_incremental = evaluate_automation_conditions(defs=defs, instance=instance,
-                                                       cursor=after_continuous.cursor)
+                                                       cursor=after_recon.cursor)
     assert after_incremental.get_num_requested(recon) == 1
     assert after_incremental.get_requested_partitions(recon) == {today}
+

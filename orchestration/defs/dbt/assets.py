@@ -18,7 +18,7 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 from streaming_jobs.config import TidemarkConfig
 
 from orchestration import keys
-from orchestration.concurrency import CONTINUOUS_TAG
+from orchestration.concurrency import CONTINUOUS_TAG, RECON_TAG
 from orchestration.dbt_models import ensure_manifest, reconciled_jobs
 from orchestration.dbt_vars import dbt_vars
 from orchestration.project import dbt_project
@@ -34,15 +34,20 @@ def reconcile_on_update() -> dg.AutomationCondition:
     """Dagster's eager condition, except that updates made by continuous runs do not count.
 
     A gold or bronze table materialized by an incremental run requests the staging, batch and
-    recon models downstream of it in one run. A continuous run reports its tables every flush
+    recon models downstream of it in one run; what a reconciliation run built requests nothing. A continuous run reports its tables every flush
     (that keeps them fresh in the UI); reconciling after each would keep a reconciliation
     running at all times, so continuously hosted jobs are reconciled by
     ``reconciliation_schedule`` instead.
     """
     ac = dg.AutomationCondition
+    # Nor do updates a reconciliation made itself: the models it built are reconciled already,
+    # and one still running (or one that failed half way) has built some of them only; a run
+    # requested on those would rebuild a recon model without its batch model, or the summary
+    # from half a reconciliation (seen in the soak: recon_summary rows with unexplained rows).
     updated = (ac.newly_updated() & ~ac.executed_with_root_target()
                & ~ac.all_new_updates_have_run_tags(tag_keys={CONTINUOUS_TAG})
-               ).with_label("updated_outside_continuous_runs")
+               & ~ac.all_new_updates_have_run_tags(tag_keys={RECON_TAG})
+               ).with_label("updated_outside_continuous_runs_and_reconciliations")
     return (
         ac.in_latest_time_window()
         & (ac.newly_missing()
