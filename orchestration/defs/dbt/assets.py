@@ -34,10 +34,10 @@ def reconcile_on_update() -> dg.AutomationCondition:
     """Dagster's eager condition, except that updates made by continuous runs do not count.
 
     A gold or bronze table materialized by an incremental run requests the staging, batch and
-    recon models downstream of it in one run; what a reconciliation run built requests nothing. A continuous run reports its tables every flush
-    (that keeps them fresh in the UI); reconciling after each would keep a reconciliation
-    running at all times, so continuously hosted jobs are reconciled by
-    ``reconciliation_schedule`` instead.
+    recon models downstream of it in one run; what a reconciliation run built requests nothing.
+    A continuous run reports its tables every flush (that keeps them fresh in the UI);
+    reconciling after each would keep a reconciliation running at all times, so continuously
+    hosted jobs are reconciled by ``reconciliation_schedule`` instead.
     """
     ac = dg.AutomationCondition
     # Nor do updates a reconciliation made itself: the models it built are reconciled already,
