@@ -94,7 +94,8 @@ class StepTimer:
             setattr(module, name, original)
 
     def table(self) -> list[str]:
-        out = ["| step (inside foreachBatch) | calls | s median | s worst |", "|---|---:|---:|---:|"]
+        out = ["| step (inside foreachBatch) | calls | s median | s worst |",
+               "|---|---:|---:|---:|"]
         for label, times in sorted(self.seconds.items()):
             out.append(f"| `{label}` | {len(times)} | {statistics.median(times):.2f} | "
                        f"{max(times):.2f} |")
