@@ -34,9 +34,10 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from streaming_jobs import ops_tables
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import EPOCH, GeneratorConfig, generate, write_files
-from streaming_jobs.lake import read_table
 from streaming_jobs.operations.continuous import run_continuous
 from streaming_jobs.registry import get_job, registry
 from streaming_jobs.spark import get_spark
@@ -146,7 +147,7 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
                                             file_prefix=f"wave{wave:03d}"),
                             waves, only=range(wave, wave + 1))
             expected = (wave + 1) * args.events
-            wait_for(spark, {**{f"bronze_{s}": expected for s in spec.sources},
+            wait_for(spark, {**{query_name(s): expected for s in spec.sources},
                              job: expected * len(spec.sources)},
                      args.warmup_seconds if wave == 0 else args.wave_seconds, failure)
     finally:
@@ -154,19 +155,20 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
         thread.join()
     if failure:
         raise failure[0]
-    progress = read_table(spark, cfg.paths.table("ops", "stream_progress")).collect()
-    warm_after = {}  # per query: its first batch with input is the warm-up wave's
+    progress = ops_tables.read(cfg, "stream_progress")
+    warmed = set()  # queries past their first batch with input (the warm-up wave's)
     rows = []
-    for row in sorted(progress, key=lambda r: (r.job, r.batch_id)):
-        if not row.num_input_rows:
+    for row in sorted(progress, key=lambda r: (r["job"], r["batch_id"])):
+        if not row["num_input_rows"]:
             continue
-        if row.job not in warm_after:
-            warm_after[row.job] = row.batch_id
+        if row["job"] not in warmed:
+            warmed.add(row["job"])
             continue
-        rows.append({"job": job, "query": row.job, "batch_id": row.batch_id,
-                     "input_rows": row.num_input_rows, "batch_ms": row.batch_duration_ms,
-                     "state_commit_ms": row.state_commit_ms,
-                     **{p: (row.durations_ms or {}).get(p, 0) for p in PHASES}})
+        durations = dict(row["durations_ms"] or {})
+        rows.append({"job": job, "query": row["job"], "batch_id": row["batch_id"],
+                     "input_rows": row["num_input_rows"], "batch_ms": row["batch_duration_ms"],
+                     "state_commit_ms": row["state_commit_ms"],
+                     **{p: durations.get(p, 0) for p in PHASES}})
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return rows
