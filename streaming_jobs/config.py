@@ -211,6 +211,7 @@ class OpsSettings:
     # retention (streaming_jobs/operations/retention.py)
     maintenance_cron: str = "45 2 * * *"
     vacuum_retain_hours: float = 168.0  # removed files VACUUM keeps, at least
+    log_retain_hours: float = 168.0  # Delta log entries (time travel) kept, at least
     ops_retention_days: float = 30.0  # ops rows, archived landing files, replaced checkpoints
     landing_retention: str = "archive"  # ingested landing files: archive, delete or keep
 
@@ -259,6 +260,7 @@ def _ops_settings(env: dict) -> OpsSettings:
         maintenance_cron=_parse_cron(env.get("TIDEMARK_MAINTENANCE_CRON", d.maintenance_cron),
                                      "TIDEMARK_MAINTENANCE_CRON"),
         vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", d.vacuum_retain_hours),
+        log_retain_hours=_number(env, "TIDEMARK_LOG_RETAIN_HOURS", d.log_retain_hours),
         ops_retention_days=_number(env, "TIDEMARK_OPS_RETENTION_DAYS", d.ops_retention_days),
         landing_retention=_choice(env, "TIDEMARK_LANDING_RETENTION", d.landing_retention,
                                   ("archive", "delete", "keep")),

@@ -6,17 +6,19 @@
 It runs ``tidemark live`` (landing at a steady rate, the continuous run hosting every job,
 reconciliation, savepoints, sensors, the SQL endpoint, Dagster's daemon) on a data root of its
 own, with retention every ``--maintenance-minutes`` that keeps little history
-(``TIDEMARK_VACUUM_RETAIN_HOURS``, ``TIDEMARK_OPS_RETENTION_DAYS``), so that whatever does not
-plateau within the soak would not plateau in days either. Delta's ``VACUUM`` keeps whole hours
-(tidemark rounds a shorter retention up to one hour), so files on disk can level only after the
-first hour: a soak that is to show it runs 90 minutes or more. Every minute, from outside the
+(``TIDEMARK_VACUUM_RETAIN_HOURS``, ``TIDEMARK_OPS_RETENTION_DAYS``,
+``TIDEMARK_LOG_RETAIN_HOURS``), so that whatever does not plateau within the soak would not
+plateau in days either. Delta's ``VACUUM`` keeps whole hours (tidemark rounds a shorter
+retention up to one hour), so files on disk can level only after the first hour: a soak that is
+to show it runs 90 minutes or more. Delta log files level after about 20 minutes (15 minutes of
+log, or the oldest savepoint's age if older). Every minute, from outside the
 processes (nothing here runs inside tidemark), it records:
 
 - state rows per job: the latest progress row of each query in ``ops/stream_progress``;
 - memory of the continuous run's JVM (Spark in local mode: the driver and the executors are
   that one JVM): heap in use after the last collection (``jstat``) and resident set (``/proc``);
-- files: data files on disk and in the current version of every lake table, landing files
-  waiting and archived;
+- files: data files on disk and in the current version of every lake table, the files of
+  every table's Delta log, landing files waiting and archived;
 - ops tables: rows and data files of each.
 
 The samples go to ``--results`` (JSON); a markdown table is printed for RELIABILITY.md.
@@ -116,7 +118,7 @@ def _continuous_jvm(root: Path) -> dict:
 def sample(root: Path, started: float) -> dict:
     from deltalake import DeltaTable
 
-    from streaming_jobs.operations.retention import _disk, delta_tables
+    from streaming_jobs.operations.retention import _disk, delta_tables, log_files
 
     lake = root / "lake"
     tables = {}
@@ -127,7 +129,8 @@ def sample(root: Path, started: float) -> dict:
             except Exception:  # noqa: BLE001 - mid-commit or mid-creation: next sample
                 active = None
             tables[f"{layer}/{table.name}"] = {"disk_files": _disk(table)[0],
-                                                "active_files": active}
+                                                "active_files": active,
+                                                "log_files": log_files(table)}
     ops = {}
     state = {}
     for table in delta_tables(lake / "ops"):
@@ -138,7 +141,7 @@ def sample(root: Path, started: float) -> dict:
             continue
         files, size = _disk(table)
         ops[table.name] = {"rows": rows, "files": files, "mb": round(size / 1e6, 2),
-                           "log_files": len(list((table / "_delta_log").glob("*.json")))}
+                           "log_files": log_files(table)}
         if table.name == "stream_progress":
             data = handle.to_pyarrow_table(columns=["job", "batch_id", "state_rows"])
             latest: dict[str, tuple[int, int]] = {}
@@ -157,23 +160,27 @@ def sample(root: Path, started: float) -> dict:
 
 def table(samples: list[dict]) -> list[str]:
     lines = ["| minute | state rows (all jobs) | JVM heap used MB | JVM RSS MB | lake files on "
-             "disk | lake files current | ops/stream_progress rows / files / MB | "
+             "disk | lake files current | Delta log files: lake / ops | "
+             "ops/stream_progress rows / files / MB | "
              "ops/stream_late_rows rows | ops/alerts rows / files | "
              "landing files waiting / archived |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in samples:
         if "error" in s:
-            lines.append(f"| {s['minute']:.0f} | sample failed: {s['error'][:80]} ||||||||| ")
+            lines.append(f"| {s['minute']:.0f} | sample failed: {s['error'][:80]} |||||||||| ")
             continue
         jvm = s["continuous_jvm"]
         disk = sum(t["disk_files"] for t in s["tables"].values())
         active = sum(t["active_files"] or 0 for t in s["tables"].values())
+        lake_log = sum(t.get("log_files", 0) for t in s["tables"].values())
+        ops_log = sum(t.get("log_files", 0) for t in s["ops"].values())
         progress = s["ops"].get("stream_progress", {})
         alerts = s["ops"].get("alerts", {})
         late = s["ops"].get("stream_late_rows", {})
         lines.append(
             f"| {s['minute']:.0f} | {sum(s['state_rows'].values()):,} | {jvm.get('heap_mb')} | "
-            f"{jvm.get('rss_mb')} | {disk:,} | {active:,} | {progress.get('rows', 0):,} / "
+            f"{jvm.get('rss_mb')} | {disk:,} | {active:,} | {lake_log:,} / {ops_log:,} | "
+            f"{progress.get('rows', 0):,} / "
             f"{progress.get('files', 0)} / {progress.get('mb', 0)} | {late.get('rows', 0):,} | "
             f"{alerts.get('rows', 0)} / "
             f"{alerts.get('files', 0)} | {s['landing_files']} / {s['archived_files']} |")
@@ -279,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maintenance-minutes", type=int, default=4)
     parser.add_argument("--vacuum-retain-hours", default="0.1")
     parser.add_argument("--ops-retention-days", default="0.007")  # 10 minutes
+    parser.add_argument("--log-retain-hours", default="0.25")
     parser.add_argument("--shutdown-minutes", type=float, default=10,
                         help="how long `tidemark live` may take to stop cleanly after the soak "
                              "(catch up, final reconciliation) before its processes are killed")
@@ -297,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root),
            "TIDEMARK_MAINTENANCE_CRON": f"*/{args.maintenance_minutes} * * * *",
            "TIDEMARK_VACUUM_RETAIN_HOURS": args.vacuum_retain_hours,
-           "TIDEMARK_OPS_RETENTION_DAYS": args.ops_retention_days}
+           "TIDEMARK_OPS_RETENTION_DAYS": args.ops_retention_days,
+           "TIDEMARK_LOG_RETAIN_HOURS": args.log_retain_hours}
     log = open(root.parent / f"{root.name}.live.log", "w")
     live = subprocess.Popen([str(Path(sys.executable).with_name("tidemark")), "live",
                              "--minutes", str(args.minutes), "--rate", str(args.rate),

@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from contextlib import nullcontext
@@ -55,7 +56,7 @@ from urllib.parse import unquote, urlsplit
 from streaming_jobs import ops_tables
 from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import commit_actions, commit_versions, latest_version, log_dir
+from streaming_jobs.delta_log import commit_actions, latest_version, log_dir
 
 LOG = logging.getLogger("tidemark.retention")
 LANDING_POLICIES = ("archive", "delete", "keep")
@@ -197,14 +198,13 @@ def _delta_offsets(checkpoint: Path, batch: int) -> list[dict]:
 
 
 def _table_id(table: Path) -> str | None:
-    for version in commit_versions(table):
-        try:
-            for action in commit_actions(table, version):
-                if action.get("metaData"):
-                    return action["metaData"].get("id")
-        except (OSError, ValueError):
-            continue
-    from deltalake import DeltaTable  # the first commits were cleaned: ask the table
+    try:  # the first commit holds it (a table's id never changes)
+        for action in commit_actions(table, 0):
+            if action.get("metaData"):
+                return action["metaData"].get("id")
+    except (OSError, ValueError):
+        pass
+    from deltalake import DeltaTable  # the first commits expired (`expire_log`): ask the table
 
     try:
         return DeltaTable(str(table)).metadata().id
@@ -227,20 +227,106 @@ def _oldest_savepoint(cfg: TidemarkConfig) -> float | None:
 MARGIN_HOURS = 5 / 60  # beyond what a savepoint or a lagging reader needs (clock skew)
 
 
-def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None) -> tuple[float, str]:
-    """How many hours of removed files ``VACUUM`` keeps for ``table``, and why.
+def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None,
+                 at_least: tuple[float, str] | None = None) -> tuple[float, str]:
+    """How many hours of removed files ``VACUUM`` keeps for ``table`` (or of log entries, with
+    ``at_least=(cfg.ops.log_retain_hours, ...)``), and why.
 
     A file removed (by OPTIMIZE) after the oldest version a reader has not read yet may have
     been added by that version: keeping everything removed since that version was committed
     keeps every file the reader will ask for. Likewise from the oldest savepoint.
     """
     now = time.time() if now is None else now
-    hours, why = cfg.ops.vacuum_retain_hours, "TIDEMARK_VACUUM_RETAIN_HOURS"
+    hours, why = at_least or (cfg.ops.vacuum_retain_hours, "TIDEMARK_VACUUM_RETAIN_HOURS")
     for since, reason in ((_oldest_savepoint(cfg), "the oldest savepoint"),
                           (_oldest_unread(cfg, table), "a checkpoint that has not read it all")):
         if since is not None and (now - since) / 3600 + MARGIN_HOURS > hours:
             hours, why = (now - since) / 3600 + MARGIN_HOURS, reason
     return hours, why
+
+
+# -- how long the Delta log keeps its entries -----------------------------------------------
+
+# a log file of one version: its commit, its checksum, its checkpoint (one file or parts)
+VERSION_FILE = re.compile(r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
+CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+COMPACTED_FILE = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
+
+
+def log_files(table: Path) -> int:
+    """How many files the table's ``_delta_log`` holds (its folders left out)."""
+    folder = log_dir(table)
+    return sum(1 for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
+
+
+def expire_log(table: Path, keep_since: float) -> tuple[int, int | None]:
+    """Delete the log entries of ``table`` that no snapshot committed at or after
+    ``keep_since`` (a Unix time) needs; returns (files deleted, the first version kept).
+
+    Delta's own rule, with tidemark's horizon instead of the table's fixed
+    ``delta.logRetentionDuration`` (30 days): every file of a version before the newest
+    checkpoint whose commit is at or before ``keep_since``. Every version from that checkpoint
+    on stays readable (time travel, a stream resuming, RESTORE). Files go oldest first, so a
+    process killed midway leaves the log a contiguous run of versions from a checkpoint on,
+    which the next run finishes. No table property is set: a metadata commit would fail every
+    stream writing the table at that moment (Delta's ``MetadataChangedException``).
+    """
+    folder = log_dir(table)
+    if not folder.is_dir():
+        return 0, None
+    names = [p.name for p in folder.iterdir()]
+    floor = None
+    for name in sorted(names):
+        match = CHECKPOINT_FILE.match(name)
+        if not match:
+            continue
+        version = int(match.group(1))
+        try:
+            committed = (folder / f"{version:020d}.json").stat().st_mtime
+        except OSError:
+            continue  # its commit already expired: an older floor, never a newer one
+        if committed <= keep_since and (folder / name).stat().st_size > 0:
+            floor = version if floor is None else max(floor, version)
+    if floor is None:
+        return 0, None
+    doomed = []
+    for name in names:
+        # Hadoop's checksum of a log file (``.<name>.crc``, written by Spark on a local disk)
+        # goes with it
+        base = name[1:-4] if name.startswith(".") and name.endswith(".crc") else name
+        single, compacted = VERSION_FILE.match(base), COMPACTED_FILE.match(base)
+        if single and int(single.group(1)) < floor:
+            doomed.append((int(single.group(1)), name))
+        elif compacted and int(compacted.group(2)) < floor:
+            doomed.append((int(compacted.group(2)), name))
+    for _, name in sorted(doomed):
+        (folder / name).unlink(missing_ok=True)
+    return len(doomed), floor
+
+
+def log_retain_hours(cfg: TidemarkConfig, table: Path, layer: str,
+                     now: float | None = None) -> tuple[float, str]:
+    """How many hours of log entries ``table`` keeps, and why: ``TIDEMARK_LOG_RETAIN_HOURS``,
+    longer while a savepoint or a lagging checkpoint needs older versions (`retain_hours`);
+    bronze also back to the age past which progress is folded (the fold reads the statistics
+    of the bronze commits its batches read, `lineage`)."""
+    hours, why = retain_hours(cfg, table, now,
+                              at_least=(cfg.ops.log_retain_hours, "TIDEMARK_LOG_RETAIN_HOURS"))
+    if layer == "bronze":
+        fold = cfg.ops.ops_retention_days * 24 + MARGIN_HOURS
+        if fold > hours:
+            hours, why = fold, "progress not folded yet (TIDEMARK_OPS_RETENTION_DAYS)"
+    return hours, why
+
+
+def _log(out: Maintenance, target: str, cfg: TidemarkConfig, table: Path, layer: str) -> None:
+    hours, why = log_retain_hours(cfg, table, layer)
+    before = log_files(table)
+    deleted, floor = expire_log(table, time.time() - hours * 3600)
+    if deleted:
+        out.steps.append(Step(target, "expire log", f"{deleted} log files before version "
+                              f"{floor} removed; kept {hours:.2f} h ({why})", before,
+                              log_files(table)))
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -405,6 +491,7 @@ def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table:
     files_after, bytes_after = _disk(table)
     out.steps.append(Step(target, "vacuum", f"kept {hours} h of removed files", files_before,
                           files_after, bytes_freed=max(bytes_before - bytes_after, 0)))
+    _log(out, target, cfg, table, "dbt")
 
 
 def _vacuum(spark, table: Path, hours: int) -> None:
@@ -460,14 +547,17 @@ def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
         table = DeltaTable(str(path))
         table.optimize.compact()
         # readers of ops tables hold a snapshot for milliseconds: an hour is ample
-        table.vacuum(retention_hours=max(1, int(min(cfg.ops.vacuum_retain_hours, 168))),
-                     enforce_retention_duration=False, dry_run=False)
+        hours = max(1, int(min(cfg.ops.vacuum_retain_hours, 168)))
+        table.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False)
         table.create_checkpoint()
-        table.cleanup_metadata()
+        log_before = log_files(path)
+        expire_log(path, time.time() - hours * 3600)
+        log_after = log_files(path)
     files_after, bytes_after = _disk(path)
     out.steps.append(Step(target, "prune+compact" if name in PRUNED else "compact",
-                          f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
-                          if name in PRUNED else KEPT.get(name, "rows kept"),
+                          (f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
+                           if name in PRUNED else KEPT.get(name, "rows kept"))
+                          + f"; log files {log_before:,} -> {log_after:,}",
                           files_before, files_after, removed,
                           max(bytes_before - bytes_after, 0)))
 
@@ -516,6 +606,9 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
         for table in delta_tables(schema):
             _guarded(out, f"dbt/{schema.stem}.{table.name}", _dbt_table, spark, cfg, table)
     _guarded(out, "ops/stream_progress", _fold_progress, spark, cfg, cutoff)
+    for layer in LAYERS:  # after the fold, which reads bronze's commits
+        for table in delta_tables(cfg.paths.table(layer, "")):
+            _guarded(out, f"{layer}/{table.name}", _log, cfg, table, layer)
     for name in ops_tables.SCHEMAS:
         if ops_tables.exists(cfg, name):
             _guarded(out, f"ops/{name}", _ops_table, cfg, name, cutoff)

@@ -205,3 +205,74 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
     assert spark.conf.get("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled",
                           None) is None  # the session's settings are left as they were
     assert read_table(spark, old).count() == 40  # no row lost
+
+
+def test_log_expiry_keeps_every_version_from_the_last_checkpoint_before_its_horizon(spark, cfg):
+    """A table of 25 appends (Delta checkpoints at versions 10 and 20), its first 15 commits
+    three hours old: expiring the log at a two-hour horizon removes every file of the versions
+    before checkpoint 10 (the newest checkpoint committed before the horizon) and nothing else;
+    the table and every version from 10 on still read, row for row."""
+    path = cfg.data_root / "log_expiry"
+    for k in range(25):
+        spark.range(k * 10, k * 10 + 10).write.format("delta").mode("append").save(str(path))
+    log = path / "_delta_log"
+    then = time.time() - 3 * 3600
+    for version in range(15):
+        os.utime(log / f"{version:020d}.json", (then, then))
+    by_version = {}  # a version's files, Hadoop's hidden checksums (.<name>.crc) included
+    for name in (p.name for p in log.iterdir() if p.is_file()):
+        if name.lstrip(".")[:20].isdigit():
+            by_version.setdefault(int(name.lstrip(".")[:20]), set()).add(name)
+    assert {v for v, names in by_version.items()
+            if any("checkpoint" in n for n in names)} == {10, 20}
+
+    # a run killed after deleting the oldest few files: the next one finishes the job
+    for name in sorted(by_version[0]):
+        (log / name).unlink()
+    deleted, floor = retention.expire_log(path, time.time() - 2 * 3600)
+    assert floor == 10
+    assert deleted == sum(len(by_version[v]) for v in range(1, 10))
+    left = {int(p.name.lstrip(".")[:20]) for p in log.iterdir()
+            if p.is_file() and p.name.lstrip(".")[:20].isdigit()}
+    assert left == set(range(10, 25))
+    assert (log / "_last_checkpoint").exists()
+
+    assert read_table(spark, path).count() == 250
+    for version in (10, 17, 24):  # time travel from the floor on: (version + 1) appends each
+        rows = spark.read.format("delta").option("versionAsOf", version).load(str(path))
+        assert sorted(r.id for r in rows.collect()) == list(range((version + 1) * 10))
+    with pytest.raises(Exception, match="(?i)version|not (exist|available|reconstruct)"):
+        spark.read.format("delta").option("versionAsOf", 5).load(str(path)).count()
+    # nothing older than the horizon is left to expire; a later horizon moves the floor
+    assert retention.expire_log(path, time.time() - 2 * 3600) == (0, 10)
+    deleted, floor = retention.expire_log(path, time.time() + 60)
+    assert floor == 20 and deleted >= 10
+    spark.range(250, 260).write.format("delta").mode("append").save(str(path))
+    assert read_table(spark, path).count() == 260
+
+
+def test_log_retention_follows_savepoints_lagging_jobs_and_the_progress_fold(
+        spark, cfg, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_LOG_RETAIN_HOURS", "1")
+    monkeypatch.setenv("TIDEMARK_VACUUM_RETAIN_HOURS", "0")
+    monkeypatch.setenv("TIDEMARK_OPS_RETENTION_DAYS", "0.5")
+    cfg = cfg.from_env().with_data_root(cfg.data_root)
+    land(cfg, "a.jsonl", [txn("a1", "u1", 1)])
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job("failed_txn_velocity"))
+    gold = cfg.paths.table("gold", "failed_txn_velocity")
+    bronze = cfg.paths.table("bronze", "transactions")
+    assert retention.log_retain_hours(cfg, gold, "gold") == (1.0, "TIDEMARK_LOG_RETAIN_HOURS")
+    # bronze's commits are read by the fold of progress younger than the ops age (12 h)
+    hours, why = retention.log_retain_hours(cfg, bronze, "bronze")
+    assert why.startswith("progress not folded yet") and 12 < hours < 12.2
+    # the job falls behind bronze: its unread versions are kept, looked at 20 hours later
+    land(cfg, "b.jsonl", [txn("b1", "u1", 2)])
+    run_bronze(spark, cfg, "transactions")
+    hours, why = retention.log_retain_hours(cfg, bronze, "bronze", now=time.time() + 72000)
+    assert why == "a checkpoint that has not read it all" and 20 < hours < 20.2
+    # a savepoint taken now, looked at 5 hours later: a restore RESTOREs gold to its version
+    run_job(spark, cfg, get_job("failed_txn_velocity"))
+    savepoints.take(cfg, "failed_txn_velocity")
+    hours, why = retention.log_retain_hours(cfg, gold, "gold", now=time.time() + 18000)
+    assert why == "the oldest savepoint" and 5 < hours < 5.2
