@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-compare bench-batch-cost bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -110,6 +110,11 @@ bench-compare: setup $(BENCH_VENV)/.installed
 # The fixed cost of a micro-batch carrying a handful of events, per job and for ingestion.
 bench-batch-cost: setup
 	$(BIN)/python tests/benchmarks/batch_cost.py --results BENCHMARKS.batch_cost.json
+
+# Checkpoint figures at 1,000,000 state rows: commit p50/p99, bytes per batch, SIGKILL to the
+# first commit after a restart (BENCHMARKS.md)
+bench-checkpoint: setup
+	$(BIN)/python tests/benchmarks/checkpoint_cost.py --results BENCHMARKS.checkpoint.json
 
 # The reconciliation benchmark (BENCHMARKS.md): dbt build against the same SQL run plainly.
 RECON_EVENTS ?= 10000000
