@@ -449,11 +449,15 @@ def _lake_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table
         try:
             with checkpoint_lock(cfg.paths.checkpoint(merged_by), "maintenance (OPTIMIZE)") \
                     if merged_by else nullcontext():
-                handle.optimize().executeCompaction()
-            out.steps.append(Step(target, "optimize", "small files bin-packed", files_before))
+                tries = retry_conflicts(lambda: handle.optimize().executeCompaction())
+            out.steps.append(Step(target, "optimize", "small files bin-packed" + (
+                f" (after {tries - 1} conflicts with a concurrent writer)" if tries > 1 else ""),
+                files_before))
         except CheckpointBusy:
             out.steps.append(Step(target, "skipped", f"not compacted: job {merged_by} is "
                                   "running and writes it with MERGE"))
+        except ConcurrentCompaction as exc:
+            out.steps.append(Step(target, "skipped", f"not compacted: {exc}"))
     hours, why = retain_hours(cfg, table)
     hours = math.ceil(hours)  # Delta rounds VACUUM's RETAIN to whole hours: never down
     _vacuum(spark, table, hours)
@@ -461,6 +465,34 @@ def _lake_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table
     out.steps.append(Step(target, "vacuum", f"kept {hours} h of removed files ({why})",
                           files_before, files_after,
                           bytes_freed=max(bytes_before - bytes_after, 0)))
+
+
+class ConcurrentCompaction(Exception):
+    """OPTIMIZE kept losing to a concurrent commit (e.g. the job's own auto compaction)."""
+
+
+CONFLICT_ATTEMPTS = 3
+
+
+def retry_conflicts(action, attempts: int = CONFLICT_ATTEMPTS, pause: float = 2.0) -> int:
+    """Run ``action`` (an OPTIMIZE); on a Delta write conflict (``DELTA_CONCURRENT_...``: a
+    job's auto compaction, seen in the soak, committed first) try again on the new snapshot.
+    Returns the attempts it took; raises `ConcurrentCompaction` after ``attempts`` conflicts
+    (the next maintenance run compacts what is left). Any other error passes unchanged."""
+    for attempt in range(1, attempts + 1):
+        try:
+            action()
+            return attempt
+        except Exception as exc:  # noqa: BLE001 - only write conflicts are retried
+            if "DELTA_CONCURRENT" not in str(exc):
+                raise
+            if attempt == attempts:
+                raise ConcurrentCompaction(
+                    f"{attempts} attempts each lost to a concurrent commit "
+                    f"({str(exc).split(']')[0].lstrip('[')}); the next maintenance run "
+                    "compacts it") from exc
+            time.sleep(pause * attempt)
+    return attempts
 
 
 def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Path) -> None:

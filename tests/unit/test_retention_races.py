@@ -1,4 +1,7 @@
-"""Maintenance racing a reconciliation: a dbt table written anew while it is vacuumed."""
+"""Maintenance racing other writers: a dbt table written anew while it is vacuumed, a job's
+auto compaction committing while it is compacted."""
+
+import pytest
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.operations.retention import Maintenance, _dbt_table
@@ -29,3 +32,34 @@ def test_a_dbt_table_with_a_log_folder_but_no_commit_yet_is_skipped(tmp_path):
     _dbt_table(out, "dbt/recon.recon_failed_txn_velocity", None, cfg, table)
     assert [(s.action, s.files_before) for s in out.steps] == [("skipped", 1)]
     assert (table / "part-00000.parquet").exists()
+
+
+def test_a_compaction_that_loses_to_a_concurrent_commit_is_tried_again_then_skipped():
+    """The soak's first maintenance run failed: its OPTIMIZE of events_by_type lost to the
+    job's own auto compaction (``DELTA_CONCURRENT_DELETE_READ``). A conflict is tried again;
+    one that keeps losing is a skipped step naming the conflict; any other error is raised."""
+    from streaming_jobs.operations.retention import ConcurrentCompaction, retry_conflicts
+
+    conflict = RuntimeError("[DELTA_CONCURRENT_DELETE_READ.WITH_PARTITION_HINT] Transaction "
+                            "conflict detected, a concurrent OPTIMIZE deleted data")
+    calls = []
+
+    def loses_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise conflict
+
+    assert retry_conflicts(loses_once, pause=0) == 2 and len(calls) == 2
+
+    def always_loses():
+        raise conflict
+
+    with pytest.raises(ConcurrentCompaction, match="3 attempts each lost to a concurrent "
+                       r"commit \(DELTA_CONCURRENT_DELETE_READ.WITH_PARTITION_HINT\)"):
+        retry_conflicts(always_loses, pause=0)
+
+    def broken():
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        retry_conflicts(broken, pause=0)
