@@ -14,8 +14,8 @@ newest click) passes the click's time.
    batch, from its progress row: the state commit time (Spark's ``commitTimeMs``, summed over
    the operators) and the batch's wall time; and the bytes the run added to the job's
    checkpoint folder (changelog files, snapshot uploads, offsets and commits; files listed
-   before and after) against the state's size on disk (RocksDB's SST files,
-   ``rocksdbSstFileSize``: what a checkpoint copying the whole state would write).
+   before and after) against the newest full state snapshot (RocksDB's SST files and
+   metadata: what a checkpoint copying the whole state would write).
 3. **Recovery**: ``tidemark continuous --jobs events_by_type --trigger 1`` in a process of its
    own. A wave is landed; once the job has planned its batch (``offsets/N`` written,
    ``commits/N`` not) the process group gets SIGKILL, and the same command starts again at once.
@@ -86,6 +86,27 @@ def files_in(folder: Path) -> dict[str, int]:
     return out
 
 
+def snapshot_bytes(checkpoint: Path) -> int | None:
+    """The size of the job's newest full state snapshot: per state partition, the newest
+    ``<version>[_<id>].zip`` (RocksDB's metadata) and the SST files its metadata lists (what a
+    checkpoint copying the whole state writes). None before the first snapshot."""
+    import zipfile
+
+    total, found = 0, False
+    for folder in (checkpoint / "state").glob("*/*"):
+        zips = [(int(p.name.split(".")[0].split("_")[0]), p) for p in folder.glob("*.zip")]
+        if not zips:
+            continue
+        _, newest = max(zips)
+        with zipfile.ZipFile(newest) as archive:
+            text = archive.read("metadata").decode()
+        meta = json.loads(text[text.index("{"):])
+        total += newest.stat().st_size + sum(int(f.get("sizeBytes", 0))
+                                             for f in meta.get("sstFiles", []))
+        found = True
+    return total if found else None
+
+
 def progress(cfg: TidemarkConfig) -> dict[int, dict]:
     """The job's progress rows by batch id (the newest run's row for a batch that ran twice)."""
     rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(JOB)}")
@@ -132,9 +153,9 @@ def commit_phase(spark, cfg: TidemarkConfig, args, next_s: float) -> tuple[list[
         ops = row["state_operators"] or []
         batches.append({
             "batch": batch, "wall_s": round(wall, 2),
-            "trigger_ms": (row["durations_ms"] or {}).get("triggerExecution"),
+            "trigger_ms": dict(row["durations_ms"] or {}).get("triggerExecution"),
             "commit_ms": row["state_commit_ms"], "state_rows": row["state_rows"],
-            "state_disk_bytes": row["state_disk_bytes"], "checkpoint_bytes_added": added,
+            "snapshot_bytes": snapshot_bytes(checkpoint), "checkpoint_bytes_added": added,
             "files_added": sum(1 for p in after if p not in before),
             "rocksdb": {o["operator"]: {k: v for k, v in custom(o).items()
                                         if k.startswith("rocksdbCommit")} for o in ops},
@@ -191,6 +212,7 @@ def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
                 print(f"attempt {attempt}: batch {planned} committed before the kill", flush=True)
                 continue
             commit = checkpoint / "commits" / str(planned)
+            until(f"commits/{planned} after the restart", commit.exists)
             first_commit = commit.stat().st_mtime
             until("the batch's progress row", lambda: planned in progress(cfg), timeout=120)
             row = progress(cfg)[planned]
@@ -244,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
 
     commits = [b["commit_ms"] for b in batches]
     added = [b["checkpoint_bytes_added"] for b in batches]
-    state_bytes = statistics.median(b["state_disk_bytes"] for b in batches)
+    snapshots = [b["snapshot_bytes"] for b in batches if b["snapshot_bytes"]]
+    state_bytes = snapshots[-1] if snapshots else None
     results = {"machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, "
                           f"Spark {version}", "args": vars(args),
                "fill_state_rows": fill["state_rows"], "batches": batches, "kills": trials}
@@ -260,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{max(b['wall_s'] for b in batches):.2f} |",
         f"| checkpoint bytes added per batch (kB) | {pct(added, .5) / 1e3:,.0f} | "
         f"{pct(added, .99) / 1e3:,.0f} | {max(added) / 1e3:,.0f} |",
-        "", f"Full state on disk (RocksDB SST files, median over the batches): "
-        f"{state_bytes / 1e6:,.1f} MB; a batch adds {pct(added, .5) / max(state_bytes, 1):.2%} "
-        "of it (median).", "",
+        "", (f"The newest full state snapshot (RocksDB's SST files and metadata, every state "
+             f"partition): {state_bytes / 1e6:,.1f} MB; a batch adds "
+             f"{pct(added, .5) / state_bytes:.2%} of it (median)." if state_bytes else
+             "No full state snapshot was written during the batches."), "",
         "| kill | batch | SIGKILL to first commit (s) | start-up (s) | the batch (s) "
         "| same offsets replayed | gold rows exact |", "|---|---:|---:|---:|---:|---|---|",
     ]
