@@ -248,7 +248,8 @@ def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None,
 # -- how long the Delta log keeps its entries -----------------------------------------------
 
 # a log file of one version: its commit, its checksum, its checkpoint (one file or parts)
-VERSION_FILE = re.compile(r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
+VERSION_FILE = re.compile(
+    r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
 CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 COMPACTED_FILE = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
 
