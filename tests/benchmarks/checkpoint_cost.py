@@ -177,12 +177,12 @@ def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
         return subprocess.Popen(command, env=env, cwd=CHECKOUT, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
-    def until(what, condition, timeout=600.0):
+    def until(what, condition, timeout=600.0, every=0.02):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition():
                 return
-            time.sleep(0.02)
+            time.sleep(every)
         raise RuntimeError(f"checkpoint benchmark: timed out waiting for {what} "
                            f"(see {cfg.data_root / 'continuous.log'})")
 
@@ -207,14 +207,17 @@ def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
             process.wait()
             cut_short = last_committed_batch(checkpoint) != planned
             process = start()
-            until("gold to hold the wave", lambda: gold_rows(cfg) >= expected)
+            commit = checkpoint / "commits" / str(planned)
+            if cut_short:  # only a file's presence is polled while the restart is timed
+                until(f"commits/{planned} after the restart", commit.exists)
+            # tables are read at a slower pace, after the timed part
+            until("gold to hold the wave", lambda: gold_rows(cfg) >= expected, every=0.5)
             if not cut_short:  # the batch committed before the kill landed: try again
                 print(f"attempt {attempt}: batch {planned} committed before the kill", flush=True)
                 continue
-            commit = checkpoint / "commits" / str(planned)
-            until(f"commits/{planned} after the restart", commit.exists)
             first_commit = commit.stat().st_mtime
-            until("the batch's progress row", lambda: planned in progress(cfg), timeout=120)
+            until("the batch's progress row", lambda: planned in progress(cfg), timeout=120,
+                  every=0.5)
             row = progress(cfg)[planned]
             trials.append({
                 "trial": len(trials), "batch": planned,
