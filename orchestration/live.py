@@ -43,12 +43,24 @@ class LiveError(RuntimeError):
     """The always-on setup could not start or stop; the message names the process and log."""
 
 
+# What the daemon's environment needs, set by tidemark's own commands (and by you wherever you
+# run the daemon yourself: see README "Running at scale").
+#
+# DAGSTER_AUTOMATION_TICK_SETTLE_SECONDS: with the default 0, an automation tick reads "newly
+# updated" with no upper bound on the event log, but reads the run tags of those updates only up
+# to the id it noted when the tick began. A continuous run reports its tables every flush, so a
+# report landing between the two was "updated by an untagged run" and reconcile_on_update asked
+# for a reconciliation (seen once in a 50-minute soak). Any value above 0 bounds both reads by
+# that one id (the update counts at the next tick, with its tags), after sleeping that long.
+DAEMON_ENV = {"DAGSTER_AUTOMATION_TICK_SETTLE_SECONDS": "1"}
+
+
 class DagsterDev:
     """``dagster dev`` (webserver + daemon + code server) on 127.0.0.1, as a process group."""
 
     def __init__(self, cfg: TidemarkConfig, port: int, env: dict[str, str] | None = None) -> None:
         self.cfg, self.port = cfg, port
-        self.env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+        self.env = {**DAEMON_ENV, **os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
                     "DAGSTER_HOME": str(cfg.paths.dagster_home), **(env or {})}
         self.log_path = cfg.paths.logs / "dagster.log"
         self.proc: subprocess.Popen | None = None
