@@ -189,6 +189,30 @@ class Graphql:
             time.sleep(1.0)
         raise LiveError(f"run {run_id} did not reach {'/'.join(states)} within {timeout:.0f}s")
 
+    def set_schedule(self, schedule: str, running: bool) -> str:
+        """Turn a schedule on or off, as its toggle in the UI does; its new status."""
+        selector = {**self.repository(), "scheduleName": schedule}
+        if running:
+            data = self.query(
+                """mutation On($selector: ScheduleSelector!) { startSchedule(scheduleSelector:
+                     $selector) { __typename ... on ScheduleStateResult { scheduleState { status
+                     } } ... on PythonError { message } } }""", {"selector": selector})
+            result = data["startSchedule"]
+        else:
+            state = self.query(
+                """query S($selector: ScheduleSelector!) { scheduleOrError(scheduleSelector:
+                     $selector) { ... on Schedule { scheduleState { id } } } }""",
+                {"selector": selector})["scheduleOrError"]["scheduleState"]
+            data = self.query(
+                """mutation Off($id: String) { stopRunningSchedule(id: $id) { __typename
+                     ... on ScheduleStateResult { scheduleState { status } }
+                     ... on PythonError { message } } }""", {"id": state["id"]})
+            result = data["stopRunningSchedule"]
+        if result["__typename"] != "ScheduleStateResult":
+            raise LiveError(f"turning {schedule} {'on' if running else 'off'} failed: "
+                            f"{json.dumps(result)[:1000]}")
+        return result["scheduleState"]["status"]
+
     def sensor_ticks(self, sensor: str, limit: int = 20) -> list[dict]:
         """The sensor's latest ticks: status and start/end timestamps."""
         data = self.query(

@@ -81,6 +81,9 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         "TIDEMARK_SAVEPOINT_CRON": "0 0 1 1 *"})  # savepoints are launched by hand below
     try:
         gql = dagster.start()
+        # Off until data has streamed (the UI's toggle): a reconciliation of nothing would only
+        # compete for the two cores with the continuous run starting up.
+        assert gql.set_schedule("reconciliation_schedule", False) == "STOPPED"
         continuous = gql.launch("continuous_streaming_job", {"ops": {"run_continuously": {
             "config": {"jobs": HOSTED, "trigger_seconds": 2.0, "flush_seconds": 3.0,
                        "heartbeat_seconds": 3.0}}}})
@@ -91,9 +94,10 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         # Data keeps landing while it runs.
         land_wave(cfg, 1)
         until("wave 1 in gold", lambda: len(rows(gold)) == 48, timeout=300)
-        # a reconciliation the schedule launched before anything was streamed (the first tick
-        # can come before the first batch) compares nothing: the one checked below comes later
+        # a reconciliation the schedule launched before it was turned off (the first tick can
+        # come before the toggle) compares nothing: the one checked below comes later
         before_streamed = {r["runId"] for r in gql.runs("reconciliation_job")}
+        assert gql.set_schedule("reconciliation_schedule", True) == "RUNNING"
 
         # A second run on a running checkpoint cannot run: the queue holds the incremental
         # streaming job (its checkpoint tags are taken), and a direct run is refused by the lock.
@@ -116,6 +120,8 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
             "incremental", time.strftime("%Y-%m-%d", time.gmtime()))
         assert gql.status(continuous) == "STARTED"
         assert gql.status(incremental) == "QUEUED"
+        # off again: the last reconciliation below is launched by hand, once the runs are done
+        assert gql.set_schedule("reconciliation_schedule", False) == "STOPPED"
         # both hosted jobs got a savepoint, taken by the continuous run between two batches
         taken = {job: savepoints.savepoints(cfg, job) for job in HOSTED}
         assert all(len(points) == 1 for points in taken.values()), taken
