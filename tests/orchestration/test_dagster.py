@@ -365,15 +365,17 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
     # everything reconciled once today (reported here rather than built: dbt is not what is
     # tested); automation requests today's partition only
     graph = defs.resolve_asset_graph()
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    # every evaluation at one instant: "today" cannot change under the test at midnight
+    now = dt.datetime.now(dt.timezone.utc)
+    today = now.date().isoformat()
     for key in graph.get_all_asset_keys():
         if key.path[0] in ("staging", "batch", "recon"):
             instance.report_runless_asset_event(AssetMaterialization(key, partition=today))
-    first = evaluate_automation_conditions(defs=defs, instance=instance)
+    first = evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=now)
     recon = AssetKey(["recon", "recon_events_by_type"])
     assert like_a_continuous_run.execute_in_process(instance=instance).success
     after_continuous = evaluate_automation_conditions(defs=defs, instance=instance,
-                                                      cursor=first.cursor)
+                                                      evaluation_time=now, cursor=first.cursor)
     assert after_continuous.get_num_requested(recon) == 0
     # What a reconciliation built requests nothing, also when it built part of the graph only
     # (still running, or failed half way): no recon model rebuilt without its batch model, no
@@ -393,14 +395,80 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
         reconcile_part()
 
     assert like_half_a_reconciliation.execute_in_process(instance=instance).success
-    after_recon = evaluate_automation_conditions(defs=defs, instance=instance,
-                                                 cursor=after_continuous.cursor)
+    after_recon = evaluate_automation_conditions(
+        defs=defs, instance=instance, evaluation_time=now, cursor=after_continuous.cursor)
     assert after_recon.total_requested == 0, {
         k.to_user_string() for k in graph.get_all_asset_keys() if after_recon.get_num_requested(k)}
 
     assert like_an_incremental_run.execute_in_process(instance=instance).success
-    after_incremental = evaluate_automation_conditions(defs=defs, instance=instance,
-                                                       cursor=after_recon.cursor)
+    after_incremental = evaluate_automation_conditions(
+        defs=defs, instance=instance, evaluation_time=now, cursor=after_recon.cursor)
     assert after_incremental.get_num_requested(recon) == 1
     assert after_incremental.get_requested_partitions(recon) == {today}
 
+
+
+def test_a_new_day_alone_starts_no_partial_reconciliation(cfg):
+    """Midnight (UTC) opens a new day's partition of every dbt asset: missing, nothing changed.
+    The sensor may build the views of the ops tables for it (nothing else depends on a run),
+    but never a batch or recon model or the summary by itself. An incremental run's update on
+    the new day then requests its chain, in one run."""
+    from dagster import AssetMaterialization, evaluate_automation_conditions, job, op
+
+    from orchestration.concurrency import RECON_TAG
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions()
+    instance = DagsterInstance.ephemeral()
+    graph = defs.resolve_asset_graph()
+    dbt_keys = [k for k in graph.get_all_asset_keys() if k.path[0] in ("staging", "batch", "recon")]
+    for key in dbt_keys:  # reconciled on 2026-03-01
+        instance.report_runless_asset_event(AssetMaterialization(key, partition="2026-03-01"))
+
+    def at(hour: int, minute: int, day: int = 1, cursor=None):
+        return evaluate_automation_conditions(
+            defs=defs, instance=instance, cursor=cursor,
+            evaluation_time=dt.datetime(2026, 3, day, hour, minute, tzinfo=dt.timezone.utc))
+
+    def requested(result) -> set[str]:
+        return {k.to_user_string() for k in dbt_keys if result.get_num_requested(k)}
+
+    evening = at(23, 50)
+    late = at(23, 55, cursor=evening.cursor)
+    assert late.total_requested == 0
+    cursor, built = late.cursor, set()
+    for minute in range(0, 5):  # the first ticks of the new day
+        tick = at(0, minute, day=2, cursor=cursor)
+        built |= requested(tick)
+        cursor = tick.cursor
+    assert built <= {"staging/stg_stream_progress", "staging/stg_stream_late_rows"}, built
+
+    @op
+    def build_them(context):  # what the sensor's run (tagged as a reconciliation) reports
+        for key in built:
+            context.log_event(AssetMaterialization(AssetKey(key.split("/")),
+                                                   partition="2026-03-02"))
+
+    @job(tags={RECON_TAG: "1"})
+    def like_the_sensors_run():
+        build_them()
+
+    @op
+    def report(context):
+        context.log_event(AssetMaterialization(AssetKey(["gold", "events_by_type"])))
+        context.log_event(AssetMaterialization(AssetKey(["bronze", "clicks"])))
+
+    @job
+    def like_an_incremental_run():
+        report()
+
+    assert like_the_sensors_run.execute_in_process(instance=instance).success
+    quiet = at(0, 6, day=2, cursor=cursor)
+    assert quiet.total_requested == 0, requested(quiet)
+    assert like_an_incremental_run.execute_in_process(instance=instance).success
+    update = at(0, 10, day=2, cursor=quiet.cursor)
+    # (the summary waits for every job's recon of the new day: the schedule's run)
+    assert {"staging/stg_clicks", "batch/int_events_by_type__batch",
+            "recon/recon_events_by_type"} <= requested(update), requested(update)
+    assert update.get_requested_partitions(AssetKey(["recon", "recon_events_by_type"])) == {
+        "2026-03-02"}
