@@ -31,7 +31,7 @@ def count_lines(path: Path) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-def _rows_per_file(table: Path) -> dict[str, tuple[int, int | None]]:
+def rows_per_file(table: Path) -> dict[str, tuple[int, int | None]]:
     """Per landing file: the rows the table holds from it and the newest ingestion batch."""
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import TableNotFoundError
@@ -66,7 +66,7 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     ingested: dict[str, int] = {}
     newest: dict[str, int] = {}
     for layer in ("bronze", "quarantine"):
-        for name, (n, batch) in _rows_per_file(cfg.paths.table(layer, stream)).items():
+        for name, (n, batch) in rows_per_file(cfg.paths.table(layer, stream)).items():
             ingested[name] = ingested.get(name, 0) + n
             if batch is not None:
                 newest[name] = max(newest.get(name, batch), batch)

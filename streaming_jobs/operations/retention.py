@@ -56,7 +56,7 @@ from urllib.parse import unquote, urlsplit
 from streaming_jobs import ops_tables
 from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import commit_actions, latest_version, log_dir
+from streaming_jobs.delta_log import commit_actions, commit_versions, latest_version, log_dir
 
 LOG = logging.getLogger("tidemark.retention")
 LANDING_POLICIES = ("archive", "delete", "keep")
@@ -309,10 +309,17 @@ def log_retain_hours(cfg: TidemarkConfig, table: Path, layer: str,
                      now: float | None = None) -> tuple[float, str]:
     """How many hours of log entries ``table`` keeps, and why: ``TIDEMARK_LOG_RETAIN_HOURS``,
     longer while a savepoint or a lagging checkpoint needs older versions (`retain_hours`);
-    bronze also back to the age past which progress is folded (the fold reads the statistics
-    of the bronze commits its batches read, `lineage`)."""
+    never less than what the table's ``VACUUM`` keeps (``VACUUM LITE`` finds removed files in
+    the commits that removed them: a commit expired before its files are old enough to delete
+    leaves them on disk for good, which the 90-minute soak found); bronze also back to the age
+    past which progress is folded (the fold reads the statistics of the bronze commits its
+    batches read, `lineage`)."""
     hours, why = retain_hours(cfg, table, now,
                               at_least=(cfg.ops.log_retain_hours, "TIDEMARK_LOG_RETAIN_HOURS"))
+    vacuum, vacuum_why = retain_hours(cfg, table, now)
+    vacuum = math.ceil(vacuum) + MARGIN_HOURS  # VACUUM keeps whole hours (`_lake_table`)
+    if vacuum > hours:
+        hours, why = vacuum, f"what VACUUM keeps, in whole hours ({vacuum_why})"
     if layer == "bronze":
         fold = cfg.ops.ops_retention_days * 24 + MARGIN_HOURS
         if fold > hours:
@@ -347,11 +354,11 @@ def _guarded(out: Maintenance, target: str, action, *args) -> None:
 
 def _ingested_files(cfg: TidemarkConfig, stream: str) -> dict[str, int]:
     """Rows per source file in bronze and quarantine, read with delta-rs."""
-    from streaming_jobs.operations.landing import _rows_per_file
+    from streaming_jobs.operations.landing import rows_per_file
 
     rows: dict[str, int] = {}
     for layer in ("bronze", "quarantine"):
-        for name, (n, _) in _rows_per_file(cfg.paths.table(layer, stream)).items():
+        for name, (n, _) in rows_per_file(cfg.paths.table(layer, stream)).items():
             rows[name] = rows.get(name, 0) + n
     return rows
 
@@ -540,9 +547,13 @@ def _vacuum(spark, table: Path, hours: int) -> None:
     previous = {key: spark.conf.get(key, None) for key in lifted}
     for key, value in lifted.items():
         spark.conf.set(key, value)
+    # LITE reads the commits up to the newest one older than the retention; when the log's
+    # oldest commit left is younger than that (expired by an older tidemark), Delta finds no
+    # such commit and silently deletes nothing: list the folder instead (FULL)
+    kind = "" if _log_starts_after(table, time.time() - hours * 3600) else "LITE"
     try:
         try:
-            spark.sql(f"VACUUM delta.`{table}` LITE RETAIN {hours} HOURS").collect()
+            spark.sql(f"VACUUM delta.`{table}` {kind} RETAIN {hours} HOURS").collect()
         except Exception as exc:  # noqa: BLE001 - only the log-too-short case is retried
             if "LITE" not in str(exc) and "FULL" not in str(exc):
                 raise
@@ -553,6 +564,18 @@ def _vacuum(spark, table: Path, hours: int) -> None:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+def _log_starts_after(table: Path, since: float) -> bool:
+    """Whether ``table``'s log no longer holds its first commit and its oldest commit left was
+    made after ``since`` (a Unix time)."""
+    versions = commit_versions(table)
+    if not versions or versions[0] == 0:
+        return False
+    try:
+        return (log_dir(table) / f"{versions[0]:020d}.json").stat().st_mtime > since
+    except OSError:
+        return True  # expired meanwhile: the log starts later still
 
 
 def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,

@@ -8,6 +8,7 @@ the jobs go on as before.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -127,6 +128,18 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
     summary = collect(spark, cfg)
     assert summary.landing_lines["transactions"] == summary.bronze_rows["transactions"] + \
         summary.quarantine_rows["transactions"] + 1
+    assert summary.removed_lines["transactions"] == 0
+    # past TIDEMARK_OPS_RETENTION_DAYS retention deletes the archived files: the rows that came
+    # from them are counted apart, so the accounting still balances (the soak's summary said
+    # DOES NOT HOLD for every stream once its archive had expired)
+    archive = cfg.data_root / "archive" / "landing" / "transactions"
+    archived = sum(len(p.read_text().splitlines()) for p in archive.iterdir())
+    retention._archive(retention.Maintenance(), "archive/landing/transactions", archive,
+                       time.time() + 60)
+    assert archived and not any(archive.iterdir())
+    later = collect(spark, cfg)
+    assert later.removed_lines["transactions"] == archived
+    assert later.landing_lines["transactions"] == summary.landing_lines["transactions"] - archived
 
 
 def test_vacuum_keeps_what_a_savepoint_or_a_lagging_job_needs(spark, cfg, monkeypatch):
@@ -160,29 +173,32 @@ def test_vacuum_keeps_what_a_savepoint_or_a_lagging_job_needs(spark, cfg, monkey
     assert why == "the oldest savepoint" and 10.05 < hours < 10.2
 
 
+def age_log(path, then: float) -> None:
+    """Make every commit of the table at ``path`` so far look made at ``then`` (a Unix time):
+    commit times are the commit files' times, and removed files carry their removal time."""
+    log = path / "_delta_log"
+    for commit in log.glob("*.json"):
+        actions = [json.loads(line) for line in commit.read_text().splitlines()]
+        for action in actions:
+            if "remove" in action:
+                action["remove"]["deletionTimestamp"] = int(then * 1000)
+        commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+        os.utime(commit, (then, then))
+    for crc in set(log.glob("*.crc")) | set(log.glob(".*.crc")):
+        crc.unlink()  # the log was edited: its checksums no longer hold
+
+
 def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_rest(spark, cfg):
     """Delta 4.4 ignores ``RETAIN n HOURS`` (n > 0) by default and keeps its 7-day default:
     the soak's VACUUMs deleted nothing for two hours. A table whose compaction is two hours
     old (its log aged: commit times are the commit files' times) must lose the compacted-away
     files at a one-hour retention; a compaction of a minute ago must keep them."""
-    import json
-
     def table(name: str, hours_ago: float):
         path = cfg.data_root / name
         for k in range(3):
             spark.range(k * 10, k * 10 + 10).write.format("delta").mode("append").save(str(path))
         spark.sql(f"OPTIMIZE delta.`{path}`").collect()
-        log = path / "_delta_log"
-        then = time.time() - hours_ago * 3600
-        for commit in log.glob("*.json"):
-            actions = [json.loads(line) for line in commit.read_text().splitlines()]
-            for action in actions:
-                if "remove" in action:
-                    action["remove"]["deletionTimestamp"] = int(then * 1000)
-            commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
-            os.utime(commit, (then, then))
-        for crc in set(log.glob("*.crc")) | set(log.glob(".*.crc")):
-            crc.unlink()  # the log was edited: its checksums no longer hold
+        age_log(path, time.time() - hours_ago * 3600)
         spark.range(100, 110).write.format("delta").mode("append").save(str(path))  # now
         return path
 
@@ -205,6 +221,35 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
     assert spark.conf.get("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled",
                           None) is None  # the session's settings are left as they were
     assert read_table(spark, old).count() == 40  # no row lost
+
+
+def test_vacuum_still_deletes_old_removed_files_when_the_log_starts_after_its_retention(
+        spark, cfg):
+    """The 90-minute soak's leak: the log had been expired to 40 minutes while VACUUM kept an
+    hour, so ``VACUUM LITE`` found no commit older than its retention and deleted nothing, ever
+    (lake files on disk kept growing). A table compacted two hours ago whose log now starts
+    with a commit made now must still lose its compacted-away files."""
+    path = cfg.data_root / "expired_early"
+    for k in range(3):
+        spark.range(k * 10, k * 10 + 10).write.format("delta").mode("append").save(str(path))
+    spark.sql(f"OPTIMIZE delta.`{path}`").collect()
+    then = time.time() - 2 * 3600
+    for data in path.glob("*.parquet"):
+        os.utime(data, (then, then))
+    age_log(path, then)
+    for k in range(3, 10):  # now: versions 4 to 10, a log checkpoint at 10
+        spark.range(k * 10, k * 10 + 10).write.format("delta").mode("append").save(str(path))
+    deleted, floor = retention.expire_log(path, time.time() + 60)  # the old, too short log
+    assert floor == 10 and deleted > 0
+    from deltalake import DeltaTable
+
+    current = {os.path.basename(u) for u in DeltaTable(str(path)).file_uris()}
+    compacted_away = {p.name for p in path.glob("*.parquet")} - current
+    assert len(compacted_away) >= 3 and all(
+        (path / name).stat().st_mtime <= then + 1 for name in compacted_away)
+    retention._vacuum(spark, path, 1)
+    assert {p.name for p in path.glob("*.parquet")} == current  # the old ones gone
+    assert read_table(spark, path).count() == 100  # no row lost
 
 
 def test_log_expiry_keeps_every_version_from_the_last_checkpoint_before_its_horizon(spark, cfg):
@@ -269,10 +314,19 @@ def test_log_retention_follows_savepoints_lagging_jobs_and_the_progress_fold(
     # the job falls behind bronze: its unread versions are kept, looked at 20 hours later
     land(cfg, "b.jsonl", [txn("b1", "u1", 2)])
     run_bronze(spark, cfg, "transactions")
+    # (VACUUM keeps them too, in whole hours: 21, and its LITE mode finds the files to delete
+    # in the commits that removed them, so those commits stay as long)
     hours, why = retention.log_retain_hours(cfg, bronze, "bronze", now=time.time() + 72000)
-    assert why == "a checkpoint that has not read it all" and 20 < hours < 20.2
+    assert why == "what VACUUM keeps, in whole hours (a checkpoint that has not read it all)"
+    assert 21 < hours < 21.1
     # a savepoint taken now, looked at 5 hours later: a restore RESTOREs gold to its version
     run_job(spark, cfg, get_job("failed_txn_velocity"))
     savepoints.take(cfg, "failed_txn_velocity")
     hours, why = retention.log_retain_hours(cfg, gold, "gold", now=time.time() + 18000)
-    assert why == "the oldest savepoint" and 5 < hours < 5.2
+    assert why == "what VACUUM keeps, in whole hours (the oldest savepoint)" and 6 < hours < 6.1
+    # VACUUM's own setting: its commits outlive the files they removed
+    monkeypatch.setenv("TIDEMARK_VACUUM_RETAIN_HOURS", "2.5")
+    longer = cfg.from_env().with_data_root(cfg.data_root)
+    hours, why = retention.log_retain_hours(longer, gold, "gold")
+    assert why == "what VACUUM keeps, in whole hours (TIDEMARK_VACUUM_RETAIN_HOURS)"
+    assert hours == 3 + retention.MARGIN_HOURS
