@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -12,7 +13,7 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import landing_files
 from streaming_jobs.kafka import accounting as kafka_accounting
 from streaming_jobs.kafka import source_of
-from streaming_jobs.operations.landing import account
+from streaming_jobs.operations.landing import account, rows_per_file
 from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
@@ -27,6 +28,9 @@ class Summary:
     quarantine_rows: dict[str, int] = field(default_factory=dict)
     quarantine_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
     landing_findings: dict[str, list] = field(default_factory=dict)  # files breaking the contract
+    # rows of bronze and quarantine whose landing file is gone: retention deletes archived
+    # files after TIDEMARK_OPS_RETENTION_DAYS (or at once with TIDEMARK_LANDING_RETENTION=delete)
+    removed_lines: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # stream -> what its lines are
     gold_rows: dict[str, int] = field(default_factory=dict)
     recon: dict[str, dict] = field(default_factory=dict)
@@ -60,6 +64,16 @@ def _kafka_lines(cfg: TidemarkConfig, schema, out: Summary) -> None:
         if a["missing"] or a["doubled"]]
 
 
+def rows_from_removed_files(cfg: TidemarkConfig, stream: str, files: list) -> int:
+    """Rows bronze and quarantine hold from landing files that are no longer there, neither in
+    ``landing/`` nor in the archive (an archived file keeps its name)."""
+    landing = cfg.paths.landing_dir(stream).resolve()
+    present = {str(landing / f.name) for f in files}
+    return sum(n for layer in ("bronze", "quarantine")
+               for name, (n, _) in rows_per_file(cfg.paths.table(layer, stream)).items()
+               if name and str(Path(name).resolve()) not in present)
+
+
 def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     paths, out = cfg.paths, Summary()
     for stream, schema in streams().items():
@@ -72,6 +86,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             files = landing_files(landing) + archived_files(cfg, stream)
             out.landing_lines[stream] = (
                 spark.read.text([str(f) for f in files]).count() if files else 0)
+            out.removed_lines[stream] = rows_from_removed_files(cfg, stream, files)
             out.landing_findings[stream] = account(cfg, stream).findings
         quarantine = paths.table("quarantine", stream)
         out.quarantine_rows[stream] = _count(spark, quarantine)
@@ -103,10 +118,14 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
     for stream in summary.landing_lines:
         landing, bronze, quarantined = (summary.landing_lines[stream], summary.bronze_rows[stream],
                                         summary.quarantine_rows[stream])
-        verdict = "holds" if landing == bronze + quarantined else "DOES NOT HOLD"
+        removed = summary.removed_lines.get(stream, 0)
+        verdict = "holds" if landing + removed == bronze + quarantined else "DOES NOT HOLD"
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in
                             sorted(summary.quarantine_reasons.get(stream, {}).items()))
-        lines.append(f"  {stream}: {landing:,} {summary.sources.get(stream, 'landing lines')} = "
+        source = summary.sources.get(stream, "landing lines")
+        if removed:
+            source += f" + {removed:,} in files retention removed"
+        lines.append(f"  {stream}: {landing:,} {source} = "
                      f"{bronze:,} bronze + "
                      f"{quarantined:,} quarantined ({verdict})" + (f": {reasons}" if reasons else ""))
         lines += [f"    {f.message}" for f in summary.landing_findings.get(stream, [])]

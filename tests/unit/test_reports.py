@@ -63,6 +63,16 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
     assert text[-1] == "reconciliation: 14 rows compared, 2 unexplained"
     assert len(text) == 9  # a screenful, whatever the number of quarantine reasons
 
+    # rows from landing files retention has deleted since are counted apart
+    summary.removed_lines = {"rides": 2}
+    text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
+    assert text[2] == ("  rides: 7 landing lines + 2 in files retention removed = 5 bronze + "
+                       "1 quarantined (DOES NOT HOLD)")
+    summary.landing_lines["rides"] = 4
+    text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
+    assert text[2] == ("  rides: 4 landing lines + 2 in files retention removed = 5 bronze + "
+                       "1 quarantined (holds)")
+
 
 def test_recon_metadata_gives_numbers_to_plot_and_a_table():
     from orchestration.recon_report import recon_metadata
