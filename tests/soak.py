@@ -10,10 +10,10 @@ own, with retention every ``--maintenance-minutes`` that keeps little history
 ``TIDEMARK_LOG_RETAIN_HOURS``), so that whatever does not plateau within the soak would not
 plateau in days either. Delta's ``VACUUM`` keeps whole hours (tidemark rounds a shorter
 retention up to one hour), so files on disk can level only after the first hour: a soak that is
-to show it runs 90 minutes or more. Delta log entries are kept for the oldest savepoint's age
-when it is longer than ``--log-retain-hours`` (at the soak's cadence, 3 savepoints about 11
-minutes apart: about 35 minutes), the ops tables' for an hour. Every minute, from outside the
-processes (nothing here runs inside tidemark), it records:
+to show it runs 90 minutes or more. Delta log entries are kept at least as long as ``VACUUM``
+keeps removed files (whole hours: one, plus 5 minutes), longer than ``--log-retain-hours`` and
+the oldest savepoint's age at the soak's cadence; the ops tables' for an hour. Every minute,
+from outside the processes (nothing here runs inside tidemark), it records:
 
 - state rows per job: the latest progress row of each query in ``ops/stream_progress``;
 - memory of the continuous run's JVM (Spark in local mode: the driver and the executors are
