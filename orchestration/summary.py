@@ -13,7 +13,7 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import landing_files
 from streaming_jobs.kafka import accounting as kafka_accounting
 from streaming_jobs.kafka import source_of
-from streaming_jobs.operations.landing import account, rows_per_file
+from streaming_jobs.operations.landing import account
 from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
@@ -64,13 +64,13 @@ def _kafka_lines(cfg: TidemarkConfig, schema, out: Summary) -> None:
         if a["missing"] or a["doubled"]]
 
 
-def rows_from_removed_files(cfg: TidemarkConfig, stream: str, files: list) -> int:
+def rows_from_removed_files(cfg: TidemarkConfig, stream: str, files: list,
+                            rows_by_file: dict[str, int]) -> int:
     """Rows bronze and quarantine hold from landing files that are no longer there, neither in
     ``landing/`` nor in the archive (an archived file keeps its name)."""
     landing = cfg.paths.landing_dir(stream).resolve()
     present = {str(landing / f.name) for f in files}
-    return sum(n for layer in ("bronze", "quarantine")
-               for name, (n, _) in rows_per_file(cfg.paths.table(layer, stream)).items()
+    return sum(n for name, n in rows_by_file.items()
                if name and str(Path(name).resolve()) not in present)
 
 
@@ -86,8 +86,10 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             files = landing_files(landing) + archived_files(cfg, stream)
             out.landing_lines[stream] = (
                 spark.read.text([str(f) for f in files]).count() if files else 0)
-            out.removed_lines[stream] = rows_from_removed_files(cfg, stream, files)
-            out.landing_findings[stream] = account(cfg, stream).findings
+            acct = account(cfg, stream)
+            out.removed_lines[stream] = rows_from_removed_files(cfg, stream, files,
+                                                                acct.rows_by_file)
+            out.landing_findings[stream] = acct.findings
         quarantine = paths.table("quarantine", stream)
         out.quarantine_rows[stream] = _count(spark, quarantine)
         if out.quarantine_rows[stream]:

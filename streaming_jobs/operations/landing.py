@@ -12,7 +12,7 @@ lines each file holds now against the rows bronze and quarantine hold from it (t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -53,6 +53,8 @@ class Accounting:
     lines: int  # in the files bronze reads
     ingested: int  # bronze + quarantine rows from those files
     findings: list[Finding]
+    # bronze + quarantine rows per landing file they came from, whether it is still there or not
+    rows_by_file: dict[str, int] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:
@@ -109,4 +111,4 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
                     f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
                     f"read, and this file is {(now - path.stat().st_mtime) / 3600:.1f} h old: "
                     "rename it when it is complete"))
-    return Accounting(stream, lines, got, findings)
+    return Accounting(stream, lines, got, findings, ingested)
