@@ -11,7 +11,8 @@ Engines (each query in a process of its own, so its wall time and peak memory ar
 - ``spark``: the same query as a bare hand-written PySpark Structured Streaming job reading the
   JSON files (dedup within the watermark, Spark's ``window``, ``session_window`` or interval
   join, RocksDB state, Parquet sink, ``availableNow``), so the platform's overhead is a ratio.
-- ``flink``: Apache Flink through PyFlink's Table API (`compare_flink.py`): file source,
+- ``flink``: Apache Flink through PyFlink's Table API (`compare_flink.py`): file source (the
+  lines regrouped into one file per reader first, see there),
   parallelism 2, RocksDB, checkpoints every 10 s.
 - ``duckdb``: the batch answer (`compare_duckdb.py`), the floor for this machine and the
   reference every engine's answer is checked against, on the windows closed by the final

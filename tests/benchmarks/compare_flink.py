@@ -6,6 +6,13 @@ state with incremental checkpoints every 10 s, answer written as JSON lines.
 
 Runs in the benchmark's own environment (no Spark). Prints one JSON object: the seconds from
 submitting the job to its end (the parent measures the process's wall time and memory).
+
+Flink's file source hands whole files to its parallel readers in no set order, and each reader
+keeps one watermark. A reader that takes an older file after a newer one drops the older
+file's events as late (at 1,000,000 events in 10 files, 20-50 % of the windows went missing).
+So the lines are first regrouped, before the job's clock starts, into one file per reader:
+line i of the stream (in arrival order) goes to file i mod parallelism. Every reader then reads
+one file, in arrival order, and Flink reads the same lines as every other engine.
 """
 
 from __future__ import annotations
@@ -39,6 +46,23 @@ def dedup_view(stream: str) -> str:
         select * from (select *, row_number() over (partition by event_id order by proctime())
                                  as rn from (select *, proctime() as pt from {stream}))
         where rn = 1"""
+
+
+def one_file_per_reader(source: Path, target: Path, readers: int) -> None:
+    """``source``'s files (named in arrival order), their lines dealt round-robin into
+    ``readers`` files under ``target``, each in arrival order."""
+    target.mkdir(parents=True)
+    outs = [open(target / f"part-{k}.jsonl", "w") for k in range(readers)]
+    try:
+        number = 0
+        for path in sorted(source.glob("*.jsonl")):
+            with open(path) as lines:
+                for line in lines:
+                    outs[number % readers].write(line)
+                    number += 1
+    finally:
+        for out in outs:
+            out.close()
 
 
 def query_sql(query: Query) -> tuple[str, str]:
@@ -105,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         "table.exec.state.ttl": "10 min",
     }.items():
         conf.set(key, value)
+    readable = args.work / "input"
     for stream in query.streams:
-        env.execute_sql(source_ddl(stream, args.input))
+        one_file_per_reader(args.input / stream, readable / stream, args.parallelism)
+        env.execute_sql(source_ddl(stream, readable))
         env.execute_sql(dedup_view(stream))
     if "transactions" in query.streams:
         env.execute_sql("create temporary view transactions_f as "
