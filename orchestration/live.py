@@ -224,12 +224,14 @@ class Graphql:
 
 
 class Landing(threading.Thread):
-    """Lands the demo streams at a steady rate: one file per stream every ``every`` seconds."""
+    """Lands the demo streams at a steady rate: one file per stream every ``every`` seconds,
+    each the next stretch of event time (``rate * every`` events at the stream's rate), so that
+    the streams stay in step in event time."""
 
     def __init__(self, cfg: TidemarkConfig, rate: float, minutes: float, every: float = 5.0,
                  seed: int = 7) -> None:
         super().__init__(daemon=True, name="tidemark-landing")
-        from streaming_jobs.generator import GeneratorConfig, generate
+        from streaming_jobs.generator import GeneratorConfig, generate_by_time
 
         from orchestration.demo import DEMO_RATES, DEMO_STREAMS
 
@@ -241,7 +243,9 @@ class Landing(threading.Thread):
             gen = GeneratorConfig(stream=stream, events=per_file * self.ticks, files=self.ticks,
                                   seed=seed, rate=DEMO_RATES.get(stream, 2.0),
                                   file_prefix=f"live-{seed}")
-            self.samples.append((gen, generate(gen)))
+            # each file is the next stretch of event time that holds ``per_file`` events at
+            # the stream's rate: payments (fewer than their orders) keep pace with the orders
+            self.samples.append((gen, generate_by_time(gen, per_file / gen.rate)))
         self.landed = 0
         self.stop_event = threading.Event()
 
@@ -294,7 +298,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
             "config": {"trigger_seconds": 15.0, "flush_seconds": 15.0,
                        "heartbeat_seconds": 15.0}}}})
         out(f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
-            f"per stream; reconciliation every {recon_every_minutes} min")
+            f"per stream (payments fewer, in step with their orders); reconciliation every {recon_every_minutes} min")
         deadline = started + minutes * 60
         restarts = 0
         while time.monotonic() < deadline:

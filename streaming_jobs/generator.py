@@ -243,14 +243,13 @@ def _malform(rng: random.Random, event: dict, time_field: str) -> str:
     return json.dumps(broken, separators=(",", ":"))
 
 
-def generate(cfg: GeneratorConfig) -> list[list[str]]:
-    """All lines, split into ``cfg.files`` files in arrival order."""
-    cfg.validate()
+def _arrivals(cfg: GeneratorConfig):
+    """Every event in arrival order, without end: its nominal time and the lines it lands as
+    (one, two for a duplicate, or one malformed). Nominal times never decrease."""
     schema = stream_schema(cfg.stream)
     arrival = random.Random(f"{cfg.seed}:{cfg.stream}:arrival")
     contents = EVENT_MAKERS[cfg.stream](cfg).events(_content_rng(cfg, cfg.stream))
-    lines: list[str] = []
-    for index, (nominal, fields) in zip(range(cfg.events), contents):
+    for index, (nominal, fields) in enumerate(contents):
         if arrival.random() < cfg.late_share:
             event_time = nominal - timedelta(seconds=arrival.uniform(*cfg.late_by_seconds))
         else:
@@ -259,14 +258,39 @@ def generate(cfg: GeneratorConfig) -> list[list[str]]:
                   **fields, schema.event_time: _iso(event_time)}
         event = {name: values[name] for name in schema.field_names}
         if arrival.random() < cfg.malformed_share:
-            lines.append(_malform(arrival, event, schema.event_time))
+            yield nominal, [_malform(arrival, event, schema.event_time)]
             continue
         line = json.dumps(event, separators=(",", ":"))
-        lines.append(line)
-        if arrival.random() < cfg.duplicate_share:
-            lines.append(line)
+        yield nominal, ([line, line] if arrival.random() < cfg.duplicate_share else [line])
+
+
+def generate(cfg: GeneratorConfig) -> list[list[str]]:
+    """``cfg.events`` events' lines, split into ``cfg.files`` files in arrival order."""
+    cfg.validate()
+    lines = [line for _, event in itertools.islice(_arrivals(cfg), cfg.events)
+             for line in event]
     per_file = -(-len(lines) // cfg.files) if lines else 0
     return [lines[i * per_file:(i + 1) * per_file] for i in range(cfg.files)]
+
+
+def generate_by_time(cfg: GeneratorConfig, seconds: float) -> list[list[str]]:
+    """``cfg.files`` files, file k holding the lines of the events whose nominal time falls in
+    the k-th ``seconds`` of event time from ``cfg.start`` (``cfg.events`` is not used).
+
+    Streams landed this way advance in event time at the same pace whatever their density:
+    payments are fewer than their orders (unpaid orders), and split by count they would run
+    ahead of the orders in event time, further every file, and a job joining the two would hold
+    state for the whole gap (its watermark follows the slower stream)."""
+    cfg.validate()
+    if seconds <= 0:
+        raise ValueError(f"generator: seconds per file must be positive (got {seconds})")
+    files: list[list[str]] = [[] for _ in range(cfg.files)]
+    for nominal, event in _arrivals(cfg):
+        number = int((nominal - cfg.start).total_seconds() // seconds)
+        if number >= cfg.files:
+            break
+        files[number].extend(event)
+    return files
 
 
 def file_name(cfg: GeneratorConfig, number: int) -> str:

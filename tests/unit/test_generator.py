@@ -135,3 +135,61 @@ def test_clicks_come_in_sessions_with_idle_gaps():
     purchases = [c for c in clicks if c["action"] == "purchase"]
     assert purchases and all(c["amount"] > 0 for c in purchases)
     assert all(c["amount"] == 0.0 for c in clicks if c["action"] != "purchase")
+
+
+def _latest(lines, column):
+    """The latest event time among ``lines`` (malformed ones skipped), as a datetime."""
+    import datetime as dt
+
+    times = []
+    for event in _parse(lines)[0]:
+        try:
+            times.append(dt.datetime.fromisoformat(event[column].replace("Z", "+00:00")))
+        except (KeyError, AttributeError, TypeError, ValueError):
+            pass  # a malformed line (no time, or not one)
+    return max(times)
+
+
+def test_files_by_event_time_keep_orders_and_payments_in_step():
+    import datetime as dt
+
+    from streaming_jobs.generator import generate_by_time
+
+    span, files = 25.0, 200  # 50 orders a file at 2 a second: `tidemark live`'s lander
+    orders = GeneratorConfig(stream="orders", events=50 * files, files=files, seed=5)
+    payments = GeneratorConfig(stream="payments", events=50 * files, files=files, seed=5)
+    by_time = {g.stream: generate_by_time(g, span) for g in (orders, payments)}
+    column = {"orders": "order_time", "payments": "payment_time"}
+    jitter = dt.timedelta(seconds=orders.jitter_seconds)
+    for stream, content in by_time.items():
+        # file k: events of the k-th 25 s of nominal time (event time = nominal - jitter,
+        # or far behind for a late one); every line in arrival order, none lost
+        for k in (files // 10, files // 2, files - 1):  # (payments start 1 s to 15 min late)
+            end = orders.start + dt.timedelta(seconds=(k + 1) * span)
+            latest = _latest(content[k], column[stream])
+            assert end - dt.timedelta(seconds=span) - jitter <= latest < end, (stream, k)
+        lines = [line for file in content for line in file]
+        more = GeneratorConfig(stream=stream, events=2 * 50 * files, files=1, seed=5)
+        assert lines == generate(more)[0][:len(lines)]
+    total = {stream: sum(map(len, content)) for stream, content in by_time.items()}
+    assert total["payments"] < total["orders"] * 0.95  # fewer: unpaid orders
+
+    # split by count, as before, payments run ahead of their orders further every file
+    def gap(content):
+        last = {stream: _latest([line for file in files for line in file], column[stream])
+                for stream, files in content.items()}
+        return last["payments"] - last["orders"]
+
+    assert gap({g.stream: generate(g) for g in (orders, payments)}) > dt.timedelta(minutes=5)
+    assert abs(gap(by_time)) < jitter + dt.timedelta(seconds=span)
+
+
+def test_live_lander_lands_every_stream_in_step(cfg):
+    from orchestration.live import Landing
+
+    landing = Landing(cfg, rate=10, minutes=15, every=5)  # 180 files of 50 events a stream
+    latest = {gen.stream: _latest(files[-1], {"orders": "order_time",
+                                              "payments": "payment_time"}.get(gen.stream,
+                                                                               "event_time"))
+              for gen, files in landing.samples if gen.stream in ("orders", "payments")}
+    assert abs(latest["payments"] - latest["orders"]).total_seconds() < 120 + 25
