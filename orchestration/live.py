@@ -298,7 +298,8 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
             "config": {"trigger_seconds": 15.0, "flush_seconds": 15.0,
                        "heartbeat_seconds": 15.0}}}})
         out(f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
-            f"per stream (payments fewer, in step with their orders); reconciliation every {recon_every_minutes} min")
+            f"per stream (payments fewer, in step with their orders); reconciliation every "
+            f"{recon_every_minutes} min")
         deadline = started + minutes * 60
         restarts = 0
         while time.monotonic() < deadline:
