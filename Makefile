@@ -7,7 +7,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 JARS := $(JARS_CACHE)/tidemark-jars.json
 PORT ?= 3000
 
-.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(JARS)
 
@@ -93,6 +93,11 @@ soak: setup
 EVENTS ?= 2000000
 bench: setup
 	$(BIN)/python tests/benchmarks/sliding_window.py --events $(EVENTS)
+
+# Where failed_txn_velocity's time goes, one step of the query at a time (BENCHMARKS.md).
+PROFILE_EVENTS ?= 2000000
+bench-velocity-profile: setup
+	$(BIN)/python tests/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS) --results BENCHMARKS.velocity_profile.json
 
 # Side by side (BENCHMARKS.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
 # Flink and DuckDB live in an environment of their own, apart from tidemark's pins.
