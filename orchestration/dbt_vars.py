@@ -35,6 +35,9 @@ def job_vars(jobs: dict) -> dict:
                   "measures": list(spec.measures), "event_time": spec.event_time,
                   # each source stream with its own event-time column (lateness replay)
                   "sources": {s: stream_schema(s).event_time for s in spec.sources}}
+        if spec.reads:
+            # the only rows of its source the job reads, and so counts late (lateness replay)
+            params["reads"] = {spec.source: spec.reads}
         bounds = {"watermark": spec.state.watermark, "ttl": spec.state.ttl}
         for key, value in {**spec.params, **{k: v for k, v in bounds.items() if v}}.items():
             seconds = interval_seconds(value) if isinstance(value, str) else None

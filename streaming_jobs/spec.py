@@ -82,6 +82,12 @@ class JobSpec:
     recon_lookback: str = "0 seconds"
     recon_read_back: str = "0 seconds"
     recon_chain: bool = False
+    # The rows of the source stream the job reads at all, as SQL over its columns (e.g.
+    # "status = 'FAILED'"), applied after the watermark and before the deduplication
+    # (`streaming_jobs.stateful.dedup`): its late count covers only those rows, so the lateness
+    # replay (dbt's classify_lateness, the progress fold's ledger) keeps only them too.
+    # None: every row.
+    reads: str | None = None
 
     @property
     def recon_open_when(self) -> str:

@@ -5,7 +5,9 @@ The job's spec: a 24 h window sliding every 5 s, watermark 10 min. Minutes are a
 wave 1: u1 FAILED at 5 and 20 (the one at 20 written twice), u2 FAILED at 50 and APPROVED at 51,
         u3 FAILED at 130                                   -> watermark 130 - 10 = 120
 wave 2: u1 FAILED at 30 (behind the watermark: dropped as late), u2 FAILED at 125,
-        u3 FAILED at 1600 (day 2)                          -> watermark 1590
+        u3 FAILED at 1600 (day 2), u2 APPROVED at 40 (behind the watermark too, but the job
+        reads FAILED transactions only: neither kept nor counted late), u4 APPROVED at 1605
+        (the watermark follows every transaction, read or not) -> watermark 1595
 
 By the end the watermark is more than 24 h past the early events, so counts rise and fall back
 to 0. The expectation counts events per window by brute force over every 5-second window end,
@@ -23,9 +25,10 @@ START = datetime(2026, 1, 1)
 
 WAVE_1 = [txn("e1", "u1", 5), txn("e2", "u1", 20), txn("e2", "u1", 20), txn("e3", "u2", 50),
           txn("e4", "u2", 51, status="APPROVED"), txn("e5", "u3", 130)]
-WAVE_2 = [txn("e6", "u1", 30), txn("e7", "u2", 125), txn("e8", "u3", 1600)]
-LATE = {"e6"}
-FINAL_WATERMARK_S = 1590 * 60
+WAVE_2 = [txn("e6", "u1", 30), txn("e7", "u2", 125), txn("e8", "u3", 1600),
+          txn("a1", "u2", 40, status="APPROVED"), txn("a2", "u4", 1605, status="APPROVED")]
+LATE = {"e6"}  # the late events the job reads (FAILED): what it counts as dropped late
+FINAL_WATERMARK_S = 1595 * 60
 
 
 def land_wave(cfg, wave: int) -> None:

@@ -16,6 +16,8 @@
                            after_version=none, ingest_batch_floor=none) -%}
     {%- set source = source or var('jobs')[job]['source'] -%}
     {%- set event_time = var('jobs')[job]['sources'][source] -%}
+    {#- a job that reads only some of its source's rows (JobSpec.reads) counts only those late -#}
+    {%- set reads = var('jobs')[job].get('reads', {}).get(source) -%}
     select
         events.*,
         batches.batch_id is not null as seen_by_stream,
@@ -31,7 +33,12 @@
             when batches.rolled_up then coalesce(folded_late.report_lost, false)
             else coalesce(batches.report_lost, false)
         end as report_lost
+    {% if reads -%}
+    -- the rows the job reads at all: the only ones it deduplicates and counts late
+    from (select * from {{ events_ref }} where {{ reads }}) as events
+    {%- else -%}
     from {{ events_ref }} as events
+    {%- endif %}
     left join ({{ batches_read(job, source) }}) as batches
         on events.bronze_version > batches.version_from
         and events.bronze_version <= batches.version_to

@@ -175,8 +175,10 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
     from pyspark.sql import functions as F
 
     from streaming_jobs.delta_log import ingest_batch_floor
-    from streaming_jobs.registry import stream_schema
+    from streaming_jobs.registry import catalogue, stream_schema
 
+    # a job that reads only some rows of its source (JobSpec.reads) drops only those as late
+    spec = catalogue(analysed=False).jobs.get(fold.job)
     out = []
     for source in sorted({r["source_table"] for b in fold.batches
                           for r in (b.get("source_versions") or [])}):
@@ -191,11 +193,14 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
         high = max(s[2] for s in spans)
         table = cfg.paths.table("bronze", source)
         event_time = stream_schema(source).event_time
+        reads = spec.reads if spec is not None and source == spec.source else None
         rows = (spark.read.format("delta").load(str(table))
                 .select(F.col(event_time).alias("event_time"),
                         F.col("_metadata.row_commit_version").alias("bronze_version"),
                         F.col("_metadata.row_id").alias("row_id"),
-                        F.col("_ingest_batch_id")))
+                        F.col("_ingest_batch_id"),
+                        F.expr(reads or "true").alias("job_reads"))
+                .where("job_reads"))
         floor = ingest_batch_floor(table, low)
         if floor is not None:
             rows = rows.where(F.col("_ingest_batch_id") >= floor)

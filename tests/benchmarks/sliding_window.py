@@ -49,7 +49,8 @@ from streaming_jobs.spark import get_spark
 
 def builtin_window(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
     """The same query with Spark's sliding window(): one output row per non-empty window."""
-    failed = dedup_within_watermark(events, "event_time", watermark).where("status = 'FAILED'")
+    # the same deduplication as the job's: of the FAILED transactions only (JobSpec.reads)
+    failed = dedup_within_watermark(events, "event_time", watermark, reads="status = 'FAILED'")
     return (failed.groupBy("user_id", F.window("event_time", window, slide).alias("w"))
             .agg(F.count(F.lit(1)).alias("failed_count"))
             .select("user_id", F.col("w.start").alias("window_start"),

@@ -12,8 +12,10 @@ the sink's work is alike; what a step adds over the one before is the cost of wh
 1. ``scan``: read bronze, keep the FAILED rows, write them (no state): reading and the sink;
 2. ``dedup all``: deduplicate every transaction within the watermark, then keep the FAILED
    ones: the deduplication state as the job had it;
-3. ``dedup failed``: keep the FAILED rows first, then deduplicate them;
-4. ``job``: the job as declared now (``build``), panes in keyed state included.
+3. ``dedup failed``: keep the FAILED rows first, then deduplicate them (``JobSpec.reads``);
+4. ``job, dedup all (before)``: the job as it was, every transaction deduplicated, then the
+   panes in keyed state;
+5. ``job``: the job as declared now (``build``): the FAILED ones deduplicated, then the panes.
 
 Events/s is bronze rows read over the query's wall time (start to stop, checkpoint commits
 included). ``--repeat`` runs the whole ladder again on fresh checkpoints (the figure kept is
@@ -41,6 +43,7 @@ from streaming_jobs.registry import get_job
 from streaming_jobs.runner import run_bronze, run_job
 from streaming_jobs.spark import get_spark
 from streaming_jobs.stateful.dedup import dedup_within_watermark
+from streaming_jobs.stateful.sliding import sliding_counts
 
 FAILED = "status = 'FAILED'"
 
@@ -65,7 +68,23 @@ def dedup_failed(events: DataFrame, *, window: str, slide: str, watermark: str) 
     return as_output(timed.dropDuplicatesWithinWatermark(["event_id"]))
 
 
-STEPS = {"scan": scan, "dedup all": dedup_all, "dedup failed": dedup_failed, "job": None}
+def dedup_collapsed(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
+    timed = events.withWatermark("event_time", watermark)
+    keyed = timed.withColumn("dedup_key", F.when(F.expr(FAILED), F.col("event_id")))
+    return as_output(keyed.dropDuplicatesWithinWatermark(["dedup_key"]).where(FAILED))
+
+
+def job_deduplicating_all(events: DataFrame, *, window: str, slide: str,
+                          watermark: str) -> DataFrame:
+    """The job as it was before ``reads``: every transaction deduplicated, then FAILED kept."""
+    return sliding_counts(dedup_within_watermark(events, "event_time", watermark).where(FAILED),
+                          key="user_id", event_time="event_time", size=window, slide=slide,
+                          count_col="failed_count")
+
+
+STEPS = {"scan": scan, "dedup all": dedup_all, "dedup failed": dedup_failed,
+         "dedup collapsed": dedup_collapsed,
+         "job, dedup all (before)": job_deduplicating_all, "job": None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict]] = {step: [] for step in STEPS}
     for attempt in range(args.repeat):
         for step, build in STEPS.items():
-            spec = replace(job, name=f"velocity_{step.replace(' ', '_')}_{attempt}",
+            name = "".join(c if c.isalnum() else "_" for c in step)
+            spec = replace(job, name=f"velocity_{name}_{attempt}",
                            build=build or job.build)
             t0 = time.monotonic()
             m = run_job(spark, cfg, spec)
