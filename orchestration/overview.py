@@ -33,11 +33,17 @@ def _latest_by_job(rows: list[dict], order) -> dict[str, dict]:
 def recon_summaries(cfg: TidemarkConfig) -> dict[str, dict]:
     """The latest ``recon_summary`` row per job (empty before the first reconciliation)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     path = cfg.paths.dbt_table("recon", "recon_summary")
     if not (path / "_delta_log").is_dir():
         return {}
-    rows = DeltaTable(str(path)).to_pyarrow_dataset().to_table(
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        # a log with no commit yet: the first reconciliation is creating the table right now
+        return {}
+    rows = table.to_pyarrow_dataset().to_table(
         columns=["job", "reconciled_at", "rows_compared", "unexplained_rows"]).to_pylist()
     return _latest_by_job(rows, lambda r: r["reconciled_at"])
 

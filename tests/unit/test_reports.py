@@ -115,3 +115,23 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
     config.write_text("telemetry:\n  enabled: false\n")
     prepare_dagster_home(TidemarkConfig.from_env().with_data_root(tmp_path))
     assert config.read_text() == "telemetry:\n  enabled: false\n"
+
+
+def test_the_overview_reads_a_recon_summary_being_created_as_no_reconciliation_yet(tmp_path):
+    """The first reconciliation creates recon_summary: for a moment its log has no commit, and
+    ops_overview_sensor's tick must not fail on it (seen as a sensor error in a CI run)."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    from orchestration.overview import recon_summaries
+    from streaming_jobs.config import TidemarkConfig
+
+    cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
+    path = cfg.paths.dbt_table("recon", "recon_summary")
+    (path / "_delta_log").mkdir(parents=True)
+    assert recon_summaries(cfg) == {}
+
+    rows = [{"job": "a", "reconciled_at": 1, "rows_compared": 5, "unexplained_rows": 0},
+            {"job": "a", "reconciled_at": 2, "rows_compared": 7, "unexplained_rows": 1}]
+    write_deltalake(str(path), pa.Table.from_pylist(rows))
+    assert recon_summaries(cfg) == {"a": rows[1]}
