@@ -130,7 +130,8 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         # The sensors tick without error (SKIPPED: evaluated, no run to request), in seconds
         # (no JVM), the first tick included.
         for sensor in ("checkpoint_health_sensor", "state_size_sensor"):
-            ticks = gql.sensor_ticks(sensor)
+            # a tick still under way (STARTED) has no outcome yet
+            ticks = [t for t in gql.sensor_ticks(sensor) if t["status"] != "STARTED"]
             assert len(ticks) >= 2 and {t["status"] for t in ticks} <= {"SKIPPED", "SUCCESS"}, ticks
             assert all(t["endTimestamp"] - t["timestamp"] < 30 for t in ticks), ticks
 

@@ -43,8 +43,9 @@ def test_killed_maintenance_and_full_disks_lose_nothing(spark, tmp_path):
                 t.manual_interventions, t.lineage_differences) == (0, 0, 0, 0, 0, 0), t
     # the progress the lateness replay reads after a killed maintenance and the next one is
     # what an uninterrupted one leaves: per query (ingestion and the job) its batches, input
-    # and late drops, and the late rows recorded for folded batches (the generator makes some)
-    assert trials[0].lineage_compared > 2 * 3
+    # and late drops, and the late rows recorded for folded batches (the job reads FAILED
+    # transactions only, so at this size its folded batches may have dropped none)
+    assert trials[0].lineage_compared >= 2 * 3
     for t in trials[1:]:
         if t.note != "finished within the space left":
             assert "is full (No space left on device" in t.note, t.note
