@@ -64,8 +64,7 @@ def dedup_all(events: DataFrame, *, window: str, slide: str, watermark: str) -> 
 
 
 def dedup_failed(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
-    timed = events.withWatermark("event_time", watermark).where(FAILED)
-    return as_output(timed.dropDuplicatesWithinWatermark(["event_id"]))
+    return as_output(dedup_within_watermark(events, "event_time", watermark, reads=FAILED))
 
 
 def dedup_collapsed(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
