@@ -48,6 +48,9 @@ def job_vars(jobs: dict) -> dict:
             # recon models; the generated ones recompute everything
             params["recon_partition"] = spec.recon_partition
             params["recon_read_back_seconds"] = interval_seconds(spec.recon_read_back) or 0
+        if spec.recon_composed and not spec.batch_sql:
+            # its batch model composes its rows from its table and the new events
+            params["recon_composed"] = True
         if spec.batch_sql:
             # what batch_by_basis needs to run the job's own SQL over bronze
             params["batch_sql"] = spec.batch_sql.strip().rstrip(";")

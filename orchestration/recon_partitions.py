@@ -22,8 +22,9 @@ Days after a range's end are recomputed as well: a job's batch and recon tables 
 day from the first recomputed one in a single commit (windows and sessions cross midnight, and
 one commit per run keeps a crash from leaving half a range new).
 
-Keyed-state jobs without a day (``recon_partition`` unset, e.g. a profile) are recomputed in
-full by every run; their tables carry the partitions of the run like the others.
+Keyed-state jobs without a day (``recon_partition`` unset, e.g. a profile) are composed from
+their table and the new events when ``recon_composed``, else recomputed in full by every run;
+their tables carry the partitions of the run like the others.
 """
 
 from __future__ import annotations

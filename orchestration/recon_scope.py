@@ -23,8 +23,11 @@ A job is recomputed in full (``recon_from`` null) on its first reconciliation; a
 stream was rebuilt or restored (a new checkpoint query id) or its bronze rewound; when the dbt
 project or the job's parameters changed (the fingerprint); when a log version it needs is gone
 or a file lacks statistics; and when ``full`` is asked for (``tidemark-dbt --full``, the
-``tidemark/recon: full`` run tag): a backfill. A job without ``recon_partition`` (keyed state
-such as a profile, the jobs you add) is always recomputed in full.
+``tidemark/recon: full`` run tag): a backfill. A job with neither ``recon_partition`` nor
+``recon_composed`` (the jobs you add without them) is always recomputed in full. A composed
+job (sessions, the profile) takes the same first day, but only as a bound on its new events'
+time: its batch model merges what its table holds with the events past the table's own
+position (dbt's macros/compose.sql).
 """
 
 from __future__ import annotations
@@ -188,7 +191,8 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
                 if floor is not None:
                     position["replay_floor"] = {"after": after, "ingest_batch_id": floor}
             positions.append(position)
-        if "recon_partition" not in job_params.get(name, {}):
+        params = job_params.get(name, {})
+        if "recon_partition" not in params and not params.get("recon_composed"):
             scope[name], reasons[name] = None, "keyed state without a day: always in full"
             continue
         if full:

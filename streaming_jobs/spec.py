@@ -78,10 +78,14 @@ class JobSpec:
     # length, a session gap). recon_chain: the rows are sessions (window_start, window_end
     # keys) that a new event may extend or merge however long ago they started: the scope also
     # reaches back to every session of the last reconciliation that ends at or after it.
+    # recon_composed: the job's batch model composes its rows from the ones its table holds and
+    # the events the stream read since (dbt's macros/compose.sql), so an incremental run reads
+    # only new events; a job without a day (a profile per user) is then incremental too.
     recon_partition: str | None = None
     recon_lookback: str = "0 seconds"
     recon_read_back: str = "0 seconds"
     recon_chain: bool = False
+    recon_composed: bool = False
     # The rows of the source stream the job reads at all, as SQL over its columns (e.g.
     # "status = 'FAILED'"), applied after the watermark and before the deduplication
     # (`streaming_jobs.stateful.dedup`): its late count covers only those rows, so the lateness

@@ -17,6 +17,17 @@
 {{ return(var('recon_from', {}).get(job) if var('jobs')[job].get('recon_partition') else none) }}
 {%- endmacro %}
 
+{# The same for a job whose batch model composes its rows (macros/compose.sql), with a day or
+   without (a profile): there it bounds the new events' time from below. #}
+{% macro compose_from(job) -%}
+{%- if model is defined and model is mapping and model.get('resource_type') == 'unit_test' -%}
+{{ return(none) }}
+{%- endif -%}
+{%- set params = var('jobs')[job] -%}
+{{ return(var('recon_from', {}).get(job)
+          if params.get('recon_partition') or params.get('recon_composed') else none) }}
+{%- endmacro %}
+
 {# The job's day of a row, as SQL over its columns (gold and batch rows alike). #}
 {% macro recon_date(job) -%}
 {{ var('jobs')[job]['recon_partition'] }}
@@ -49,16 +60,19 @@ where {{ in_recon_scope(job, recon_date(job)) }}
   model's rows in one Delta commit (INSERT INTO ... REPLACE WHERE): readers see the old days or
   the new ones, never a mix, and a run killed half way leaves the last run's table. Without a
   first day (a full run), or when the table is not there yet, it is created or replaced whole.
-  Config: recon_job (the job whose var recon_from applies).
+  A composed job without a day (recon_composed, no recon_partition: a profile per user) has no
+  partitions: its model's rows, which keep what they do not change, replace the whole table in
+  one commit. Config: recon_job (the job whose var recon_from applies).
 #}
 {% materialization recon_partitions, adapter='spark' -%}
   {%- set job = config.require('recon_job') -%}
-  {%- set first = recon_from(job) -%}
+  {%- set by_day = var('jobs')[job].get('recon_partition') -%}
+  {%- set first = recon_from(job) if by_day else compose_from(job) -%}
   {%- set target = this.incorporate(type='table') -%}
   {%- set existing = load_relation(this) -%}
   {{ run_hooks(pre_hooks) }}
   {%- if first is not none and existing is none -%}
-    {%- do exceptions.raise_compiler_error("recon table " ~ this ~ " of job " ~ job ~ " is missing but this run recomputes only the days from " ~ first ~ ": run a full reconciliation (tidemark-dbt --full build, or the reconciliation_job with tag tidemark/recon=full)") -%}
+    {%- do exceptions.raise_compiler_error("recon table " ~ this ~ " of job " ~ job ~ " is missing but this run recomputes only what changed from " ~ first ~ ": run a full reconciliation (tidemark-dbt --full build, or the reconciliation_job with tag tidemark/recon=full)") -%}
   {%- endif -%}
   {%- if first == '9999-12-31' -%}
     {#- nothing new reached the job (orchestration/recon_scope.py NOTHING_NEW): no day changes -#}
@@ -69,13 +83,17 @@ where {{ in_recon_scope(job, recon_date(job)) }}
     {%- call statement('main') -%}
       create or replace table {{ target }}
       using delta
-      partitioned by (recon_date)
+      {% if by_day %}partitioned by (recon_date){% endif %}
       as {{ sql }}
     {%- endcall -%}
   {%- else -%}
     {%- set columns = adapter.get_columns_in_relation(existing) | map(attribute='name') | list -%}
     {%- call statement('main') -%}
+      {% if by_day -%}
       insert into {{ target }} replace where recon_date >= date'{{ first }}'
+      {%- else -%}
+      insert overwrite table {{ target }}
+      {%- endif %}
       select {{ columns | join(', ') }} from (
       {{ sql }}
       )

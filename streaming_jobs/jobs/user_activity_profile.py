@@ -134,4 +134,7 @@ SPEC = JobSpec(
     build=build,
     thresholds=StateThresholds(warn_rows=100_000, critical_rows=500_000),
     tolerance=1e-6,
+    # no day, but an incremental reconciliation composes the profiles of the users with new
+    # clicks from their kept profile (dbt's int_user_activity_profile__batch)
+    recon_composed=True,
 )

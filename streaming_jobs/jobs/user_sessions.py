@@ -47,9 +47,10 @@ SPEC = JobSpec(
     output_mode="append",
     build=build,
     params={"gap": "5 minutes"},
-    recon_partition="to_date(window_start)",
-    recon_read_back="5 minutes",  # the gap: whether a click starts a session
-    recon_chain=True,
+    # the day a session ends: a new click changes only sessions that end at or after it, and
+    # the batch model composes them from the blocks it kept and the new clicks (no read-back)
+    recon_partition="to_date(window_end)",
+    recon_composed=True,
     thresholds=StateThresholds(warn_rows=100_000, critical_rows=500_000),
     tolerance=1e-6,
 )

@@ -192,8 +192,9 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     assert recon["recomputed_from"] == "all"
 
     # Partitions chosen by hand (a backfill from the UI): every job with days recomputes from
-    # the range's first day at least, though nothing new arrived; the profile (keyed state)
-    # in full. Days before it are left as they were, so the rows do not change.
+    # the range's first day at least, though nothing new arrived; so does the profile (keyed
+    # state, composed: nothing new changes no user). Days before it are left as they were, so
+    # the rows do not change.
     def rows(name):
         return sorted(tuple(sorted((k, repr(v)) for k, v in r.asDict().items()
                                    if k not in ("reconciled_at", "stream_watermark")))
@@ -224,7 +225,7 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
             job = materialization.asset_key.path[-1].removeprefix("recon_")
             said.setdefault(job, set()).add(materialization.metadata["recomputed_from"].value)
     assert said == {job: {day} for job, day in expected.items()}
-    assert expected["user_activity_profile"] == "all"  # keyed state: always in full
+    assert expected["user_activity_profile"] == "2026-01-01"  # composed, like a dated job
     assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {
         today, "2026-01-01", "2026-01-02", "2026-01-03"}
     assert {job: rows(f"recon_{job}") for job in before} == before

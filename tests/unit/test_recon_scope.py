@@ -88,9 +88,14 @@ def test_the_first_day_reaches_back_by_lookback_open_windows_and_sessions():
     # windows still open last time are recomputed even without new events
     assert first_day(jobs["zone_revenue_hourly"], None, dt.date(2026, 3, 2), None) == "2026-03-02"
     assert first_day(jobs["zone_revenue_hourly"], late, dt.date(2026, 3, 2), None) == "2026-03-02"
-    # a session the click extends began two days earlier
+    # a job with recon_chain: a session the click extends began two days earlier
     began = dt.datetime(2026, 3, 3, 23, 0, tzinfo=UTC)
-    assert first_day(jobs["user_sessions"], late, None, began) == "2026-03-03"
+    assert first_day(jobs["zone_revenue_hourly"], late, None, began) == "2026-03-03"
+    # user_sessions' day is the day a session ends: a click changes that day and later ones
+    # (the batch model composes the sessions it extends from their kept blocks)
+    assert jobs["user_sessions"].recon_partition == "to_date(window_end)"
+    assert not jobs["user_sessions"].recon_chain
+    assert first_day(jobs["user_sessions"], late, None, None) == "2026-03-05"
     assert first_day(jobs["zone_revenue_hourly"], None, None, None) == NOTHING_NEW
 
 
