@@ -35,6 +35,30 @@ def dbt(*args: str) -> subprocess.CompletedProcess:
 
 
 
+# Columns a dbt row takes from the run that last recomputed it, not from the data
+# (composed_through: the bronze version a composed row's run read up to, macros/compose.sql).
+RUN_COLUMNS = ("reconciled_at", "stream_watermark", "composed_through")
+
+
+def table_rows(cfg: TidemarkConfig, schema: str, name: str) -> list[tuple]:
+    """A dbt table's rows, sorted, without the run's own columns (delta-rs)."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(cfg.paths.dbt_table(schema, name))).to_pyarrow_table().to_pylist()
+    return sorted(tuple(sorted((k, repr(v)) for k, v in row.items() if k not in RUN_COLUMNS))
+                  for row in rows)
+
+
+def scopes(stderr: str) -> dict[str, str]:
+    """tidemark-dbt's scope line per job: 'zone_revenue_hourly: from 2026-..'."""
+    out = {}
+    for line in stderr.splitlines():
+        if line.startswith("tidemark-dbt: ") and ": " in line[len("tidemark-dbt: "):]:
+            job, reason = line[len("tidemark-dbt: "):].split(": ", 1)
+            out[job] = reason
+    return out
+
+
 def land(cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions") -> Path:
     """Write one landing file of events (dicts become JSON; strings are written as they are)."""
     folder = cfg.paths.landing_dir(stream)

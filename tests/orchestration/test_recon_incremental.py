@@ -15,15 +15,12 @@ import datetime as dt
 
 import pytest
 
-from helpers import dbt, write_wave
+from helpers import dbt, scopes, table_rows, write_wave
 from streaming_jobs.generator import GeneratorConfig, generate
 from streaming_jobs.registry import registry
 from streaming_jobs.runner import run_bronze, run_job
 
 STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
-# Columns a row takes from the run that last recomputed its day, not from the data
-# (composed_through: the bronze version of clicks a composed row's run read up to).
-RUN_COLUMNS = ("reconciled_at", "stream_watermark", "composed_through")
 DAYS = 3
 EVENTS = 3_000  # per stream
 WAVES = 3
@@ -31,27 +28,8 @@ WAVES = 3
 BUILD = ("build", "--exclude-resource-type", "unit_test")
 # every job is incremental: by day, and user_activity_profile (keyed state without a day) by
 # composing the profiles of the users with new clicks (as user_sessions composes its sessions)
-BY_DAY = ("events_by_type", "failed_txn_velocity", "order_payment_match", "user_sessions",
+INCREMENTAL = ("events_by_type", "failed_txn_velocity", "order_payment_match", "user_sessions",
           "zone_revenue_hourly", "user_activity_profile")
-
-
-def table_rows(cfg, schema: str, name: str) -> list[tuple]:
-    """A dbt table's rows, sorted, without the time it was built (delta-rs)."""
-    from deltalake import DeltaTable
-
-    rows = DeltaTable(str(cfg.paths.dbt_table(schema, name))).to_pyarrow_table().to_pylist()
-    return sorted(tuple(sorted((k, repr(v)) for k, v in row.items() if k not in RUN_COLUMNS))
-                  for row in rows)
-
-
-def scopes(stderr: str) -> dict[str, str]:
-    """tidemark-dbt's scope line per job: 'zone_revenue_hourly: from 2026-..'."""
-    out = {}
-    for line in stderr.splitlines():
-        if line.startswith("tidemark-dbt: ") and ": " in line[len("tidemark-dbt: "):]:
-            job, reason = line[len("tidemark-dbt: "):].split(": ", 1)
-            out[job] = reason
-    return out
 
 
 @pytest.mark.long
@@ -79,16 +57,16 @@ def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
         reasons.append(scopes(built.stderr))
 
     # the first run is in full; the later ones start at a day after the first event's
-    assert all(reasons[0][job] == "in full: first reconciliation" for job in BY_DAY), reasons[0]
+    assert all(reasons[0][job] == "in full: first reconciliation" for job in INCREMENTAL), reasons[0]
     for later in reasons[1:]:
-        for job in BY_DAY:
+        for job in INCREMENTAL:
             assert later[job].startswith("from ") or later[job] == "nothing new", (job, later)
     first_day = start.date().isoformat()
-    skipped = [job for job in BY_DAY if reasons[-1][job] > f"from {first_day}"]
+    skipped = [job for job in INCREMENTAL if reasons[-1][job] > f"from {first_day}"]
     assert skipped, f"the last run recomputed every day of every job: {reasons[-1]}"
 
-    tables = [("batch", f"int_{job}__batch") for job in BY_DAY] + [
-        ("recon", f"recon_{job}") for job in BY_DAY]
+    tables = [("batch", f"int_{job}__batch") for job in INCREMENTAL] + [
+        ("recon", f"recon_{job}") for job in INCREMENTAL]
     incremental = {t: table_rows(cfg, *t) for t in tables}
 
     backfill = dbt("--full", *BUILD)
