@@ -51,6 +51,9 @@ def tidemark_dbt(*args: str) -> tuple[float, str]:
     return took, done.stderr
 
 
+COMPOSED = ("int_user_activity_profile__batch", "int_user_sessions__batch")
+
+
 def slowest_nodes(cfg, count: int = 8) -> str:
     """The dbt nodes of the last invocation that took longest (its run_results.json)."""
     import json
@@ -58,8 +61,12 @@ def slowest_nodes(cfg, count: int = 8) -> str:
     results = json.loads((cfg.paths.dbt / "target" / "run_results.json").read_text())["results"]
     top = sorted(results, key=lambda r: -r["execution_time"])[:count]
     total = sum(r["execution_time"] for r in results)
+    # the composed models (macros/compose.sql), whose cost should follow the new events
+    composed = {r["unique_id"].split(".")[-1]: r["execution_time"] for r in results
+                if r["unique_id"].split(".")[-1] in COMPOSED}
     return (f"{len(results)} nodes, {total:.0f}s of node time; slowest: " + ", ".join(
-        f"{r['unique_id'].split('.')[-1]} {r['execution_time']:.1f}s" for r in top))
+        f"{r['unique_id'].split('.')[-1]} {r['execution_time']:.1f}s" for r in top)
+        + "; composed: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(composed.items())))
 
 
 def event_span(cfg) -> tuple[dt.datetime, dt.datetime, int]:
