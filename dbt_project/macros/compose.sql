@@ -31,12 +31,6 @@
 {{ return({'first': first, 'through': through, 'floor': floor}) }}
 {%- endmacro %}
 
-{# The bronze version of the source the stream has read up to: a composed row's position. #}
-{% macro stream_position(job, source) -%}
-    select coalesce(max(version_to), -1) as composed_through
-    from ({{ batches_read(job, source) }})
-{%- endmacro %}
-
 {#
   CTEs new_rows, new_events and fresh (with a trailing comma): the distinct events the stream
   read past the table's position, less copies of events the table holds already. A copy has its

@@ -47,9 +47,7 @@
     where true
     {% if read_only -%}
     -- as of the stream's position: bronze rows it has not read yet are no part of either side
-    and events.bronze_version <= (
-        select coalesce(max(version_to), -1) from ({{ batches_read(job, source) }})
-    )
+    and events.bronze_version <= ({{ stream_position(job, source) }})
     {%- endif %}
     {% if after_version is not none -%}
     -- the rows past a bronze version, before they meet the batches
@@ -63,6 +61,12 @@
     -- the events of the days this run recomputes (macros/recon_scope.sql)
     and {{ events_in_recon_scope(job, 'events.' ~ event_time) }}
     {%- endif %}
+{%- endmacro %}
+
+{# The last bronze version of the source the job's committed batches read (-1: none yet). #}
+{% macro stream_position(job, source) -%}
+    select coalesce(max(version_to), -1) as read_through
+    from ({{ batches_read(job, source) }})
 {%- endmacro %}
 
 {#

@@ -66,9 +66,10 @@
                         then 1 else 0
                     end as starts_epoch
                 from (
-                    select 'all' as basis, * from {{ events }}
-                    union all
-                    select 'on_time' as basis, * from {{ events }} where counted_by_stream
+                    -- each event once in basis all, and again in on_time when it was counted
+                    select * from {{ events }}
+                    lateral view explode(
+                        if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
                 )
                 window by_user as (partition by basis, user_id order by event_time, event_id)
             )

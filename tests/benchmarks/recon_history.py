@@ -123,10 +123,16 @@ def main(argv: list[str] | None = None) -> int:
             after_incremental = {t: table_digest(cfg, *t) for t in tables}
             classes = class_counts(cfg)
             backfill_s, _ = tidemark_dbt("--full", *BUILD)
-            checked = (all(table_digest(cfg, *t) == after_incremental[t] for t in tables)
-                       and class_counts(cfg) == classes, len(tables), backfill_s)
+            differ = [".".join(t) for t in tables if table_digest(cfg, *t) != after_incremental[t]]
+            after_backfill = class_counts(cfg)
+            differ += [f"{job} {cls}: {classes.get((job, cls))} incremental, "
+                       f"{after_backfill.get((job, cls))} backfill"
+                       for job, cls in sorted(set(classes) | set(after_backfill))
+                       if classes.get((job, cls)) != after_backfill.get((job, cls))]
+            checked = (not differ, len(tables), backfill_s)
             print(f"  backfill: {backfill_s:.1f}s; same rows and classes in {len(tables)} "
-                  f"tables: {checked[0]}", flush=True)
+                  f"tables: {checked[0]}" + "".join(f"\n    differs: {d}" for d in differ),
+                  flush=True)
         bronze = bronze_rows(cfg)
         rows.append((step * per_step / 24, bronze, full_s, incremental_s, checked))
 

@@ -21,7 +21,8 @@
 
 with position as (
 
-    {{ stream_position(job, 'clicks') }}
+    -- a composed row's position: the bronze version of clicks the stream had read up to
+    select read_through as composed_through from ({{ stream_position(job, 'clicks') }})
 
 ),
 
@@ -46,42 +47,79 @@ profiles as (
 {%- else -%}
 {{ fresh_events(job, 'clicks', ['user_id', 'event_time', 'amount'], at) }}
 
-kept as (
+kept_and_new as (
 
-    select * from {{ this }}
+    -- the kept profiles and, as one-click blocks, the new clicks in each basis that counts them
+    select basis, user_id, first_activity as first_at, last_activity as last_at, visits,
+           cast(total_spend as decimal(38, 9)) as spend, total_spend, false as is_new
+    from {{ this }}
+    union all
+    select basis, user_id, event_time, event_time, 1, cast(amount as decimal(38, 9)),
+           cast(null as double), true
+    from fresh
+    lateral view explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
 
 ),
 
-fresh_by_basis as (
+with_kept_first as (
 
-    select 'all' as basis, * from fresh
-    union all
-    select 'on_time' as basis, * from fresh where counted_by_stream
+    -- each row's kept first click in its basis (null: the user has no profile there yet)
+    select
+        *,
+        if(basis = 'all', min(if(is_new or basis <> 'all', null, first_at)) over by_user,
+                          min(if(is_new or basis <> 'on_time', null, first_at)) over by_user)
+            as kept_first
+    from kept_and_new
+    window by_user as (partition by user_id)
 
 ),
 
 reaching as (
 
-    -- the new clicks that can change a kept profile (all of them for a user without one)
-    select fresh_by_basis.*, kept.first_activity as kept_first
-    from fresh_by_basis
-    left join kept
-        on kept.basis = fresh_by_basis.basis and kept.user_id = fresh_by_basis.user_id
-    where kept.user_id is null
-        or unix_millis(kept.first_activity) - unix_millis(fresh_by_basis.event_time) <= {{ ttl_millis }}
+    -- a new click reaches the kept profile unless it is more than a TTL before its first
+    select
+        *,
+        is_new and (kept_first is null
+                    or unix_millis(kept_first) - unix_millis(first_at) <= {{ ttl_millis }})
+            as reaches
+    from with_kept_first
 
 ),
 
-redone_users as (
+marked as (
 
-    -- a new click just before the kept block may join it to older clicks: all clicks again
-    select distinct user_id from reaching where event_time < kept_first
+    -- a user is redone when a click reaches just before a kept profile: it may join the
+    -- profile to older clicks this table does not hold
+    select *, max(if(reaches and first_at < kept_first, 1, 0)) over by_user = 1 as redone
+    from reaching
+    window by_user as (partition by user_id)
+
+),
+
+runs as (
+
+    -- the kept profiles (touched or not) and the clicks that reach them, in runs
+    {{ number_runs('(select * from marked where not redone and (reaches or not is_new))',
+                   ttl_seconds, unit='millis') }}
+
+),
+
+composed as (
+
+    select basis, user_id, sum(visits) as visits,
+           -- a profile without new clicks keeps its value as it is
+           if(bool_or(is_new), cast(sum(spend) as double), max(total_spend)) as total_spend,
+           min(first_at) as first_activity, max(last_at) as last_activity
+    from (select *, max(run_number) over (partition by basis, user_id) as latest_run from runs)
+    where run_number = latest_run
+    group by basis, user_id
 
 ),
 
 redone_clicks as (
 
-    select * from {{ ref('stg_clicks') }} left semi join redone_users using (user_id)
+    select * from {{ ref('stg_clicks') }}
+    left semi join (select user_id from marked where redone) as redone_users using (user_id)
 
 ),
 
@@ -103,48 +141,11 @@ redone as (
 
 ),
 
-touched as (
-
-    select distinct basis, user_id from reaching left anti join redone_users using (user_id)
-
-),
-
-blocks as (
-
-    select kept.basis, kept.user_id, first_activity as first_at, last_activity as last_at,
-           visits, cast(total_spend as decimal(38, 9)) as spend
-    from kept join touched using (basis, user_id)
-    union all
-    select basis, user_id, event_time, event_time, 1, cast(amount as decimal(38, 9))
-    from reaching left anti join redone_users using (user_id)
-
-),
-
-runs as (
-
-    {{ number_runs('blocks', ttl_seconds, unit='millis') }}
-
-),
-
-composed as (
-
-    select basis, user_id, sum(visits) as visits, cast(sum(spend) as double) as total_spend,
-           min(first_at) as first_activity, max(last_at) as last_activity
-    from (select *, max(run_number) over (partition by basis, user_id) as latest_run from runs)
-    where run_number = latest_run
-    group by basis, user_id
-
-),
-
 profiles as (
 
-    select basis, user_id, visits, total_spend, first_activity, last_activity from kept
-    left anti join touched using (basis, user_id)
-    left anti join redone_users using (user_id)
+    select * from composed
     union all
-    select basis, user_id, visits, total_spend, first_activity, last_activity from composed
-    union all
-    select basis, user_id, visits, total_spend, first_activity, last_activity from redone
+    select * from redone
 
 ),
 {%- endif %}

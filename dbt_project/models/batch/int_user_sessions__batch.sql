@@ -16,7 +16,8 @@
 
 with position as (
 
-    {{ stream_position(job, 'clicks') }}
+    -- a composed row's position: the bronze version of clicks the stream had read up to
+    select read_through as composed_through from ({{ stream_position(job, 'clicks') }})
 
 ),
 
@@ -70,12 +71,11 @@ blocks as (
     from {{ this }}
     where recon_date >= date'{{ at['first'] }}'
     union all
-    select 'all', user_id, event_time, event_time, 1, cast(amount as decimal(38, 9)),
-           if(counted_by_stream, 0, 1)
+    select basis, user_id, event_time, event_time, 1, cast(amount as decimal(38, 9)),
+           if(basis = 'all' and not counted_by_stream, 1, 0)
     from fresh
-    union all
-    select 'on_time', user_id, event_time, event_time, 1, cast(amount as decimal(38, 9)), 0
-    from fresh where counted_by_stream
+    -- each click once in basis all, and again in on_time when the stream counted it
+    lateral view explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
 
 ),
 

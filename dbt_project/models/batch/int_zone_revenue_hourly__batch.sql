@@ -22,11 +22,15 @@ windows as (
             floor(unix_micros(pickup_time) / {{ window_seconds * 1000000 }}) * {{ window_seconds }}
         ) as window_start,
         count(*) as trips,
-        sum(total_amount) as revenue,
-        avg(fare) as avg_fare,
+        -- summed exactly (as decimals): an incremental run reads the rides in another order
+        -- than a backfill, and a double sum would differ from it in its last digits
+        cast(sum(cast(total_amount as decimal(38, 9))) as double) as revenue,
+        cast(avg(cast(fare as decimal(38, 9))) as double) as avg_fare,
         count_if(counted_by_stream) as trips_on_time,
-        sum(if(counted_by_stream, total_amount, null)) as revenue_on_time,
-        avg(if(counted_by_stream, fare, null)) as avg_fare_on_time,
+        cast(sum(if(counted_by_stream, cast(total_amount as decimal(38, 9)), null)) as double)
+            as revenue_on_time,
+        cast(avg(if(counted_by_stream, cast(fare as decimal(38, 9)), null)) as double)
+            as avg_fare_on_time,
         count_if(counted_by_stream) as events_on_time
     from distinct_events
     group by 1, 2
