@@ -14,6 +14,53 @@ true
 {%- endif -%}
 {%- endmacro %}
 
+{#
+  The rows of a bronze staging view (stg_<stream>) a generic test reads: those past the bronze
+  version the last recorded reconciliation reached for every job that reads the stream, or
+  every row. The rows before it passed these tests in that run (its models waited for them,
+  and it recorded its positions only after all of them), and bronze rows never change; so the
+  tests' cost follows the new rows, not the length of history. A full reconciliation
+  (tidemark-dbt --full), a stream without a recorded position, or a dbt run without the
+  positions (plain dbt) tests every row. Replaces dbt's get_where_subquery for Spark (the
+  `where` config of a test still applies).
+#}
+{% macro spark__get_where_subquery(relation) -%}
+    {%- set conditions = [] -%}
+    {%- set where = config.get('where', '') -%}
+    {%- if where -%}
+        {%- do conditions.append('(' ~ where ~ ')') -%}
+    {%- endif -%}
+    {%- set since = bronze_tested_through(relation) -%}
+    {%- if since is not none -%}
+        {#- the rows past it lie in files no older than their first ingestion batch -#}
+        {%- do conditions.append('bronze_version > ' ~ since['after']
+                                 ~ ' and ingest_batch_id >= ' ~ since['ingest_batch_id']) -%}
+    {%- endif -%}
+    {%- if conditions -%}
+        {%- do return('(select * from ' ~ relation ~ ' where ' ~ conditions | join(' and ')
+                      ~ ') dbt_subquery') -%}
+    {%- endif -%}
+    {%- do return(relation) -%}
+{%- endmacro %}
+
+{# {after, ingest_batch_id} for a bronze staging view whose every job has a recorded position
+   (recon_scope.py's replay_floor), or none. #}
+{% macro bronze_tested_through(relation) -%}
+    {%- set name = relation.identifier if relation.identifier is defined else '' -%}
+    {%- if not name or not name.startswith('stg_') or var('recon_full', false) -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {%- set floors = [] -%}
+    {%- for p in var('recon_positions', []) if p['source'] == name[4:] -%}
+        {%- do floors.append(p.get('replay_floor') or {'after': -1}) -%}
+    {%- endfor -%}
+    {%- if not floors or floors | map(attribute='after') | min < 0 -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {{ return({'after': floors | map(attribute='after') | min,
+               'ingest_batch_id': floors | map(attribute='ingest_batch_id') | min}) }}
+{%- endmacro %}
+
 {# Fails with the rows a recon model could not explain: the stream and the batch disagree. #}
 {% test no_unexplained_rows(model) %}
     select *

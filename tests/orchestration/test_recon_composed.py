@@ -15,6 +15,7 @@ import datetime as dt
 import pytest
 
 from helpers import click, dbt, land, scopes, table_rows
+from orchestration.recon_scope import read_positions
 from streaming_jobs.lake import read_table
 from streaming_jobs.registry import get_job
 from streaming_jobs.runner import run_bronze, run_job
@@ -27,6 +28,12 @@ T0 = dt.datetime(2026, 1, 1)
 
 def at(minute: float) -> dt.datetime:
     return T0 + dt.timedelta(minutes=minute)
+
+
+def staging_test_sql(cfg) -> str:
+    """The SQL the last dbt run ran for the not_null test of bronze clicks' event ids."""
+    [path] = (cfg.paths.dbt / "target" / "run").rglob("stg_clicks__event_id_not_null.sql")
+    return path.read_text()
 
 
 def stream(spark, cfg, name: str, events: list[dict]) -> None:
@@ -48,6 +55,10 @@ def test_composed_sessions_and_profiles_equal_a_backfill(spark, cfg):
     stream(spark, cfg, "clicks-1.jsonl", first)
     full = dbt(*BUILD)
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    # every row of bronze clicks is tested in a full run
+    assert "bronze_version >" not in staging_test_sql(cfg)
+    wave_1 = {r["version_to"] for r in read_positions(cfg) if r["source"] == "clicks"}
+    assert len(wave_1) == 1, wave_1  # every job read bronze clicks up to the same version
 
     # wave 2, all on day 2: u1's session goes on; u2 gets a click 15 minutes before its
     # profile began (within the TTL: recomputed from all its clicks); u3 one 20 minutes before
@@ -63,6 +74,8 @@ def test_composed_sessions_and_profiles_equal_a_backfill(spark, cfg):
     incremental = dbt(*BUILD)
     assert incremental.returncode == 0, incremental.stdout[-3000:] + incremental.stderr[-3000:]
     said = scopes(incremental.stderr)
+    # the staging tests read the clicks past the recorded position only: wave 2's rows
+    assert f"bronze_version > {wave_1.pop()} and ingest_batch_id >=" in staging_test_sql(cfg)
     # the new clicks are all on day 2: neither job reads day 1 again
     assert said["user_sessions"] == "from 2026-01-02", said
     assert said["user_activity_profile"] == "from 2026-01-02", said
