@@ -109,7 +109,8 @@ def test_composed_sessions_and_profiles_equal_a_backfill(spark, cfg):
     tables = [("batch", "int_user_sessions__batch"), ("batch", "int_user_activity_profile__batch"),
               ("recon", "recon_user_sessions"), ("recon", "recon_user_activity_profile")]
     composed = {t: table_rows(cfg, *t) for t in tables}
-    backfill = dbt("--full", *BUILD)
+    # a backfill of these four tables (the rest of the project is as the incremental run left it)
+    backfill = dbt("--full", *BUILD, "--select", *(name for _, name in tables))
     assert backfill.returncode == 0, backfill.stdout[-3000:] + backfill.stderr[-3000:]
     for table in tables:
         assert table_rows(cfg, *table) == composed[table], f"{table}: composed rows differ"
