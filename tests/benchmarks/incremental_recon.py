@@ -120,14 +120,15 @@ def class_counts(cfg) -> dict[tuple[str, str], int]:
 
 
 def table_digest(cfg, schema: str, name: str) -> tuple[int, int]:
-    """Rows and an order-free hash of a dbt table's rows (built time left out)."""
+    """Rows and an order-free hash of a dbt table's rows (built time left out). The row hashes
+    are added, not XORed: two equal rows must not cancel out."""
     from deltalake import DeltaTable
 
     table = DeltaTable(str(cfg.paths.dbt_table(schema, name))).to_pyarrow_table()
     columns = [c for c in table.column_names if c not in RUN_COLUMNS]
     digest = 0
     for row in table.select(columns).to_pylist():
-        digest ^= hash(tuple(sorted((k, repr(v)) for k, v in row.items())))
+        digest = (digest + hash(tuple(sorted((k, repr(v)) for k, v in row.items())))) % 2**64
     return table.num_rows, digest
 
 
