@@ -194,8 +194,13 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # collect_list(struct(count(*), ...))); Delta cannot enforce NOT NULL inside arrays and
         # would refuse the table: keep the column, leave that nested constraint unenforced
         "spark.databricks.delta.constraints.allowUnenforcedNotNull.enabled": "true",
-        # Delta replays its log with 50 tasks by default: 20 s of scheduling on two cores.
-        "spark.databricks.delta.snapshotPartitions": str(cfg.spark.shuffle_partitions),
+        # Delta rebuilds a table's state from its log (one Spark job per new snapshot: each
+        # write, each read of a changed table) with 50 tasks by default. tidemark's logs hold
+        # thousands of files at most, and every task pays the same fixed cost: it generates
+        # projections for Delta's whole action schema. One task is the cheapest (BENCHMARKS.md,
+        # "The build's fixed cost"); a table with a very long log may raise it in
+        # TIDEMARK_SPARK_CONF.
+        "spark.databricks.delta.snapshotPartitions": "1",
         "spark.ui.showConsoleProgress": "false",
         # data source options shown in plans, the UI and logs: Kafka credentials
         # (TIDEMARK_KAFKA_CONF, e.g. kafka.sasl.jaas.config) are redacted, as URLs are by default
@@ -210,6 +215,11 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
     }
     if hive_metastore:
         conf.update({
+            # dbt's process and the SQL endpoint run a hundred different statements per build,
+            # most over little data, and Spark generated and compiled code for the projections
+            # of each (most of their tasks' time, profiled): those projections are interpreted
+            # instead. Whole-stage code generation, where the rows are, stays on.
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             "spark.sql.catalogImplementation": "hive",
             "spark.hadoop.javax.jdo.option.ConnectionURL":
                 f"jdbc:derby:;databaseName={paths.dbt / 'metastore_db'};create=true",
