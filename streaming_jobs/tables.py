@@ -22,8 +22,11 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
 
     def ensure(layer: str, name: str, schema, properties=None, partition_by=None) -> None:
         path = paths.table(layer, name)
-        if not table_exists(spark, path):
-            ensure_table(spark, path, schema, properties, partition_by)
+        # A table whose log has a commit is there: asking Spark would rebuild its state (about
+        # 5 s for the whole lake, in every dbt invocation and endpoint start)
+        if not _present(path) and not table_exists(spark, path):
+            ensure_table(spark, path, schema() if callable(schema) else schema, properties,
+                         partition_by)
             created.append(f"{layer}/{name}")
 
     known = streams()
@@ -31,9 +34,13 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         ensure("bronze", name, bronze_schema(stream), ROW_TRACKING)
         ensure("quarantine", name, QUARANTINE_SCHEMA)
     created += ops_tables.ensure_all(cfg)
-    for name, spec in registry().items():
+
+    def gold_schema(spec):
         empty = [spark.createDataFrame([], bronze_schema(known[s])) for s in spec.sources]
-        ensure("gold", name, spec.apply(*empty).schema, spec.table_properties,
+        return spec.apply(*empty).schema
+
+    for name, spec in registry().items():
+        ensure("gold", name, lambda spec=spec: gold_schema(spec), spec.table_properties,
                list(spec.partition_by))
     return created
 
