@@ -30,8 +30,8 @@ run: setup
 test: setup
 	$(BIN)/pytest
 
-# The long proofs CI leaves out for time (marker `long`): incremental reconciliation against a
-# backfill, jobs on the project's Spark cluster.
+# The long proofs CI leaves out for time (marker `long`): incremental and composed reconciliation
+# against a backfill, jobs on the project's Spark cluster, the maintenance and full-disk trials.
 test-long: setup
 	$(BIN)/pytest -m long
 

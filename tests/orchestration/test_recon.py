@@ -40,11 +40,8 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
     late = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
         "job = 'failed_txn_velocity'").collect()[0]
     assert late.events_not_yet_read == 3
-
-    # A second reconciliation appends to the history instead of replacing it.
-    assert dbt("build", "--select", "recon_summary").returncode == 0
-    assert read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).count() == 2 * len(
-        summary)
+    # That the history grows run after run (append, not replace) is test_always_on's: two
+    # reconciliations of each hosted job in one recon_summary.
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ def stream(spark, cfg, name: str, events: list[dict]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI's budget: test_dagster's backfill covers composed jobs there
 def test_composed_sessions_and_profiles_equal_a_backfill(spark, cfg):
     # wave 1. u1: a click every 4 minutes from 00:00 on day 1 to 06:00 on day 2 (one session,
     # one profile, 451 clicks). u2: two clicks on day 2. u3: two clicks 90 minutes apart (its

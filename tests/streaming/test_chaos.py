@@ -29,6 +29,7 @@ def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tm
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI's budget: make test-long, or make chaos for many trials
 @pytest.mark.skipif(os.geteuid() != 0, reason="the disk_full points mount a small tmpfs (root)")
 def test_killed_maintenance_and_full_disks_lose_nothing(spark, tmp_path):
     """Maintenance (OPTIMIZE, VACUUM keeping nothing it may delete, pruning, the archive)
