@@ -1,20 +1,36 @@
 {{ config(materialized='incremental', incremental_strategy='append',
           on_schema_change='append_new_columns') }}
 
--- History: every reconciliation run appends one row per job, also for a job with no row to
--- compare yet (its counts are 0: it has not streamed, or its windows are all still open).
+-- History: every reconciliation run appends one row per job it reconciled, also for a job with
+-- no row to compare yet (its counts are 0: it has not streamed, or its windows are all still
+-- open).
+--
+-- The jobs it reconciled are those whose recon model this invocation builds. A run of part of
+-- the graph (one job's models, or what the automation requested while an incremental run had
+-- updated some gold tables only) appends rows for those jobs alone: another job's recon table
+-- was built by an earlier run from other positions, and its counts under this run's timestamp
+-- and late-event counts would mix two states. Building the summary alone summarizes every job.
+{%- set reconciled = [] %}
+{%- for job in var('jobs') %}
+    {%- if ('model.' ~ project_name ~ '.recon_' ~ job) in selected_resources %}
+        {%- do reconciled.append(job) %}
+    {%- endif %}
+{%- endfor %}
+{%- if not reconciled %}
+    {%- set reconciled = var('jobs') | list %}
+{%- endif %}
 
 with jobs as (
 
     select * from values
-        {% for job in var('jobs') %}('{{ job }}'){% if not loop.last %}, {% endif %}{% endfor %}
+        {% for job in reconciled %}('{{ job }}'){% if not loop.last %}, {% endif %}{% endfor %}
         as t(job)
 
 ),
 
 recon as (
 
-    {% for job in var('jobs') %}
+    {% for job in reconciled %}
     select job, recon_class, stream_watermark from {{ ref('recon_' ~ job) }}
     {% if not loop.last %}union all{% endif %}
     {% endfor %}

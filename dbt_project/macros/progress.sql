@@ -1,0 +1,72 @@
+{#
+  ops/stream_progress as every model of one dbt invocation must see it: as of the version
+  tidemark-dbt pinned (var progress_version; streams that keep running append rows while dbt
+  runs), one row per batch (a batch replayed after a crash reports twice; the latest report is
+  the one that committed). stg_stream_progress is this query; `relation` is the progress table.
+#}
+{% macro stream_progress_sql(relation) -%}
+{%- set pinned = var('progress_version', none) -%}
+with source as (
+
+    select * from {{ relation }}
+    {% if pinned is not none %}version as of {{ pinned }}{% endif %}
+
+),
+
+latest as (
+
+    select
+        *,
+        row_number() over (partition by query_id, batch_id order by ts desc) as report_rank
+    from source
+
+),
+
+final as (
+
+    select
+        job,
+        query_id,
+        run_id,
+        batch_id,
+        ts,
+        num_input_rows,
+        watermark,
+        -- Spark drops a row as late against the previous batch's watermark (SPARK-40925)
+        lag(watermark) over (partition by query_id order by batch_id) as late_threshold,
+        rows_dropped_by_watermark,
+        source_version_from,
+        source_version_to,
+        source_versions,
+        -- a rollup of old batches (retention's fold): its rows' lateness is in
+        -- stg_stream_late_rows, its late_threshold means nothing
+        rolled_up_batches is not null as rolled_up,
+        state_rows,
+        state_memory_bytes,
+        state_disk_bytes
+    from latest
+    where report_rank = 1
+
+)
+
+select * from final
+{%- endmacro %}
+
+{#
+  on-run-start (dbt_project.yml): stg_stream_progress, a view, holds the pin of the invocation
+  that last built it. An invocation that does not build it (a run of part of the graph: what the
+  automation requested after an incremental run updated one gold table, or a model
+  materialized alone from the UI) would read another run's position through it: batches its
+  pinned gold versions hold would be missing, and their rows would show as unexplained. Every
+  invocation that runs models re-creates the view with its own pin first.
+#}
+{% macro pin_stream_progress() -%}
+{%- set uid = 'model.' ~ project_name ~ '.stg_stream_progress' -%}
+{%- if execute and flags.WHICH in ('build', 'run') and uid in graph.nodes
+      and uid not in selected_resources -%}
+{%- set node = graph.nodes[uid] -%}
+{%- do run_query('create schema if not exists ' ~ node.schema) -%}
+create or replace view {{ node.schema }}.{{ node.alias }} as
+{{ stream_progress_sql('delta.`' ~ lake_path('ops', 'stream_progress') ~ '`') }}
+{%- endif -%}
+{%- endmacro %}
