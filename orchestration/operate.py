@@ -38,14 +38,16 @@ def continuous(cfg: TidemarkConfig, args) -> int:
     specs = [_known(n) for n in names]
     streams = sorted({s for spec in specs for s in spec.sources})
     print(f"continuous: {', '.join(names)} (ingesting {', '.join(streams)}), trigger "
-          f"{args.trigger:g}s; Ctrl-C stops cleanly", flush=True)
+          f"{args.trigger:g}s; Ctrl-C or SIGTERM stops cleanly at the next batch boundary "
+          "(a second one aborts)", flush=True)
     try:
         result = run_continuous(_spark(cfg), cfg, streams=streams, jobs=names,
                                 trigger_seconds=args.trigger, max_seconds=args.max_seconds,
                                 holder="tidemark continuous (command line)")
     except KeyboardInterrupt:
-        print("continuous: stopped by Ctrl-C, every query at a committed batch")
-        return 0
+        print("continuous: aborted by a second signal; each query's batch in flight, if any, is "
+              "replayed by its next run (nothing lost or doubled)")
+        return 130
     for name, m in result.metrics.items():
         print(f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
               f"{m.late_rows_dropped:,} late dropped")

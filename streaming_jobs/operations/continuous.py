@@ -27,13 +27,21 @@ the batch in flight reports, for a query that is behind), so the last batch is c
 the next run, incremental or continuous, starts after it. Were a query stopped mid-batch (a
 hard kill), the batch was not committed, and Spark replays it on restart into idempotent sinks:
 nothing is lost or written twice either way.
+
+Signals: while `run_continuous` runs in a process's main thread, SIGINT (Ctrl-C, a Dagster
+termination) and SIGTERM (``kill``, a Kubernetes pod's shutdown) ask for that graceful stop.
+Without this, PySpark's own SIGINT handler (installed with the SparkContext) cancels every Spark
+job and raises in the middle of a Python-to-JVM call: the batch in flight could commit its gold
+write and lose its progress report. A second signal of either kind aborts at once.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -120,6 +128,7 @@ class ContinuousRun:
 
     metrics: dict[str, RunMetrics] = field(default_factory=dict)
     stopped_by: str = ""
+    signalled: str = ""  # "SIGINT" or "SIGTERM" when a signal asked for the stop
     savepoints_taken: list[str] = field(default_factory=list)
     restarted: list[tuple[str, str]] = field(default_factory=list)  # (query, transient error)
 
@@ -238,6 +247,33 @@ class _Host:
                         self.start(job)
 
 
+@contextmanager
+def stop_on_signals(stop: threading.Event, received: list[str]):
+    """SIGINT and SIGTERM set ``stop`` (their names go to ``received``) while the block runs;
+    a second one raises KeyboardInterrupt. Outside the main thread (a thread cannot own signal
+    handlers) nothing changes, and the caller's ``should_stop`` is the only way to stop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum, frame):
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            raise KeyboardInterrupt(f"continuous run: a second {name}, aborting without a "
+                                    "clean stop (the batch in flight is replayed next run)")
+        received.append(name)
+        stop.set()
+        LOG.warning("continuous: %s received, stopping every query at its next batch boundary "
+                    "(send it again to abort at once)", name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs=(),
                    trigger_seconds: float = 10.0, should_stop: Callable[[], bool] = lambda: False,
                    holder: str = "a continuous run", flush_seconds: float = 10.0,
@@ -249,7 +285,9 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
     if not names:
         raise ValueError("run_continuous: name at least one stream or job to run")
     out = ContinuousRun()
+    signalled, received = threading.Event(), []
     with ExitStack() as locks:
+        locks.enter_context(stop_on_signals(signalled, received))
         for name in names:  # all or nothing: refuse before starting any query
             locks.enter_context(checkpoint_lock(cfg.paths.checkpoint(name), holder,
                                                 takes_savepoint_requests=name in jobs))
@@ -269,6 +307,10 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
                     failure = failed[0]
                     out.stopped_by = f"query {failure[0]} failed"
                     break
+                if signalled.is_set():
+                    out.signalled = received[0]
+                    out.stopped_by = f"{received[0]} received"
+                    break
                 if should_stop():
                     out.stopped_by = "stop requested"
                     break
@@ -284,7 +326,7 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
                     if on_flush:
                         on_flush(host.reports())
                 time.sleep(0.5)
-        except BaseException:  # a Dagster termination (interrupt) lands here: stop cleanly
+        except BaseException:  # an error, or a second signal: the queries are still stopped
             out.stopped_by = out.stopped_by or "interrupted"
             raise
         finally:

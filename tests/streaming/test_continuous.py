@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
@@ -14,6 +19,7 @@ from streaming_jobs.registry import get_job
 from streaming_jobs.lake import read_table, table_exists
 from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock
 from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs import ops_tables
 
 from orchestration.defs.streaming.jobs import continuous_streaming_job as continuous_job
 
@@ -115,6 +121,43 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     assert last_committed_batch(checkpoint) > committed
     expected = sorted({e["event_id"] for e in first + second + third})
     assert gold_ids(spark, cfg) == expected
+
+
+def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(spark, cfg):
+    """`tidemark continuous` in a terminal: Ctrl-C (SIGINT) is taken as the clean stop, not
+    PySpark's handler (which cancels the batch in flight mid-call and can lose its report)."""
+    first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]
+    land(cfg, "a.jsonl", first, stream="clicks")
+    command = [str(Path(sys.executable).with_name("tidemark")), "continuous", "--jobs", JOB,
+               "--trigger", "1"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)})
+    try:
+        wait_for("wave 1 in gold", lambda: proc.poll() is None and len(gold_ids(spark, cfg)) == 30)
+        second = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30, 40)]
+        land(cfg, "b.jsonl", second, stream="clicks")
+        # The signal lands while wave 2 goes through bronze and the job (the batch in flight).
+        wait_for("wave 2 in bronze", lambda: read_table(
+            spark, cfg.paths.table("bronze", "clicks")).count() == 40, timeout=120)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out[-2000:], err[-3000:])
+    assert "continuous: stopped (SIGINT received)" in out, out[-2000:]
+    assert "KeyboardInterrupt" not in err and "reentrant" not in err, err[-3000:]
+    # Every batch that read rows was committed with its report: the reconciliation's position
+    # holds wave 2. (A watermark-only batch that follows a data batch may be begun when the
+    # stop comes; it writes no rows and is run again, or its report is the only thing lost.)
+    reports = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(JOB)}",
+                              columns=["batch_id", "num_input_rows"])
+    assert sum(r["num_input_rows"] for r in reports) == 40, reports
+    assert max(r["batch_id"] for r in reports) >= last_committed_batch(cfg.paths.checkpoint(JOB)) - 1
+    # The next run finds nothing lost or doubled.
+    run_bronze(spark, cfg, "clicks")
+    assert run_job(spark, cfg, get_job(JOB)).input_rows == 0
+    assert gold_ids(spark, cfg) == sorted(e["event_id"] for e in first + second)
 
 
 FLAKY = textwrap.dedent('''

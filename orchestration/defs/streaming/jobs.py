@@ -18,8 +18,6 @@ the continuous tag, so its reports do not trigger a reconciliation each (the sch
 reconciles continuous jobs).
 """
 
-import signal
-import threading
 import time
 
 import dagster as dg
@@ -60,11 +58,8 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
     specs = [get_job(name) for name in names]  # unknown names fail here, with the list
     streams = sorted({s for spec in specs for s in spec.sources}) if config.ingest else []
     run_id = context.run_id
-    interrupted = threading.Event()
 
     def should_stop() -> bool:
-        if interrupted.is_set():
-            return True
         run = context.instance.get_run_by_id(run_id)
         return run is not None and run.status in STOPPING
 
@@ -94,33 +89,21 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
     context.log.info(f"continuous run hosting {', '.join(names)}"
                      + (f" and ingesting {', '.join(streams)}" if streams else ""))
     spark = pyspark.spark_session
-    # Terminating the run from Dagster interrupts the run worker (SIGINT). The SparkContext
-    # installed PySpark's own handler when it started, which cancels every Spark job and raises
-    # KeyboardInterrupt in the middle of whatever Python-to-JVM call is under way: the batch in
-    # flight could commit its gold write and lose its progress report, and the reconciliation
-    # would then stop at the batch before it (seen in CI, RELIABILITY.md). Here an interrupt
-    # asks for the clean stop instead: between batches, every report flushed.
-    installed, restore = False, None
-    if threading.current_thread() is threading.main_thread():
-        restore = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
-        installed = True
-    try:
-        result = run_continuous(
-            spark, cfg, streams=streams, jobs=names,
-            trigger_seconds=config.trigger_seconds, should_stop=should_stop,
-            holder=f"Dagster run {run_id}", flush_seconds=config.flush_seconds,
-            max_seconds=config.max_seconds or None, on_flush=on_flush,
-            savepoints_keep=cfg.ops.savepoints_keep)
-    finally:
-        if installed:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if restore is None else restore)
+    # Terminating the run from Dagster interrupts the run worker (SIGINT); run_continuous takes
+    # it as a request for the clean stop (between batches, every report flushed).
+    result = run_continuous(
+        spark, cfg, streams=streams, jobs=names,
+        trigger_seconds=config.trigger_seconds, should_stop=should_stop,
+        holder=f"Dagster run {run_id}", flush_seconds=config.flush_seconds,
+        max_seconds=config.max_seconds or None, on_flush=on_flush,
+        savepoints_keep=cfg.ops.savepoints_keep)
     context.log.info(f"continuous run stopped ({result.stopped_by}); checkpoints committed; "
                      f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}")
     for name, reason in result.restarted:
         context.log.warning(f"{name} was restarted in place after a transient error: {reason}")
     for name, metrics in result.metrics.items():
         yield report(name, metrics, f"continuous run {run_id[:8]}: {result.stopped_by}")
-    if should_stop():
+    if result.signalled or should_stop():
         # Terminated from Dagster: end as CANCELED (after the clean stop and the report above).
         raise DagsterExecutionInterruptedError(
             f"continuous run terminated from Dagster ({result.stopped_by}); queries stopped "
