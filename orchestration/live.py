@@ -37,6 +37,7 @@ from orchestration.recon_partitions import incremental_tags
 
 TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
 CONTINUOUS_JOB = "continuous_streaming_job"
+TRIGGER_SECONDS = 15.0  # the continuous run's trigger in `tidemark live`
 
 
 class LiveError(RuntimeError):
@@ -302,7 +303,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
         landing.start()
         continuous = gql.launch(CONTINUOUS_JOB, {"ops": {"run_continuously": {
-            "config": {"trigger_seconds": 15.0, "flush_seconds": 15.0,
+            "config": {"trigger_seconds": TRIGGER_SECONDS, "flush_seconds": 15.0,
                        "heartbeat_seconds": 15.0}}}})
         out(f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
             f"per stream (payments fewer, in step with their orders); reconciliation every "
@@ -331,7 +332,8 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         landing.join()
         out(f"  landing stopped: {landing.landed:,} lines landed; waiting for every query to "
             "catch up")
-        caught_up = wait_caught_up(hosted_assets(), since=time.time(), timeout=600)
+        caught_up = wait_caught_up(hosted_assets(), since=time.time(), timeout=600,
+                                   trigger_seconds=TRIGGER_SECONDS)
         out(f"  every query caught up: {'yes' if caught_up else 'NO (timed out)'}")
         ok &= caught_up
         gql.terminate(continuous)
@@ -381,21 +383,34 @@ def hosted_assets() -> list:
                                                            for spec in specs)]
 
 
-def wait_caught_up(keys, since: float, timeout: float) -> bool:
-    """Until each asset's latest continuous report, made after ``since``, says it committed
-    nothing new and its source has nothing waiting (see `orchestration.continuous`)."""
+def wait_caught_up(keys, since: float, timeout: float, trigger_seconds: float) -> bool:
+    """Until every query has read all that reached its source before ``since`` (nothing lands
+    after it): each asset's latest continuous report says it committed nothing new and its
+    source has nothing waiting (see `orchestration.continuous`).
+
+    A report tells what the query's last trigger saw, up to ``trigger_seconds`` before it was
+    made, so only reports made a trigger interval after a moment count for that moment. And a
+    job's "nothing waiting" can be seen just before its bronze commits the last files. So two
+    rounds: the first shows bronze has committed everything landed; the second, begun when the
+    first ends, shows each job has read that last bronze commit."""
     from dagster import DagsterInstance
 
     instance = DagsterInstance.get()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def all_caught_up(after: float) -> bool:
         events = [instance.get_latest_materialization_event(k) for k in keys]
-        if all(e is not None and e.timestamp > since
-               and (e.asset_materialization.description or "").endswith(
-                   ": 0 new batches, caught up") for e in events):
-            return True
-        time.sleep(2.0)
-    return False
+        return all(e is not None and e.timestamp > after
+                   and (e.asset_materialization.description or "").endswith(
+                       ": 0 new batches, caught up") for e in events)
+
+    for _ in range(2):
+        while not all_caught_up(since + trigger_seconds):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(2.0)
+        since = time.time()
+    return True
 
 
 def _status_line(cfg, gql: Graphql, continuous: str, landing: Landing, started: float) -> str:

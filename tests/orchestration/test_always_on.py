@@ -140,7 +140,7 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         land_wave(cfg, 2)
         assert wait_caught_up([*(AssetKey(["bronze", s]) for s in ("clicks", "transactions")),
                                *(AssetKey(["gold", j]) for j in HOSTED)],
-                              since=time.time(), timeout=300)
+                              since=time.time(), timeout=300, trigger_seconds=2.0)
         gql.terminate(continuous)
         assert gql.wait(continuous, timeout=300) == "CANCELED"
         # The queue lets the incremental run go once the checkpoints are free.
