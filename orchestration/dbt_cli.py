@@ -17,6 +17,9 @@ Streams that keep running while dbt reads cannot make the models disagree with e
 Each job's reconciliation recomputes only the days its new events can change
 (``recon_from``, `orchestration.recon_scope`); ``--full`` (or dbt's ``--full-refresh``)
 recomputes every day of every job, a backfill. The scope of each job is printed first.
+In session mode the JVM's start (about 10 s) and its first use of the metastore and of Delta
+(about 10 s more) overlap dbt's parse of the project: a thread starts and warms the session
+while this one parses, then dbt runs the command on that manifest (`SessionWarmup`).
 Dagster's DbtCliResource runs this instead of ``dbt`` (with ``--data-root PATH`` first: the
 run's data root, from its resource).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 
 from streaming_jobs.config import TidemarkConfig
@@ -36,6 +40,12 @@ from orchestration.dbt_vars import dbt_vars
 NEEDS_SPARK = {"build", "run", "test", "seed", "snapshot", "show", "compile", "docs", "run-operation"}
 TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
 MISSING_TABLES_WAIT_SECONDS = 60.0
+# Commands that read the manifest, which tidemark-dbt parses first when a session warms up
+PARSE_FIRST = {"build", "run", "test", "seed", "snapshot", "show", "compile", "run-operation"}
+# Options that change what `dbt parse` makes of the project (the rest only select or run)
+VALUED_PARSE_OPTIONS = {"--target", "-t", "--profile", "--profiles-dir", "--project-dir",
+                        "--target-path", "--vars"}
+PARSE_FLAGS = {"--partial-parse", "--no-partial-parse"}
 
 
 def with_vars(args: list[str], variables: dict) -> list[str]:
@@ -69,6 +79,46 @@ def _wait_for_lake(cfg: TidemarkConfig) -> None:
                          f"{cfg.paths.logs}")
 
 
+def parse_args(args: list[str]) -> list[str]:
+    """The ``dbt parse`` that makes the manifest ``args`` would make (and prints only errors)."""
+    out = ["parse", "--quiet"]
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name in VALUED_PARSE_OPTIONS:
+            out += [arg] if "=" in arg else args[i:i + 2]
+        elif arg in PARSE_FLAGS:
+            out.append(arg)
+    return out
+
+
+class SessionWarmup:
+    """This process's SparkSession started, and its metastore client and Delta warmed, in a
+    thread, while dbt parses in the caller's. dbt-spark's ``getOrCreate`` then finds the session;
+    ``join`` raises what the thread raised."""
+
+    def __init__(self, cfg: TidemarkConfig):
+        self.cfg, self.error = cfg, None
+        self.thread = threading.Thread(target=self._run, name="tidemark-session-warmup",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            from streaming_jobs.spark import get_spark
+
+            spark = get_spark(self.cfg, hive_metastore=True)
+            spark.sql("show databases").collect()  # the metastore client and Derby
+            # Delta's first snapshot in this JVM; every model reads the progress table
+            spark.read.format("delta").load(str(self.cfg.paths.table("ops", "stream_progress")))
+        except BaseException as error:  # noqa: BLE001 - handed to join()
+            self.error = error
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def split_data_root(args: list[str]) -> tuple[str | None, list[str]]:
     """``--data-root PATH`` (tidemark's, before the dbt command) and the rest, for dbt."""
     if len(args) >= 2 and args[0] == "--data-root":
@@ -92,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sync(cfg)  # the data root's copy of the project, with the models generated from the registries
     command = next((a for a in args if not a.startswith("-")), None)
-    metastore = None
+    metastore = warmup = None
     if command in NEEDS_SPARK:
         target, endpoint = choose_target(cfg, cfg.sql.dbt_target)
         if "--target" not in args and "-t" not in args:
@@ -102,13 +152,18 @@ def main(argv: list[str] | None = None) -> int:
                 endpoint.host, str(endpoint.port))
             _wait_for_lake(cfg)
         else:
+            from streaming_jobs import ops_tables
             from streaming_jobs.spark import get_spark
             from streaming_jobs.sql_endpoint import hold_metastore
-            from streaming_jobs.tables import ensure_lake
+            from streaming_jobs.tables import ensure_lake, missing
 
             metastore = hold_metastore(cfg, "a tidemark-dbt session", wait=True)
             # Models read every lake table: a stream that never ran yet has an empty one.
-            ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
+            if command in PARSE_FIRST and not missing(cfg):
+                ops_tables.ensure_all(cfg)  # all there: only newer ops columns, without Spark
+                warmup = SessionWarmup(cfg)
+            else:
+                ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
     from dbt.cli.main import dbtRunner
 
     try:
@@ -120,7 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None, full)
         for job, reason in variables.get("recon_reasons", {}).items():
             print(f"tidemark-dbt: {job}: {reason}", file=sys.stderr)
-        result = dbtRunner().invoke(with_vars(args, variables))
+        args = with_vars(args, variables)
+        manifest = None
+        if warmup is not None:
+            parsed = dbtRunner().invoke(parse_args(args))
+            warmup.join()
+            if not parsed.success:
+                return 2 if parsed.exception is not None else 1
+            manifest = parsed.result
+        result = dbtRunner(manifest=manifest).invoke(args)
     finally:
         if metastore is not None:
             metastore.close()

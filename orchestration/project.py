@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-from dagster_dbt import DbtProject
+from typing import TYPE_CHECKING
 
 from streaming_jobs.config import CHECKOUT, TidemarkConfig
+
+if TYPE_CHECKING:
+    from dagster_dbt import DbtProject
 
 DBT_PROJECT_DIR = CHECKOUT / "dbt_project"  # the project's source, in the checkout
 
@@ -23,6 +25,10 @@ def dbt_executable() -> str:
 
 
 def dbt_project(cfg: TidemarkConfig) -> DbtProject:
+    # imported here: tidemark-dbt and `dbt parse` come through this module, and importing
+    # Dagster takes about 4 s of every invocation that does not need it
+    from dagster_dbt import DbtProject
+
     return DbtProject(
         project_dir=run_project_dir(cfg),
         profiles_dir=run_project_dir(cfg),

@@ -11,7 +11,7 @@ from streaming_jobs.registry import registry
 from streaming_jobs.schemas import STREAMS
 
 from orchestration import dbt_models
-from orchestration.dbt_cli import split_data_root, with_vars
+from orchestration.dbt_cli import parse_args, split_data_root, with_vars
 from orchestration.dbt_vars import job_vars, last_batches
 from orchestration.project import DBT_PROJECT_DIR
 
@@ -113,6 +113,16 @@ def test_vars_and_the_data_root_are_placed_where_dbt_expects_them():
     assert with_vars(["clean"], {"a": 1}) == ["clean"]
     assert split_data_root(["--data-root", "/d", "build"]) == ("/d", ["build"])
     assert split_data_root(["build"]) == (None, ["build"])
+
+
+def test_the_parse_before_a_warm_session_keeps_what_changes_the_manifest_and_drops_the_rest():
+    # what Dagster's DbtCliResource passes, after tidemark-dbt added the target and the vars
+    args = ["--no-use-color", "build", "--vars", '{"a": 1}', "--select", "fqn:x", "--full-refresh",
+            "--target-path=/t", "--no-partial-parse", "--target", "session"]
+    assert parse_args(args) == ["parse", "--quiet", "--vars", '{"a": 1}', "--target-path=/t",
+                                "--no-partial-parse", "--target", "session"]
+    assert parse_args(["test", "-t", "endpoint", "--profiles-dir", "/p", "--exclude", "y"]) == [
+        "parse", "--quiet", "-t", "endpoint", "--profiles-dir", "/p"]
 
 
 def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):
