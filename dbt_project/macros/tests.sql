@@ -61,6 +61,28 @@ true
                'ingest_batch_id': floors | map(attribute='ingest_batch_id') | min}) }}
 {%- endmacro %}
 
+{# Fails with one row per listed column that holds a null: the column and how many rows lack
+   it. One statement for every column of a model, where a not_null test per column would each
+   read the model again (a bronze staging view's rows, through Delta row tracking). #}
+{% test columns_not_null(model, columns) %}
+    select column_name, null_rows
+    from (
+        select stack({{ columns | length }},
+            {%- for c in columns %}
+            '{{ c }}', {{ c }}_nulls{{ "," if not loop.last }}
+            {%- endfor %}
+        ) as (column_name, null_rows)
+        from (
+            select
+                {%- for c in columns %}
+                count_if({{ c }} is null) as {{ c }}_nulls{{ "," if not loop.last }}
+                {%- endfor %}
+            from {{ model }}
+        ) counted
+    ) by_column
+    where null_rows > 0
+{% endtest %}
+
 {# Fails with the rows a recon model could not explain: the stream and the batch disagree. #}
 {% test no_unexplained_rows(model) %}
     select *

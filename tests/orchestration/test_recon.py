@@ -228,3 +228,26 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
             f"job = '{job}'").collect()[0]
         assert (counts.late_events_replayed, counts.late_events_reported,
                 counts.late_events_report_lost) == (len(late), 0, len(late))
+
+
+@pytest.mark.slow
+def test_a_bronze_row_missing_its_key_fails_the_staging_test_naming_each_column(spark, cfg):
+    from pyspark.sql import functions as F
+
+    land(cfg, "wave-1.jsonl", [txn("t1", "u1", 1), txn("t2", "u2", 2)])
+    run_bronze(spark, cfg, "transactions")
+    # A row the ingestion would have quarantined, written past it: no event_id and no event time.
+    bronze = cfg.paths.table("bronze", "transactions")
+    bad = (read_table(spark, bronze).where("event_id = 't1'")
+           .withColumn("event_id", F.lit(None).cast("string"))
+           .withColumn("event_time", F.lit(None).cast("timestamp")))
+    bad.write.format("delta").mode("append").save(str(bronze))
+
+    result = dbt("build", "--select", "stg_transactions", "--store-failures")
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "Failure in test stg_transactions__not_null" in result.stdout, result.stdout[-3000:]
+    # one row per column that lacks values, with how many rows lack it (dbt stored them)
+    stored = cfg.paths.warehouse / "dbt_test__audit.db" / "stg_transactions__not_null"
+    rows = spark.read.parquet(str(stored)).collect()
+    assert sorted((r.column_name, r.null_rows) for r in rows) == [
+        ("event_id", 1), ("event_time", 1)]

@@ -31,8 +31,8 @@ def at(minute: float) -> dt.datetime:
 
 
 def staging_test_sql(cfg) -> str:
-    """The SQL the last dbt run ran for the not_null test of bronze clicks' event ids."""
-    [path] = (cfg.paths.dbt / "target" / "run").rglob("stg_clicks__event_id_not_null.sql")
+    """The SQL the last dbt run ran for the not_null test of bronze clicks."""
+    [path] = (cfg.paths.dbt / "target" / "run").rglob("stg_clicks__not_null.sql")
     return path.read_text()
 
 
