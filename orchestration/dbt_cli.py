@@ -41,7 +41,8 @@ NEEDS_SPARK = {"build", "run", "test", "seed", "snapshot", "show", "compile", "d
 TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
 MISSING_TABLES_WAIT_SECONDS = 60.0
 # Commands that read the manifest, which tidemark-dbt parses first when a session warms up
-PARSE_FIRST = {"build", "run", "test", "seed", "snapshot", "show", "compile", "run-operation"}
+# (not `docs`: `docs serve` needs no manifest, and `docs generate` keeps its own parse)
+PARSE_FIRST = NEEDS_SPARK - {"docs"}
 # Options that change what `dbt parse` makes of the project (the rest only select or run)
 VALUED_PARSE_OPTIONS = {"--target", "-t", "--profile", "--profiles-dir", "--project-dir",
                         "--target-path", "--vars"}

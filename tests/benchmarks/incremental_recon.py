@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 
 DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
-# Columns a recon row takes from the run that last recomputed its day, not from the data.
-# columns a row takes from the run that wrote it, not from the data (composed_through: the
+# Columns a row takes from the run that wrote it, not from the data (composed_through: the
 # bronze version a composed batch row's run read up to, macros/compose.sql)
 RUN_COLUMNS = ("reconciled_at", "stream_watermark", "composed_through")
 # What a scheduled reconciliation runs (dbt's unit tests run in CI, not on every schedule).
