@@ -95,10 +95,14 @@ def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int
 
     events = int(rate * 3600)
     for stream in DEMO_STREAMS:
+        # named by its hour: a second run on the same root must not rewrite a file the stream
+        # has already read (the file source skips a path it has seen, and nothing would land)
         gen = GeneratorConfig(stream=stream, events=events, files=1, seed=seed, rate=rate,
-                              start=start, file_prefix="next-hour")
+                              start=start, file_prefix=f"next-hour-{start:%Y%m%dT%H%M%S}")
         write_files(cfg.paths.landing_dir(stream), gen, generate(gen))
-        run_bronze(spark, cfg, stream)
+        if not run_bronze(spark, cfg, stream).input_rows:
+            raise SystemExit(f"incremental_recon: bronze {stream} took no rows from the new "
+                             f"hour's file in {cfg.paths.landing_dir(stream)}; nothing to measure")
     for spec in registry().values():
         run_job(spark, cfg, spec)
     return events * len(DEMO_STREAMS)
