@@ -94,6 +94,9 @@ def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int
     from streaming_jobs.runner import run_bronze, run_job
 
     events = int(rate * 3600)
+    # event ids are the seed and a counter: a second run on the same root (its new hour starts
+    # later) must not give other events the ids of the first run's hour
+    seed += int(start.timestamp()) // 3600
     for stream in DEMO_STREAMS:
         # named by its hour: a second run on the same root must not rewrite a file the stream
         # has already read (the file source skips a path it has seen, and nothing would land)
