@@ -15,8 +15,9 @@ invocation: ``progress_version`` (the version of ``ops/stream_progress`` every m
 and ``gold_versions`` (each job's gold table as of the last batch that snapshot records).
 Streams that keep running while dbt reads cannot make the models disagree with each other.
 Each job's reconciliation recomputes only the days its new events can change
-(``recon_from``, `orchestration.recon_scope`); ``--full`` (or dbt's ``--full-refresh``)
-recomputes every day of every job, a backfill. The scope of each job is printed first.
+(``recon_from``, `orchestration.recon_scope`), and a job nothing new reached is left out of
+``build``, ``run`` and ``test`` (``--exclude``, `recon_scope.left_out`); ``--full`` (or
+dbt's ``--full-refresh``) recomputes every day of every job, a backfill. The scope of each job is printed first.
 In session mode the JVM's start (about 10 s) and its first use of the metastore and of Delta
 (about 10 s more) overlap dbt's parse of the project: a thread starts and warms the session
 while this one parses, then dbt runs the command on that manifest (`SessionWarmup`).
@@ -47,6 +48,8 @@ PARSE_FIRST = NEEDS_SPARK - {"docs"}
 VALUED_PARSE_OPTIONS = {"--target", "-t", "--profile", "--profiles-dir", "--project-dir",
                         "--target-path", "--vars"}
 PARSE_FLAGS = {"--partial-parse", "--no-partial-parse"}
+# Commands whose nodes a run leaves out for jobs nothing new reached (`recon_scope.left_out`)
+SELECTS_MODELS = {"build", "run", "test"}
 
 
 def with_vars(args: list[str], variables: dict) -> list[str]:
@@ -54,6 +57,16 @@ def with_vars(args: list[str], variables: dict) -> list[str]:
     if command_at is None or args[command_at] not in TAKES_VARS or "--vars" in args:
         return args
     return [*args[:command_at + 1], "--vars", json.dumps(variables), *args[command_at + 1:]]
+
+
+def with_excluded(args: list[str], models: list[str]) -> list[str]:
+    """``args`` with ``models`` added to its ``--exclude`` (one is added if there is none)."""
+    if not models:
+        return args
+    if "--exclude" in args:
+        at = args.index("--exclude") + 1
+        return [*args[:at], *models, *args[at:]]
+    return [*args, "--exclude", *models]
 
 
 def choose_target(cfg: TidemarkConfig, wanted: str) -> tuple[str, object]:
@@ -176,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None, full)
         for job, reason in variables.get("recon_reasons", {}).items():
             print(f"tidemark-dbt: {job}: {reason}", file=sys.stderr)
+        if command in SELECTS_MODELS and "--vars" not in args:
+            # (a caller that passes its own --vars, as Dagster's asset does, leaves them out
+            # itself: it knows its selection)
+            from orchestration.recon_scope import left_out
+
+            args = with_excluded(args, left_out(variables))
         args = with_vars(args, variables)
         manifest = None
         if warmup is not None:

@@ -12,12 +12,17 @@ next one starts again from the last recorded position). The next run:
    earliest event time from the files' statistics (no data is read): the new events;
 2. the earliest day a new event can change is the day of that time less the job's
    ``recon_lookback`` (a join's bound); it also reaches back to the first day that held
-   ``window_open`` rows last time (their windows may have closed since), and for session jobs
+   ``window_open`` rows last time if the job's stream ran a batch since (their windows may
+   have closed in it, even without new events), and for session jobs
    (``recon_chain``) to the start of every session last reconciled that ends at or after the
    earliest new event (a new click may extend or merge it);
 3. passes that day as ``var('recon_from')[job]``: the job's batch and recon tables replace the
    days from there on in one Delta commit each (materialization ``recon_partitions``), and the
    batch model reads events from that day less ``recon_read_back``.
+
+A job that nothing new reached and whose stream ran no batch since (``NOTHING_NEW``) is left
+out of the run: its batch and recon models and their tests (`left_out`); its tables hold
+what a recomputation would give.
 
 A job is recomputed in full (``recon_from`` null) on its first reconciliation; after its
 stream was rebuilt or restored (a new checkpoint query id) or its bronze rewound; when the dbt
@@ -73,9 +78,18 @@ def positions_now(progress_rows: list[dict]) -> dict[str, dict[str, int]]:
     return out
 
 
+def last_batch(progress_rows: list[dict], job: str, query_id: str | None) -> int | None:
+    """The newest batch id the job's current query (``query_id``) recorded (pure); None
+    before its first."""
+    ids = [int(r["batch_id"]) for r in progress_rows
+           if r["job"] == job and r.get("query_id") == query_id and r.get("batch_id") is not None]
+    return max(ids) if ids else None
+
+
 def last_reconciled(rows: list[dict]) -> dict[str, dict]:
     """Per job, the positions recorded by its newest reconciliation (pure): query id,
-    fingerprint, open_from (a date or None) and the version per source."""
+    fingerprint, open_from (a date or None), the job's last stream batch then (None if not
+    recorded) and the version per source."""
     newest: dict[str, tuple] = {}  # job -> (reconciled_at, invocation_id) of its newest run
     for row in rows:
         if row["job"] not in newest or row["reconciled_at"] > newest[row["job"]][0]:
@@ -86,7 +100,8 @@ def last_reconciled(rows: list[dict]) -> dict[str, dict]:
             continue
         job = out.setdefault(row["job"], {"query_id": row["query_id"],
                                           "fingerprint": row["fingerprint"],
-                                          "open_from": row["open_from"], "versions": {}})
+                                          "open_from": row["open_from"],
+                                          "batch_id": row.get("batch_id"), "versions": {}})
         job["versions"][row["source"]] = int(row["version_to"])
     return out
 
@@ -129,8 +144,14 @@ def session_start_reached(cfg: TidemarkConfig, job: str, earliest: dt.datetime) 
     return start
 
 
+def batch_ran_since(last: dict, batch_now: int | None) -> bool:
+    """Whether the job's stream may have run a batch since its last reconciliation (pure):
+    unknown (a position recorded before the batch was) counts as yes."""
+    return last.get("batch_id") is None or batch_now is None or batch_now != last["batch_id"]
+
+
 def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[str, int],
-              query_id: str | None, print_: str) -> str:
+              query_id: str | None, print_: str, batch_now: int | None = None) -> str:
     """The first day to recompute for one job, or raise NeedsFull."""
     if last is None:
         raise NeedsFull("first reconciliation")
@@ -154,7 +175,8 @@ def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[s
             earliest = found
     chain = (session_start_reached(cfg, spec.name, earliest)
              if spec.recon_chain and earliest is not None else None)
-    open_from = last["open_from"]
+    # windows open last time can only have closed in a batch the stream ran since
+    open_from = last["open_from"] if batch_ran_since(last, batch_now) else None
     if isinstance(open_from, dt.datetime):
         open_from = open_from.date()
     return first_day(spec, earliest, open_from, chain)
@@ -178,10 +200,12 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
         current = query_id(cfg.paths.checkpoint(name))
         print_ = fingerprint(project, job_params.get(name, {}))
         last = recorded.get(name)
+        batch_now = last_batch(progress_rows, name, current)
         for source in spec.sources:
             position = {"job": name, "source": source,
                         "version_to": now.get(name, {}).get(source, -1),
-                        "query_id": current or "", "fingerprint": print_}
+                        "query_id": current or "", "fingerprint": print_,
+                        "batch_id": batch_now}
             if (not full and last and last["query_id"] == (current or "")
                     and last["fingerprint"] == print_ and source in last["versions"]):
                 # the lateness replay counts only rows past last time's position: the files
@@ -200,8 +224,9 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
             continue
         try:
             scope[name] = job_scope(cfg, spec, last, now.get(name, {}),
-                                    current or "", print_)
-            reasons[name] = ("nothing new" if scope[name] == NOTHING_NEW
+                                    current or "", print_, batch_now)
+            reasons[name] = ("nothing new since the last reconciliation: left out of this run"
+                             if scope[name] == NOTHING_NEW
                              else f"from {scope[name]}")
             if partitions_from is not None and partitions_from < scope[name]:
                 scope[name] = partitions_from
@@ -210,6 +235,14 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
             scope[name], reasons[name] = None, f"in full: {why}"
     return {"recon_from": scope, "recon_positions": positions, "recon_reasons": reasons,
             "recon_full": full}
+
+
+def left_out(variables: dict) -> list[str]:
+    """The models a run leaves out (pure, from what `recon_scope_vars` returned): the batch
+    and recon models of every job nothing reached (``NOTHING_NEW``). dbt leaves their tests
+    out with them; the shared models (staging, lateness, positions, summary) still run."""
+    return [model for job, day in sorted(variables.get("recon_from", {}).items())
+            if day == NOTHING_NEW for model in (f"int_{job}__batch", f"recon_{job}")]
 
 
 def read_positions(cfg: TidemarkConfig) -> list[dict]:

@@ -230,6 +230,24 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
         today, "2026-01-01", "2026-01-02", "2026-01-03"}
     assert {job: rows(f"recon_{job}") for job in before} == before
 
+    # One more incremental run with nothing new and no stream batch since: every job is left
+    # out (dagster-dbt takes the --exclude into its selection); the shared models still run,
+    # and each job's recon table keeps its rows and its last materialization.
+    from orchestration.recon_scope import left_out
+
+    now = dbt_vars(reconciled_jobs(), cfg)
+    assert set(now["recon_from"].values()) == {NOTHING_NEW}, now["recon_reasons"]
+    assert len(left_out(now)) == 2 * len(before)
+    idle = defs.resolve_job_def("reconciliation_job").execute_in_process(
+        instance=instance, tags=incremental_tags(cfg))
+    assert idle.success
+    built = {e.event_specific_data.materialization.asset_key.path[-1]
+             for e in idle.get_asset_materialization_events()}
+    assert "recon_summary" in built and "recon_positions" in built
+    assert not built & ({f"recon_{job}" for job in before}
+                        | {f"int_{job}__batch" for job in before})
+    assert {job: rows(f"recon_{job}") for job in before} == before
+
 
 
 def _free_port() -> int:

@@ -40,6 +40,32 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
     late = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
         "job = 'failed_txn_velocity'").collect()[0]
     assert late.events_not_yet_read == 3
+
+    # Again, with nothing new: no stream ran a batch since, so the windows open last time are
+    # still open and every job is left out (its models and checks); its tables stay as they
+    # were, and the positions record the same batches again.
+    from deltalake import DeltaTable
+
+    from helpers import scopes
+    from streaming_jobs import ops_tables
+
+    def version(name):
+        return DeltaTable(str(cfg.paths.dbt_table("recon", name))).version()
+
+    before = {job: version(f"recon_{job}") for job in reconciled_jobs()}
+    again = dbt("build")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert set(scopes(again.stderr).values()) == {
+        "nothing new since the last reconciliation: left out of this run"}, again.stderr
+    assert {job: version(f"recon_{job}") for job in reconciled_jobs()} == before
+    assert "no_unexplained_rows__failed_txn_velocity" not in again.stdout
+    assert "recon_summary__job_not_null" in again.stdout  # the shared models still ran
+    batches = {r["batch_id"] for r in ops_tables.read(cfg, "stream_progress")
+               if r["job"] == "failed_txn_velocity"}
+    positions = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions"))).to_pyarrow_table(
+        ).to_pylist()
+    assert sorted(r["batch_id"] for r in positions if r["job"] == "failed_txn_velocity") == \
+        [max(batches)] * 2
     # That the history grows run after run (append, not replace) is test_always_on's: two
     # reconciliations of each hosted job in one recon_summary.
 

@@ -60,7 +60,7 @@ def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
     assert all(reasons[0][job] == "in full: first reconciliation" for job in INCREMENTAL), reasons[0]
     for later in reasons[1:]:
         for job in INCREMENTAL:
-            assert later[job].startswith("from ") or later[job] == "nothing new", (job, later)
+            assert later[job].startswith(("from ", "nothing new")), (job, later)
     first_day = start.date().isoformat()
     skipped = [job for job in INCREMENTAL if reasons[-1][job] > f"from {first_day}"]
     assert skipped, f"the last run recomputed every day of every job: {reasons[-1]}"

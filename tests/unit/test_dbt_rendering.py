@@ -11,7 +11,7 @@ from streaming_jobs.registry import registry
 from streaming_jobs.schemas import STREAMS
 
 from orchestration import dbt_models
-from orchestration.dbt_cli import parse_args, split_data_root, with_vars
+from orchestration.dbt_cli import parse_args, split_data_root, with_excluded, with_vars
 from orchestration.dbt_vars import job_vars, last_batches
 from orchestration.project import DBT_PROJECT_DIR
 
@@ -113,6 +113,11 @@ def test_vars_and_the_data_root_are_placed_where_dbt_expects_them():
     assert with_vars(["clean"], {"a": 1}) == ["clean"]
     assert split_data_root(["--data-root", "/d", "build"]) == ("/d", ["build"])
     assert split_data_root(["build"]) == (None, ["build"])
+    # the jobs nothing new reached join the user's own --exclude, or get one
+    assert with_excluded(["build", "--exclude", "x", "--select", "y"], ["a", "b"]) == [
+        "build", "--exclude", "a", "b", "x", "--select", "y"]
+    assert with_excluded(["build"], ["a"]) == ["build", "--exclude", "a"]
+    assert with_excluded(["build"], []) == ["build"]
 
 
 def test_the_parse_before_a_warm_session_keeps_what_changes_the_manifest_and_drops_the_rest():

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from orchestration.recon_scope import (NOTHING_NEW, NeedsFull, earliest_new_event, first_day,
-                                       ingest_batch_floor, last_reconciled, positions_now)
+from orchestration.recon_scope import (NOTHING_NEW, NeedsFull, batch_ran_since,
+                                       earliest_new_event, first_day, ingest_batch_floor,
+                                       last_batch, last_reconciled, left_out, positions_now)
 from streaming_jobs.registry import registry
 
 UTC = dt.timezone.utc
@@ -121,5 +122,29 @@ def test_positions_are_the_newest_versions_read_and_the_newest_run_recorded():
          "reconciled_at": t2},
     ]
     assert last_reconciled(rows) == {"j": {"query_id": "q", "fingerprint": "f",
-                                           "open_from": dt.date(2026, 2, 28),
+                                           "open_from": dt.date(2026, 2, 28), "batch_id": None,
                                            "versions": {"orders": 9, "payments": 2}}}
+
+
+def test_open_windows_count_only_if_the_stream_ran_a_batch_since():
+    progress = [{"job": "j", "query_id": "old", "batch_id": 40},
+                {"job": "j", "query_id": "q", "batch_id": 6},
+                {"job": "j", "query_id": "q", "batch_id": 7},
+                {"job": "k", "query_id": "q", "batch_id": 99}]
+    # the newest batch of the job's current query, not of an older one or of another job
+    assert last_batch(progress, "j", "q") == 7
+    assert last_batch(progress, "j", "never") is None
+    assert not batch_ran_since({"batch_id": 7}, 7)
+    assert batch_ran_since({"batch_id": 7}, 8)
+    # restored to an earlier batch, or not recorded (positions from before the column): yes
+    assert batch_ran_since({"batch_id": 7}, 5)
+    assert batch_ran_since({"batch_id": None}, 7)
+    assert batch_ran_since({}, 7)
+
+
+def test_only_the_jobs_nothing_reached_are_left_out():
+    variables = {"recon_from": {"b": NOTHING_NEW, "a": "2026-03-01", "c": None,
+                                "d": NOTHING_NEW}}
+    assert left_out(variables) == ["int_b__batch", "recon_b", "int_d__batch", "recon_d"]
+    assert left_out({"recon_from": {"a": None}}) == []
+    assert left_out({"jobs": {}}) == []

@@ -1,11 +1,14 @@
-{{ config(materialized='incremental', incremental_strategy='append') }}
+{{ config(materialized='incremental', incremental_strategy='append',
+          on_schema_change='append_new_columns') }}
 {%- set positions = var('recon_positions', []) %}
 
 -- Where each job's reconciliation got to: per job and source, the bronze version the streams
 -- had read (pinned for this invocation by tidemark-dbt), the stream's checkpoint query id and
--- the fingerprint of the project and the job's parameters, and the first day still holding
--- window_open rows. Built after every recon model, so a run that fails records nothing. The
--- next run recomputes only the days its new events can change (orchestration/recon_scope.py).
+-- the fingerprint of the project and the job's parameters, the first day still holding
+-- window_open rows, and the job's last stream batch (none since: no open window can have
+-- closed, and the job is left out of the next run if nothing new reached it either). Built
+-- after every recon model, so a run that fails records nothing. The next run recomputes only
+-- the days its new events can change (orchestration/recon_scope.py).
 {% for job in var('jobs') %}
 -- depends_on: {{ ref('recon_' ~ job) }}
 {%- endfor %}
@@ -15,16 +18,17 @@ with positions as (
     {% if positions -%}
     select * from values
         {% for p in positions -%}
-        ('{{ p.job }}', '{{ p.source }}', cast({{ p.version_to }} as bigint), '{{ p.query_id }}', '{{ p.fingerprint }}'){% if not loop.last %},{% endif %}
+        ('{{ p.job }}', '{{ p.source }}', cast({{ p.version_to }} as bigint), '{{ p.query_id }}', '{{ p.fingerprint }}', cast({{ p.batch_id if p.batch_id is not none else 'null' }} as bigint)){% if not loop.last %},{% endif %}
         {% endfor -%}
-        as t(job, source, version_to, query_id, fingerprint)
+        as t(job, source, version_to, query_id, fingerprint, batch_id)
     {%- else -%}
     select
         cast(null as string) as job,
         cast(null as string) as source,
         cast(null as bigint) as version_to,
         cast(null as string) as query_id,
-        cast(null as string) as fingerprint
+        cast(null as string) as fingerprint,
+        cast(null as bigint) as batch_id
     where false
     {%- endif %}
 
@@ -55,7 +59,9 @@ final as (
         positions.fingerprint,
         still_open.open_from,
         '{{ invocation_id }}' as invocation_id,
-        current_timestamp() as reconciled_at
+        current_timestamp() as reconciled_at,
+        -- last: a table recorded before it had the column gets it appended at the end
+        positions.batch_id
     from positions
     left join still_open on positions.job = still_open.job
 

@@ -10,9 +10,13 @@
 -- updated some gold tables only) appends rows for those jobs alone: another job's recon table
 -- was built by an earlier run from other positions, and its counts under this run's timestamp
 -- and late-event counts would mix two states. Building the summary alone summarizes every job.
+-- A job that nothing new reached since its last reconciliation (recon_from '9999-12-31', left
+-- out of the run by tidemark-dbt) counts as reconciled: its table is current at this run's
+-- positions.
 {%- set reconciled = [] %}
 {%- for job in var('jobs') %}
-    {%- if ('model.' ~ project_name ~ '.recon_' ~ job) in selected_resources %}
+    {%- if ('model.' ~ project_name ~ '.recon_' ~ job) in selected_resources
+           or var('recon_from', {}).get(job) == '9999-12-31' %}
         {%- do reconciled.append(job) %}
     {%- endif %}
 {%- endfor %}

@@ -25,6 +25,7 @@ from orchestration.project import dbt_project
 from orchestration.recon_partitions import (RECON_MODE_TAG, partitions_def, recomputed_from,
                                             run_scope)
 from orchestration.recon_report import recon_counts, recon_metadata, summary_metadata
+from orchestration.recon_scope import left_out
 from orchestration.resources import TidemarkResource
 
 RECON_GROUP = "reconciliation"
@@ -109,6 +110,13 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
         # ARGS=build`), a scheduled reconciliation need not pay for them every time
         args = ["--data-root", str(run_cfg.data_root), "build", "--exclude-resource-type",
                 "unit_test", "--vars", json.dumps(variables)]
+        # the jobs nothing new reached: their models and checks are left out (dagster-dbt
+        # folds this --exclude into the run's selection); their tables are what they were
+        skipped = left_out(variables)
+        if skipped:
+            context.log.info(f"left out, nothing new since the last reconciliation: "
+                             f"{', '.join(skipped)}")
+            args += ["--exclude", " ".join(skipped)]
         for event in dbt.cli(args, context=context, target_path=target).stream():
             if isinstance(event, dg.Output):
                 key = context.asset_key_for_output(event.output_name)
