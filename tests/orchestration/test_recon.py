@@ -66,6 +66,25 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
         ).to_pylist()
     assert sorted(r["batch_id"] for r in positions if r["job"] == "failed_txn_velocity") == \
         [max(batches)] * 2
+
+    # The stream reads what bronze took meanwhile: that job is recomputed, the others are left
+    # out, and the summary still gets a row for every job (theirs are current as they stand).
+    from streaming_jobs.registry import get_job
+    from streaming_jobs.runner import run_job
+
+    run_job(spark, cfg, get_job("failed_txn_velocity"))
+    mixed = dbt("build")
+    assert mixed.returncode == 0, mixed.stdout[-3000:]
+    reasons = scopes(mixed.stderr)
+    assert reasons.pop("failed_txn_velocity").startswith("from "), mixed.stderr
+    assert set(reasons.values()) == {
+        "nothing new since the last reconciliation: left out of this run"}, mixed.stderr
+    assert version("recon_failed_txn_velocity") > before["failed_txn_velocity"]
+    summary = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_summary"))).to_pyarrow_table(
+        ).to_pylist()
+    newest = max(r["reconciled_at"] for r in summary)
+    assert sorted(r["job"] for r in summary if r["reconciled_at"] == newest) == \
+        sorted(reconciled_jobs())
     # That the history grows run after run (append, not replace) is test_always_on's: two
     # reconciliations of each hosted job in one recon_summary.
 

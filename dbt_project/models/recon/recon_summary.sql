@@ -13,6 +13,11 @@
 -- A job that nothing new reached since its last reconciliation (recon_from '9999-12-31', left
 -- out of the run by tidemark-dbt) counts as reconciled: its table is current at this run's
 -- positions.
+-- (every recon model is a dependency, whatever a run reconciles: dbt records refs at parse
+-- time, when the vars may already leave some jobs out)
+{% for job in var('jobs') %}
+-- depends_on: {{ ref('recon_' ~ job) }}
+{%- endfor %}
 {%- set reconciled = [] %}
 {%- for job in var('jobs') %}
     {%- if ('model.' ~ project_name ~ '.recon_' ~ job) in selected_resources
