@@ -43,7 +43,7 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
 
     # Again, with nothing new: no stream ran a batch since, so the windows open last time are
     # still open and every job is left out (its models and checks); its tables stay as they
-    # were, and the positions record the same batches again.
+    # were, and its position stays the one recorded with its last batch.
     from deltalake import DeltaTable
 
     from helpers import scopes
@@ -64,8 +64,8 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
                if r["job"] == "failed_txn_velocity"}
     positions = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions"))).to_pyarrow_table(
         ).to_pylist()
-    assert sorted(r["batch_id"] for r in positions if r["job"] == "failed_txn_velocity") == \
-        [max(batches)] * 2
+    assert [r["batch_id"] for r in positions if r["job"] == "failed_txn_velocity"] == [
+        max(batches)]
 
     # The stream reads what bronze took meanwhile: that job is recomputed, the others are left
     # out, and the summary still gets a row for every job (theirs are current as they stand).
@@ -85,6 +85,13 @@ def test_recon_classifies_late_and_open_windows(spark, cfg):
     newest = max(r["reconciled_at"] for r in summary)
     assert sorted(r["job"] for r in summary if r["reconciled_at"] == newest) == \
         sorted(reconciled_jobs())
+    # only the job the run rebuilt moved its position (to the batch the stream ran)
+    positions = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions"))).to_pyarrow_table(
+        ).to_pylist()
+    latest = max(r["reconciled_at"] for r in positions)
+    assert {(r["job"], r["batch_id"]) for r in positions if r["reconciled_at"] == latest} == {
+        ("failed_txn_velocity", max(r["batch_id"] for r in ops_tables.read(cfg, "stream_progress")
+                                    if r["job"] == "failed_txn_velocity"))}
     # That the history grows run after run (append, not replace) is test_always_on's: two
     # reconciliations of each hosted job in one recon_summary.
 

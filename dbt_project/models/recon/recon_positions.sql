@@ -1,6 +1,15 @@
 {{ config(materialized='incremental', incremental_strategy='append',
           on_schema_change='append_new_columns') }}
-{%- set positions = var('recon_positions', []) %}
+{#- only the jobs whose recon model this invocation builds: a run of part of the graph (what
+    the automation requested after some gold tables changed, one job's models) must not move
+    another job's position past events its recon table has not seen; a job left out because
+    nothing new reached it keeps its last record -#}
+{%- set positions = [] %}
+{%- for p in var('recon_positions', []) %}
+    {%- if ('model.' ~ project_name ~ '.recon_' ~ p.job) in selected_resources %}
+        {%- do positions.append(p) %}
+    {%- endif %}
+{%- endfor %}
 
 -- Where each job's reconciliation got to: per job and source, the bronze version the streams
 -- had read (pinned for this invocation by tidemark-dbt), the stream's checkpoint query id and
