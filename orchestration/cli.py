@@ -33,7 +33,7 @@ import sys
 from streaming_jobs.checkpoints import CheckpointBusy
 from streaming_jobs.config import ConfigError, TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, deliver, generate
-from streaming_jobs.spark import SparkStartupError, get_spark
+from streaming_jobs.spark import SparkStartupError, build_class_archive, get_spark
 from streaming_jobs.runner import StreamRunError
 from streaming_jobs.kafka import KafkaSourceError
 from streaming_jobs.kafka_broker import BrokerError
@@ -53,11 +53,14 @@ def setup(cfg: TidemarkConfig) -> None:
 
     with Console(cfg, "setup") as console:
         get_spark(cfg)  # first start resolves the jars into the cache and records them
+        archive = build_class_archive(cfg)  # every later JVM start maps these classes
         ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
         prepare_dagster_home(cfg)
         ensure_manifest(cfg)
         console.line(f"setup done in {console.elapsed().strip()}: jars cached in "
-                     f"{cfg.spark.jars_cache}, Dagster home {cfg.paths.dagster_home} "
+                     f"{cfg.spark.jars_cache}, "
+                     f"{'JVM class archive ' + archive.name if archive else 'no JVM class archive (see driver-classes.log there)'}, "
+                     f"Dagster home {cfg.paths.dagster_home} "
                      f"(log {console.log_path})")
 
 

@@ -130,6 +130,68 @@ def _write_manifest(cfg: TidemarkConfig, spark) -> None:
         )
 
 
+def class_archive(cfg: TidemarkConfig, jars: list[str] | None) -> Path | None:
+    """Where `build_class_archive` keeps the driver JVM's class-data archive for this Java,
+    this Spark and these jars (None before the jars are resolved, or without Java)."""
+    import hashlib
+
+    import pyspark
+
+    if not jars:
+        return None
+    try:
+        java = os.path.realpath(check_java())
+    except SparkStartupError:
+        return None
+    key = hashlib.sha256(json.dumps([java, pyspark.__version__, sorted(jars)]).encode())
+    return cfg.spark.jars_cache / f"driver-classes-{key.hexdigest()[:16]}.jsa"
+
+
+def build_class_archive(cfg: TidemarkConfig) -> Path | None:
+    """Archive the classes a driver JVM loads to start Spark, open the metastore and read and
+    write Delta (Java's class-data sharing: ``-XX:ArchiveClassesAtExit``), once, for every later
+    start (`spark_conf`). Run by `tidemark setup` in a JVM of its own on a scratch data root;
+    returns the archive, or None (with the reason in ``<jars cache>/driver-classes.log``) when
+    it could not be built: Spark then starts as before."""
+    import subprocess
+
+    archive = class_archive(cfg, cached_jars(cfg))
+    if archive is None or archive.is_file():
+        return archive
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    log = cfg.spark.jars_cache / "driver-classes.log"
+    with tempfile.TemporaryDirectory(prefix="tidemark-classes-") as root:
+        env = {**os.environ, "TIDEMARK_DATA_ROOT": root,
+               "TIDEMARK_JARS_CACHE": str(cfg.spark.jars_cache)}
+        with open(log, "w") as out:
+            done = subprocess.run([sys.executable, "-m", "streaming_jobs.spark", str(partial)],
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900)
+    if done.returncode == 0 and partial.is_file():
+        partial.replace(archive)  # whole or not at all: a JVM never maps a half-written one
+        return archive
+    partial.unlink(missing_ok=True)
+    return None
+
+
+def _dump_classes(archive: str) -> None:
+    """`build_class_archive`'s JVM: start, use the metastore and Delta, stop, and wait for the
+    JVM to write the archive as it exits."""
+    from pyspark import SparkContext
+
+    cfg = TidemarkConfig.from_env()
+    conf = spark_conf(cfg, hive_metastore=True)
+    conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={archive}"
+    spark = start_session(cfg, conf)
+    spark.sql("show databases").collect()
+    table = str(cfg.data_root / "classes")
+    spark.range(10).selectExpr("id", "id % 3 as k").write.format("delta").save(table)
+    spark.read.format("delta").load(table).groupBy("k").count().collect()
+    gateway = SparkContext._gateway
+    spark.stop()
+    gateway.proc.stdin.close()  # the JVM exits when its stdin closes, and writes the archive
+    gateway.proc.wait(timeout=600)
+
+
 class SparkStartupError(RuntimeError):
     """Spark could not start; the message says what to install or fix."""
 
@@ -231,6 +293,13 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
     if cfg.spark.master.startswith("spark://"):
         conf.update(cluster_conf(cfg))
     jars = cached_jars(cfg)
+    archive = class_archive(cfg, jars)
+    if archive is not None and archive.is_file():
+        # The driver JVM maps the classes `tidemark setup` archived (`build_class_archive`)
+        # instead of loading and verifying them again: about 8 s less per start (BENCHMARKS.md).
+        # A JVM or class path the archive does not fit ignores it, silently, and loads as before.
+        conf["spark.driver.extraJavaOptions"] += (
+            f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off")
     if jars:
         # Resolved before: hand Spark the files and skip Ivy (3-4 s per start, and offline).
         for key in ("spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy"):
@@ -376,3 +445,7 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
         _write_manifest(cfg, spark)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+if __name__ == "__main__":
+    _dump_classes(sys.argv[1])
