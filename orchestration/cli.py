@@ -57,10 +57,10 @@ def setup(cfg: TidemarkConfig) -> None:
         ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
         prepare_dagster_home(cfg)
         ensure_manifest(cfg)
+        classes = (f"JVM class archive {archive.name}" if archive else
+                   "no JVM class archive (see driver-classes.log there)")
         console.line(f"setup done in {console.elapsed().strip()}: jars cached in "
-                     f"{cfg.spark.jars_cache}, "
-                     f"{'JVM class archive ' + archive.name if archive else 'no JVM class archive (see driver-classes.log there)'}, "
-                     f"Dagster home {cfg.paths.dagster_home} "
+                     f"{cfg.spark.jars_cache}, {classes}, Dagster home {cfg.paths.dagster_home} "
                      f"(log {console.log_path})")
 
 

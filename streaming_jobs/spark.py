@@ -164,9 +164,14 @@ def build_class_archive(cfg: TidemarkConfig) -> Path | None:
         env = {**os.environ, "TIDEMARK_DATA_ROOT": root,
                "TIDEMARK_JARS_CACHE": str(cfg.spark.jars_cache)}
         with open(log, "w") as out:
-            done = subprocess.run([sys.executable, "-m", "streaming_jobs.spark", str(partial)],
-                                  env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900)
-    if done.returncode == 0 and partial.is_file():
+            try:
+                done = subprocess.run([sys.executable, "-m", "streaming_jobs.spark",
+                                       str(partial)], env=env, stdout=out,
+                                      stderr=subprocess.STDOUT, timeout=900)
+            except subprocess.TimeoutExpired:
+                out.write("\ntidemark: gave up after 900 s\n")
+                done = None
+    if done is not None and done.returncode == 0 and partial.is_file():
         partial.replace(archive)  # whole or not at all: a JVM never maps a half-written one
         return archive
     partial.unlink(missing_ok=True)
