@@ -4,12 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
-JARS := $(JARS_CACHE)/tidemark-jars.json
+# Written when `tidemark setup` has finished: a setup killed half-way (before the class archive,
+# say) leaves it missing, so the next `make` runs setup again (each step skips what is there).
+SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
 .PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
-setup: $(JARS)
+setup: $(SETUP_DONE)
 
 # The virtual environment, with every pin from pyproject.toml.
 $(INSTALLED): pyproject.toml
@@ -18,9 +20,11 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-# The Delta jars, resolved once from Maven Central into the cache (and a parsed dbt project).
-$(JARS): $(INSTALLED)
+# The Delta jars, resolved once from Maven Central into the cache, the driver's class archive,
+# the ops tables, the Dagster home and a parsed dbt project.
+$(SETUP_DONE): $(INSTALLED)
 	TIDEMARK_JARS_CACHE=$(JARS_CACHE) $(BIN)/tidemark setup
+	touch $@
 
 # SOURCE=kafka: the same run through the project's Kafka broker (started and stopped by the run)
 SOURCE ?= landing
