@@ -44,10 +44,8 @@ def test_dbt_process_gets_a_derby_metastore_under_the_data_root(tmp_path):
     conf = spark_conf(TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}),
                       hive_metastore=True)
     assert conf["spark.sql.catalogImplementation"] == "hive"
-    # dbt's many small statements interpret their projections; the streaming process does not
-    assert conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
-    assert "spark.sql.codegen.factoryMode" not in spark_conf(
-        TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}))
+    # generated code for every statement (interpreted sorts and windows are slow at scale)
+    assert "spark.sql.codegen.factoryMode" not in conf
     assert str(tmp_path / "dbt" / "metastore_db") in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
 
 
