@@ -283,8 +283,8 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
     if hive_metastore:
         conf.update({
             # Projections, orderings and window frames stay generated code (Spark's default).
-            # Interpreting them (spark.sql.codegen.factoryMode=NO_CODEGEN) cut a small build by
-            # a third but made a full reconciliation of 5 M events 1.7 times as long: sorts,
+            # Interpreting them (spark.sql.codegen.factoryMode=NO_CODEGEN) made a small build
+            # faster but a full reconciliation of 5 M events 1.7 times as long: sorts,
             # joins and windows outside whole-stage code run interpreted (BENCHMARKS.md).
             "spark.sql.catalogImplementation": "hive",
             "spark.hadoop.javax.jdo.option.ConnectionURL":
