@@ -6,10 +6,30 @@ Helpers that are not fixtures (landing hand-made events, running tidemark-dbt) a
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate
+
+
+# The tests' data are tens to thousands of rows. At that size Spark spends more time generating
+# and compiling code for each projection than running it, so every Spark the tests start (the
+# shared session, tidemark-dbt, the SQL endpoint, Dagster's run workers: they inherit this
+# environment) interprets projections; whole-stage code generation stays on. The product keeps
+# Spark's default: at 5 M events interpreted sorts and windows made a reconciliation 1.7 times
+# as long (BENCHMARKS.md, "Code generation back on"). The results are the same either way; the
+# tests that set TIDEMARK_SPARK_CONF themselves (the cluster, loopback) run generated code, as
+# do the benchmarks and the soak, which are scripts. Spark's default here:
+# TIDEMARK_SPARK_CONF="spark.sql.codegen.factoryMode=FALLBACK" make test.
+TESTS_SPARK_CONF = "spark.sql.codegen.factoryMode=NO_CODEGEN"
+
+
+def pytest_configure(config):
+    current = os.environ.get("TIDEMARK_SPARK_CONF", "")
+    if "spark.sql.codegen.factoryMode" not in current:
+        os.environ["TIDEMARK_SPARK_CONF"] = ";".join(filter(None, (current, TESTS_SPARK_CONF)))
 
 
 @pytest.fixture(scope="session")
