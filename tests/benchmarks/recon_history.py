@@ -20,6 +20,12 @@ step (2.5, 5, 7.5 and 10 days with the defaults). At each step, as a schedule wo
 
 Each dbt run is a new process on the session target (a JVM start included, as a scheduled run
 outside `tidemark dev` pays it), without dbt's unit tests (a scheduled run leaves them out).
+
+``--endpoint``: as `tidemark dev` and `make live` run it. The data root's SQL endpoint (a warm
+Spark that stays up, `streaming_jobs.sql_endpoint`) runs the full and incremental builds; the
+last step keeps back two hours, not one: the first is reconciled through the endpoint, then the
+endpoint stops and the second is reconciled on the session target, for the same hour of history
+both ways. The backfill runs on the session target.
 Prints a markdown table for BENCHMARKS.md.
 """
 
@@ -71,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-every", action="store_true",
                         help="compare with a backfill at every step, not only the last")
     parser.add_argument("--keep", action="store_true", help="keep the data root")
+    parser.add_argument("--endpoint", action="store_true",
+                        help="reconcile through the data root's SQL endpoint (module docstring)")
     args = parser.parse_args(argv)
     hours = round(args.days * 24)
     if hours % args.steps:
@@ -78,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="tidemark-history-"))
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
+    if args.endpoint:
+        from streaming_jobs.processes import free_port
+
+        os.environ["TIDEMARK_SQL_PORT"] = str(free_port())
     from streaming_jobs.config import TidemarkConfig
     from streaming_jobs.generator import GeneratorConfig, generate, write_files
     from streaming_jobs.spark import get_spark
@@ -101,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     per_step = hours // args.steps
     for step in range(1, args.steps + 1):
         first, last = (step - 1) * per_step, step * per_step - 1
+        # the last step of --endpoint keeps back one more hour, for the session target
+        session_hour = last if args.endpoint and step == args.steps else None
+        last -= session_hour is not None
+        on_target(cfg, "endpoint" if args.endpoint else "session")
         spark = get_spark(cfg)
         ingest_s, stream_s = land_hours(spark, cfg, gens, pending, range(first, last))
         spark.stop()
@@ -117,6 +133,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  hour {last}: ingested in {ingest_s:.0f}s, streamed in {stream_s:.0f}s; "
               f"incremental reconciliation: {incremental_s:.1f}s\n    " + "\n    ".join(scopes)
               + f"\n  {slowest_nodes(cfg)}", flush=True)
+        session_s = None
+        if session_hour is not None:
+            on_target(cfg, "session")
+            spark = get_spark(cfg)
+            land_hours(spark, cfg, gens, pending, range(session_hour, session_hour + 1))
+            spark.stop()
+            session_s, _ = tidemark_dbt(*BUILD)
+            print(f"  hour {session_hour} on the session target (the endpoint stopped): "
+                  f"incremental reconciliation: {session_s:.1f}s\n  {slowest_nodes(cfg)}",
+                  flush=True)
+        on_target(cfg, "session")
         checked = None
         if step == args.steps or args.check_every:
             tables = recon_tables(cfg)
@@ -134,22 +161,38 @@ def main(argv: list[str] | None = None) -> int:
                   f"tables: {checked[0]}" + "".join(f"\n    differs: {d}" for d in differ),
                   flush=True)
         bronze = bronze_rows(cfg)
-        rows.append((step * per_step / 24, bronze, full_s, incremental_s, checked))
+        rows.append(((last + 1) / 24, bronze, full_s, incremental_s, session_s, checked))
 
-    print("\n| history (days) | bronze rows | full (s) | +1 hour incremental (s) "
-          "| incremental / full | same rows and classes as a backfill |")
-    print("|---:|---:|---:|---:|---:|---|")
-    for days, bronze, full_s, incremental_s, checked in rows:
+    target = "the SQL endpoint" if args.endpoint else "the session target"
+    print(f"\n| history (days) | bronze rows | full (s), {target} | +1 hour incremental (s), "
+          f"{target} | incremental / full | same rows and classes as a backfill |"
+          + (" +1 hour more, session target (s) |" if args.endpoint else ""))
+    print("|---:|---:|---:|---:|---:|---|" + ("---:|" if args.endpoint else ""))
+    for days, bronze, full_s, incremental_s, session_s, checked in rows:
         same = ("-" if checked is None else
                 f"{'yes' if checked[0] else 'NO'}, {checked[1]} tables "
                 f"(backfill {checked[2]:.1f} s)")
-        print(f"| {days:g} | {bronze:,} | {full_s:.1f} | {incremental_s:.1f} "
-              f"| {incremental_s / full_s:.0%} | {same} |")
+        print(f"| {days:.3g} | {bronze:,} | {full_s:.1f} | {incremental_s:.1f} "
+              f"| {incremental_s / full_s:.0%} | {same} |"
+              + (f" {'-' if session_s is None else f'{session_s:.1f}'} |"
+                 if args.endpoint else ""))
     if args.keep:
         print(f"data root kept: {root}")
     else:
         shutil.rmtree(root, ignore_errors=True)
     return 0 if all(c is None or c[0] for *_, c in rows) else 1
+
+
+def on_target(cfg, target: str) -> None:
+    """tidemark-dbt's runs from now on go to ``target``: the endpoint is started (and left up)
+    or stopped."""
+    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+
+    os.environ["TIDEMARK_DBT_TARGET"] = target
+    if target == "endpoint":
+        start_sql_endpoint(cfg)
+    else:
+        stop_sql_endpoint(cfg)
 
 
 def bronze_rows(cfg) -> int:
