@@ -18,9 +18,13 @@ Each job's reconciliation recomputes only the days its new events can change
 (``recon_from``, `orchestration.recon_scope`), and a job nothing new reached is left out of
 ``build``, ``run`` and ``test`` (``--exclude``, `recon_scope.left_out`); ``--full`` (or
 dbt's ``--full-refresh``) recomputes every day of every job, a backfill. The scope of each job is printed first.
-In session mode the JVM's start (about 10 s) and its first use of the metastore and of Delta
-(about 10 s more) overlap dbt's parse of the project: a thread starts and warms the session
-while this one parses, then dbt runs the command on that manifest (`SessionWarmup`).
+The vars that change every run (the position and the scope, `RUN_VARS`) reach the models in
+the environment (``TIDEMARK_DBT_RUN_VARS``, read by macros/run_vars.sql), not in ``--vars``:
+dbt parses the whole project again whenever ``--vars`` change. dbt parses first, in the data
+root's own target path (not a Dagster run's, which is new every run), so its partial parse holds
+from one invocation to the next. In session mode the JVM's start (about 10 s) and its first use
+of the metastore and of Delta (about 10 s more) overlap that parse: a thread starts and warms
+the session while this one parses, then dbt runs the command on that manifest (`SessionWarmup`).
 Dagster's DbtCliResource runs this instead of ``dbt`` (with ``--data-root PATH`` first: the
 run's data root, from its resource).
 """
@@ -50,6 +54,13 @@ VALUED_PARSE_OPTIONS = {"--target", "-t", "--profile", "--profiles-dir", "--proj
 PARSE_FLAGS = {"--partial-parse", "--no-partial-parse"}
 # Commands whose nodes a run leaves out for jobs nothing new reached (`recon_scope.left_out`)
 SELECTS_MODELS = {"build", "run", "test"}
+# The vars that are each invocation's own: the streams' pinned position and what the run
+# recomputes. dbt parses the whole project again whenever --vars change (7 s or more of a
+# build), so they reach the models in the environment instead (macros/run_vars.sql reads them
+# while the run runs), and --vars keep what changes only with the jobs.
+RUN_VARS = ("progress_version", "gold_versions", "recon_from", "recon_positions",
+            "recon_reasons", "recon_full")
+RUN_VARS_ENV = "TIDEMARK_DBT_RUN_VARS"
 
 
 def with_vars(args: list[str], variables: dict) -> list[str]:
@@ -93,8 +104,22 @@ def _wait_for_lake(cfg: TidemarkConfig) -> None:
                          f"{cfg.paths.logs}")
 
 
-def parse_args(args: list[str]) -> list[str]:
-    """The ``dbt parse`` that makes the manifest ``args`` would make (and prints only errors)."""
+def split_run_vars(args: list[str]) -> tuple[list[str], dict]:
+    """``args`` without the `RUN_VARS` in their ``--vars``, and those vars."""
+    if "--vars" not in args:
+        return args, {}
+    import yaml  # dbt reads --vars as YAML (JSON is YAML)
+
+    at = args.index("--vars") + 1
+    values = yaml.safe_load(args[at]) or {}
+    own = {key: values.pop(key) for key in RUN_VARS if key in values}
+    return [*args[:at], json.dumps(values), *args[at + 1:]], own
+
+
+def parse_args(args: list[str], target_path: str | None = None) -> list[str]:
+    """The ``dbt parse`` that makes the manifest ``args`` would make (and prints only errors).
+    ``target_path``: where it keeps dbt's partial-parse file, unless ``args`` name one (a
+    Dagster run's own target path is new every run, and would start every parse over)."""
     out = ["parse", "--quiet"]
     for i, arg in enumerate(args):
         name = arg.split("=", 1)[0]
@@ -102,6 +127,8 @@ def parse_args(args: list[str]) -> list[str]:
             out += [arg] if "=" in arg else args[i:i + 2]
         elif arg in PARSE_FLAGS:
             out.append(arg)
+    if target_path and not any(a.split("=", 1)[0] == "--target-path" for a in out):
+        out += ["--target-path", target_path]
     return out
 
 
@@ -196,10 +223,16 @@ def main(argv: list[str] | None = None) -> int:
 
             args = with_excluded(args, left_out(variables))
         args = with_vars(args, variables)
+        if command in NEEDS_SPARK:
+            args, own = split_run_vars(args)
+            os.environ[RUN_VARS_ENV] = json.dumps(own)
         manifest = None
-        if warmup is not None:
-            parsed = dbtRunner().invoke(parse_args(args))
-            warmup.join()
+        if command in PARSE_FIRST:
+            # (while the session warms up, in session mode) in the data root's own target
+            # path, where dbt's partial parse holds from one invocation to the next
+            parsed = dbtRunner().invoke(parse_args(args, str(cfg.paths.dbt / "target")))
+            if warmup is not None:
+                warmup.join()
             if not parsed.success:
                 return 2 if parsed.exception is not None else 1
             manifest = parsed.result

@@ -16,9 +16,10 @@ next one starts again from the last recorded position). The next run:
    have closed in it, even without new events), and for session jobs
    (``recon_chain``) to the start of every session last reconciled that ends at or after the
    earliest new event (a new click may extend or merge it);
-3. passes that day as ``var('recon_from')[job]``: the job's batch and recon tables replace the
-   days from there on in one Delta commit each (materialization ``recon_partitions``), and the
-   batch model reads events from that day less ``recon_read_back``.
+3. passes that day as ``recon_from[job]`` (a run var, macros/run_vars.sql): the job's batch
+   and recon tables replace the days from there on in one Delta commit each (materialization
+   ``recon_partitions``), and the batch model reads events from that day less
+   ``recon_read_back``.
 
 A job that nothing new reached and whose stream ran no batch since (``NOTHING_NEW``) is left
 out of the run: its batch and recon models and their tests (`left_out`); its tables hold

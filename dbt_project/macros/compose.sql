@@ -22,7 +22,7 @@
 {#- the least ingestion batch id of bronze's files past the last recorded position
     (recon_scope.py): a bound for the rows past this table's own, which is no earlier -#}
 {%- set floor = none -%}
-{%- for p in var('recon_positions', []) -%}
+{%- for p in run_var('recon_positions', []) -%}
 {%- if p['job'] == job and p['source'] == source and p.get('replay_floor')
        and through >= p['replay_floor']['after'] >= 0 -%}
 {%- set floor = p['replay_floor']['ingest_batch_id'] -%}

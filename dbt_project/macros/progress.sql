@@ -1,11 +1,12 @@
 {#
   ops/stream_progress as every model of one dbt invocation must see it: as of the version
-  tidemark-dbt pinned (var progress_version; streams that keep running append rows while dbt
-  runs), one row per batch (a batch replayed after a crash reports twice; the latest report is
-  the one that committed). stg_stream_progress is this query; `relation` is the progress table.
+  tidemark-dbt pinned (run var progress_version, macros/run_vars.sql; streams that keep running
+  append rows while dbt runs), one row per batch (a batch replayed after a crash reports twice;
+  the latest report is the one that committed). stg_stream_progress is this query; `relation`
+  is the progress table.
 #}
 {% macro stream_progress_sql(relation) -%}
-{%- set pinned = var('progress_version', none) -%}
+{%- set pinned = run_var('progress_version', none) -%}
 with source as (
 
     select * from {{ relation }}

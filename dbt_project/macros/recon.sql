@@ -24,7 +24,7 @@
   their source ranges and watermark are left out of the batch side.
 #}
 {% macro gold_as_of(job) -%}
-{%- set version = var('gold_versions', {}).get(job) -%}
+{%- set version = run_var('gold_versions', {}).get(job) -%}
 {{ source('lake', 'gold_' ~ job) }}{% if version is not none %} version as of {{ version }}{% endif %}
 {%- endmacro %}
 

@@ -14,7 +14,7 @@
 {%- if model is defined and model is mapping and model.get('resource_type') == 'unit_test' -%}
 {{ return(none) }}
 {%- endif -%}
-{{ return(var('recon_from', {}).get(job) if var('jobs')[job].get('recon_partition') else none) }}
+{{ return(run_var('recon_from', {}).get(job) if var('jobs')[job].get('recon_partition') else none) }}
 {%- endmacro %}
 
 {# The same for a job whose batch model composes its rows (macros/compose.sql), with a day or
@@ -24,7 +24,7 @@
 {{ return(none) }}
 {%- endif -%}
 {%- set params = var('jobs')[job] -%}
-{{ return(var('recon_from', {}).get(job)
+{{ return(run_var('recon_from', {}).get(job)
           if params.get('recon_partition') or params.get('recon_composed') else none) }}
 {%- endmacro %}
 

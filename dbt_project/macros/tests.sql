@@ -47,11 +47,11 @@ true
    (recon_scope.py's replay_floor), or none. #}
 {% macro bronze_tested_through(relation) -%}
     {%- set name = relation.identifier if relation.identifier is defined else '' -%}
-    {%- if not name or not name.startswith('stg_') or var('recon_full', false) -%}
+    {%- if not name or not name.startswith('stg_') or run_var('recon_full', false) -%}
         {{ return(none) }}
     {%- endif -%}
     {%- set floors = [] -%}
-    {%- for p in var('recon_positions', []) if p['source'] == name[4:] -%}
+    {%- for p in run_var('recon_positions', []) if p['source'] == name[4:] -%}
         {%- do floors.append(p.get('replay_floor') or {'after': -1}) -%}
     {%- endfor -%}
     {%- if not floors or floors | map(attribute='after') | min < 0 -%}

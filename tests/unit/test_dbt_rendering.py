@@ -11,7 +11,8 @@ from streaming_jobs.registry import registry
 from streaming_jobs.schemas import STREAMS
 
 from orchestration import dbt_models
-from orchestration.dbt_cli import parse_args, split_data_root, with_excluded, with_vars
+from orchestration.dbt_cli import parse_args, split_data_root, split_run_vars, with_excluded, \
+    with_vars
 from orchestration.dbt_vars import job_vars, last_batches
 from orchestration.project import DBT_PROJECT_DIR
 
@@ -128,6 +129,36 @@ def test_the_parse_before_a_warm_session_keeps_what_changes_the_manifest_and_dro
                                 "--no-partial-parse", "--target", "session"]
     assert parse_args(["test", "-t", "endpoint", "--profiles-dir", "/p", "--exclude", "y"]) == [
         "parse", "--quiet", "-t", "endpoint", "--profiles-dir", "/p"]
+    # the partial-parse file's own place, unless the command names one
+    assert parse_args(["build", "--target", "endpoint"], "/root/dbt/target") == [
+        "parse", "--quiet", "--target", "endpoint", "--target-path", "/root/dbt/target"]
+    assert parse_args(["build", "--target-path", "/t"], "/root/dbt/target") == [
+        "parse", "--quiet", "--target-path", "/t"]
+
+
+def test_each_runs_own_vars_leave_the_vars_dbt_parses_with():
+    """The position and the scope change every run: in --vars, every run would parse the whole
+    project again; they go to the environment, and --vars keep the rest as they were."""
+    import json
+
+    jobs = {"j": {"keys": ["k"]}}
+    own = {"progress_version": 7, "gold_versions": {"j": 3}, "recon_from": {"j": "2026-01-02"},
+           "recon_positions": [{"job": "j"}], "recon_reasons": {"j": "from 2026-01-02"},
+           "recon_full": False}
+    args = ["build", "--vars", json.dumps({"jobs": jobs, **own, "text_measures": {}}),
+            "--select", "x"]
+    rest, taken = split_run_vars(args)
+    assert taken == own
+    assert rest[0:2] == ["build", "--vars"] and rest[3:] == ["--select", "x"]
+    assert json.loads(rest[2]) == {"jobs": jobs, "text_measures": {}}
+    # two runs at other positions parse with the same --vars
+    other = {**own, "progress_version": 8, "recon_from": {"j": "2026-01-03"}}
+    assert split_run_vars(["build", "--vars", json.dumps({"jobs": jobs, **other,
+                                                           "text_measures": {}})])[0][2] == rest[2]
+    # YAML, as dbt reads --vars, and no --vars at all
+    assert split_run_vars(["run", "--vars", "{progress_version: 2, jobs: {}}"]) == (
+        ["run", "--vars", "{\"jobs\": {}}"], {"progress_version": 2})
+    assert split_run_vars(["build"]) == (["build"], {})
 
 
 def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):

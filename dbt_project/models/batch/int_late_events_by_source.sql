@@ -8,11 +8,11 @@
 #}
 {%- set previous = load_relation(this) if execute else none -%}
 {#- carried only from a table with every running count (an older one is counted again) -#}
-{%- set carried = previous is not none and not var('recon_full', false)
+{%- set carried = previous is not none and not run_var('recon_full', false)
     and ['counted_upto', 'late_events_report_lost'] | reject('in', adapter.get_columns_in_relation(
         previous) | map(attribute='name') | list) | list | length == 0 -%}
 {%- set now = {} -%}
-{%- for p in var('recon_positions', []) -%}
+{%- for p in run_var('recon_positions', []) -%}
 {%- do now.update({p['job'] ~ '/' ~ p['source']: p}) -%}
 {%- endfor %}
 {#- what the last run counted up to, per job, source and lineage (query id, fingerprint) -#}

@@ -5,7 +5,7 @@
     another job's position past events its recon table has not seen; a job left out because
     nothing new reached it keeps its last record -#}
 {%- set positions = [] %}
-{%- for p in var('recon_positions', []) %}
+{%- for p in run_var('recon_positions', []) %}
     {%- if ('model.' ~ project_name ~ '.recon_' ~ p.job) in selected_resources %}
         {%- do positions.append(p) %}
     {%- endif %}

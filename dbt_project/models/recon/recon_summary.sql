@@ -21,7 +21,7 @@
 {%- set reconciled = [] %}
 {%- for job in var('jobs') %}
     {%- if ('model.' ~ project_name ~ '.recon_' ~ job) in selected_resources
-           or var('recon_from', {}).get(job) == '9999-12-31' %}
+           or run_var('recon_from', {}).get(job) == '9999-12-31' %}
         {%- do reconciled.append(job) %}
     {%- endif %}
 {%- endfor %}
