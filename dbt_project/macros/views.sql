@@ -8,7 +8,7 @@
   dbt's --full-refresh re-creates every view. Spark stores a view's text from its first token
   on (without the comments before it) and dbt-spark caches it with the relation (`show table
   extended`, the "View Text" line), so the two are compared without their comment lines and
-  whitespace; any other difference re-creates the view.
+  with each run of whitespace as one space; any other difference re-creates the view.
 #}
 {% materialization view, adapter='spark' -%}
   {%- set existing = load_cached_relation(this) -%}
