@@ -150,6 +150,11 @@ def inspect(spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5) ->
     checkpoint = str(cfg.paths.checkpoint(job))
     if not (cfg.paths.checkpoint(job) / "state").is_dir():
         return []
+    # Spark's state reader loads each store through the RocksDB provider, which reports to the
+    # driver's state store coordinator; a session that has not touched its streams (a fresh
+    # `tidemark state` process) has none, and every read then fails. Creating the session's
+    # StreamingQueryManager creates the coordinator.
+    spark.streams.active  # noqa: B018 - for its side effect
     meta = spark.read.format("state-metadata").load(checkpoint).collect()
     out = []
     for m in meta:

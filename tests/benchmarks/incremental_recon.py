@@ -89,7 +89,7 @@ def event_span(cfg) -> tuple[dt.datetime, dt.datetime, int]:
 
 
 def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int:
-    from streaming_jobs.generator import GeneratorConfig, generate, write_files
+    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
     from streaming_jobs.registry import registry
     from streaming_jobs.runner import run_bronze, run_job
 
@@ -97,18 +97,22 @@ def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int
     # event ids are the seed and a counter: a second run on the same root (its new hour starts
     # later) must not give other events the ids of the first run's hour
     seed += int(start.timestamp()) // 3600
+    landed = 0
     for stream in DEMO_STREAMS:
         # named by its hour: a second run on the same root must not rewrite a file the stream
         # has already read (the file source skips a path it has seen, and nothing would land)
         gen = GeneratorConfig(stream=stream, events=events, files=1, seed=seed, rate=rate,
                               start=start, file_prefix=f"next-hour-{start:%Y%m%dT%H%M%S}")
-        write_files(cfg.paths.landing_dir(stream), gen, generate(gen))
+        # the hour of event time, in every stream (payments are fewer than their orders)
+        files = generate_by_time(gen, 3600.0)
+        landed += sum(map(len, files))
+        write_files(cfg.paths.landing_dir(stream), gen, files)
         if not run_bronze(spark, cfg, stream).input_rows:
             raise SystemExit(f"incremental_recon: bronze {stream} took no rows from the new "
                              f"hour's file in {cfg.paths.landing_dir(stream)}; nothing to measure")
     for spec in registry().values():
         run_job(spark, cfg, spec)
-    return events * len(DEMO_STREAMS)
+    return landed
 
 
 def class_counts(cfg) -> dict[tuple[str, str], int]:

@@ -4,7 +4,8 @@
     .venv/bin/python tests/benchmarks/recon_history.py --events 10000000 --days 10 --steps 4
 
 One rate for every row: the five demo streams' events (``--events`` in all) spread evenly over
-``--days`` days of event time, generated once into hourly files. The history then grows step by
+``--days`` days of event time, generated once into hourly files (file k: the k-th hour of event
+time of every stream, so the joined streams keep pace). The history then grows step by
 step (2.5, 5, 7.5 and 10 days with the defaults). At each step, as a schedule would meet it:
 
 1. the step's hours but the last land, are ingested and streamed by every job (as
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ["TIDEMARK_SQL_PORT"] = str(free_port())
     from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.generator import GeneratorConfig, generate, write_files
+    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
     from streaming_jobs.spark import get_spark
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
@@ -99,15 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     per_stream = args.events // len(DEMO_STREAMS)
     rate = per_stream / (args.days * 86_400)
     started = time.monotonic()
-    gens = []
+    gens, lines = [], 0
     for stream in DEMO_STREAMS:
         gen = GeneratorConfig(stream=stream, events=per_stream, files=hours, seed=args.seed,
                               rate=rate)
-        write_files(pending / stream, gen, generate(gen))  # one stream in memory at a time
+        # file k holds the k-th hour of event time of every stream: split by count, the
+        # payments (fewer than their orders) would run ahead of the orders further every file,
+        # and the join's state would hold the whole gap (its watermark follows the slower side)
+        files = generate_by_time(gen, 3600.0)
+        lines += sum(map(len, files))
+        write_files(pending / stream, gen, files)  # one stream in memory at a time
         gens.append(gen)
-    print(f"generated {per_stream * len(DEMO_STREAMS):,} events in {hours} hourly files per "
-          f"stream ({rate:.2f} events/s per stream) in {time.monotonic() - started:.0f}s",
-          flush=True)
+    print(f"generated {lines:,} lines in {hours} hourly files per stream ({rate:.2f} events/s "
+          f"per stream) in {time.monotonic() - started:.0f}s", flush=True)
 
     rows = []
     per_step = hours // args.steps

@@ -44,7 +44,7 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
     ``days``: spread every stream's events over that many days of event time (else the demo's
     rates: 2 events/s, clicks 0.5)."""
     from orchestration.demo import DEMO_RATES
-    from streaming_jobs.generator import GeneratorConfig, generate, write_files
+    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
     from streaming_jobs.registry import registry
     from streaming_jobs.runner import run_bronze, run_job
 
@@ -56,7 +56,9 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
         gen = GeneratorConfig(stream=stream, events=per_stream, files=waves, seed=seed,
                               rate=per_stream / (days * 86_400) if days
                               else DEMO_RATES.get(stream, 2.0))
-        write_files(pending / stream, gen, generate(gen))  # one stream in memory at a time
+        # each wave the same span of event time in every stream (joined streams keep pace)
+        span = per_stream / gen.rate / waves
+        write_files(pending / stream, gen, generate_by_time(gen, span))  # one stream at a time
         gens.append(gen)
     times = {"generate": time.monotonic() - started, "ingest": 0.0, "stream": 0.0}
     from streaming_jobs.generator import file_name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -197,6 +198,13 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
     assert op.rows == spark.read.format("statestore").load(
         str(cfg.paths.checkpoint(spec.name))).count() > 0
     assert len(op.largest) == 3 and "event_id" in op.largest[0][0]
+    # the runbook's command for a state alert, in a process of its own (no stream ever ran in
+    # its session): the same operator and rows
+    shown = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "state", spec.name,
+                            "--top", "3"], capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert (f"{spec.name} operator {op.operator_id} dedupeWithinWatermark (store default): "
+            f"{op.rows:,} rows, 4 partitions") in shown.stdout, shown.stdout
 
     with pytest.raises(savepoints.SavepointError, match="no savepoint"):
         savepoints.restore(spark, cfg, "user_sessions")
