@@ -50,6 +50,54 @@ def last_planned_batch(checkpoint: Path) -> int | None:
     return ids[-1] if ids else None
 
 
+# How often Spark's state store maintenance runs in tidemark's processes (spark.py): it uploads
+# the RocksDB snapshots that commits made, and a snapshot not uploaded when the process ends is
+# lost.
+STATE_MAINTENANCE_SECONDS = 10
+# Spark's spark.sql.streaming.stateStore.minDeltasForSnapshot default: a commit makes a snapshot
+# once it is this many versions past the last uploaded one.
+MIN_DELTAS_FOR_SNAPSHOT = 10
+
+
+def _store_version(name: str) -> int | None:
+    """A state store file's version: ``12.changelog``, ``12.zip``, ``12_<id>.zip``."""
+    head = name.split(".", 1)[0].split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def snapshots_pending(checkpoint: Path, since: float,
+                      min_deltas: int = MIN_DELTAS_FOR_SNAPSHOT) -> list[Path]:
+    """The state stores of ``checkpoint`` with a snapshot made and not uploaded yet.
+
+    A store committed to after ``since`` (a changelog written since) whose newest changelog is
+    ``min_deltas`` or more versions past its newest uploaded snapshot made a snapshot at that
+    commit (Spark compares with the last uploaded snapshot when it loads a store); the state
+    store's maintenance uploads it. Until then, a process that ends loses it, and the next run
+    of the job replays every changelog since the last uploaded snapshot.
+    """
+    pending = []
+    state = checkpoint / "state"
+    if not state.is_dir():
+        return pending
+    for store in {p.parent for p in state.rglob("*.changelog")}:
+        changelogs, snapshots = [], [0]
+        for entry in store.iterdir():
+            version = _store_version(entry.name)
+            if version is None:
+                continue
+            if entry.name.endswith(".changelog"):
+                try:
+                    if entry.stat().st_mtime >= since:
+                        changelogs.append(version)
+                except FileNotFoundError:  # removed by the store's own cleanup meanwhile
+                    continue
+            elif entry.name.endswith(".zip"):
+                snapshots.append(version)
+        if changelogs and max(changelogs) - max(snapshots) >= min_deltas:
+            pending.append(store)
+    return sorted(pending)
+
+
 def query_id(checkpoint: Path) -> str | None:
     """The query's id, written in ``metadata`` when the checkpoint is created.
 

@@ -65,7 +65,54 @@ def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
     with checkpoint_lock(checkpoint, holder):
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
         forget_previous_lineage(cfg, name)
-        return _available_now(spark, cfg, name, writer, sink_version, spec)
+        started = time.time()
+        done = _available_now(spark, cfg, name, writer, sink_version, spec)
+        settle_snapshots(spark, name, checkpoint, started)
+        return done
+
+
+def _seconds(setting: str | None, default: float) -> float:
+    """A Spark duration setting ('10s', '500ms', '1min', '2m', a bare number of ms)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", setting or "")
+    if not match:
+        return default
+    scale = {"ms": 0.001, None: 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def settle_snapshots(spark: SparkSession, name: str, checkpoint, since: float) -> float:
+    """Wait, holding the checkpoint's lock, until the state snapshots this run made are uploaded.
+
+    The snapshot a commit makes is uploaded by Spark's state store maintenance, in the
+    background. An incremental run's process often ends before that (a Dagster run, `tidemark
+    run`), and the snapshot is lost: each later run then replays every changelog since the last
+    uploaded snapshot, a cost that grows with the job's history (BENCHMARKS.md, "A new hour's
+    cost after a long history"). Most runs made no snapshot and do not wait; one that did waits
+    for the next maintenance pass (spark.sql.streaming.stateStore.maintenanceInterval, 10 s in
+    tidemark). Returns the seconds waited.
+    """
+    from streaming_jobs.checkpoints import (MIN_DELTAS_FOR_SNAPSHOT, STATE_MAINTENANCE_SECONDS,
+                                            snapshots_pending)
+
+    conf = spark.conf
+    min_deltas = int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot",
+                              str(MIN_DELTAS_FOR_SNAPSHOT)))
+    interval = _seconds(conf.get("spark.sql.streaming.stateStore.maintenanceInterval", None),
+                        STATE_MAINTENANCE_SECONDS)
+    began = time.monotonic()
+    deadline = began + 2 * interval + 5
+    pending = snapshots_pending(checkpoint, since, min_deltas)
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.25)
+        pending = snapshots_pending(checkpoint, since, min_deltas)
+    waited = time.monotonic() - began
+    if pending:
+        LOG.warning("streaming query %s: %d state snapshot(s) in %s not uploaded after %.0f s; "
+                    "its next run replays the changelogs since the last uploaded snapshot "
+                    "(slower to start, nothing lost)", name, len(pending), checkpoint, waited)
+    elif waited >= 0.25:
+        LOG.info("streaming query %s: waited %.1f s for its state snapshot upload", name, waited)
+    return waited
 
 
 def raised_by_rule(exc: BaseException) -> str | None:
