@@ -190,8 +190,10 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
 
+    if scratch is None:
+        with tempfile.TemporaryDirectory(prefix="tidemark-check-") as folder:
+            return analyze_job(spark, spec, known, policy, Path(folder))
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # we report it
-    scratch = scratch or Path(tempfile.mkdtemp(prefix="tidemark-check-"))
     out: list[Finding] = []
     try:
         frame = spec.apply(*_empty_sources(spark, spec, known, scratch))
@@ -233,8 +235,10 @@ def analyze(spark: SparkSession, jobs: dict[str, JobSpec] | None = None,
     policy = policy or TidemarkConfig.from_env().unbounded_state
     found = catalogue(analysed=False)
     known, jobs = found.streams, found.jobs if jobs is None else jobs
-    scratch = Path(tempfile.mkdtemp(prefix="tidemark-check-"))
-    return [f for spec in jobs.values() for f in analyze_job(spark, spec, known, policy, scratch)]
+    # the empty sources' folders (no file is written there), removed once analysed
+    with tempfile.TemporaryDirectory(prefix="tidemark-check-") as folder:
+        return [f for spec in jobs.values()
+                for f in analyze_job(spark, spec, known, policy, Path(folder))]
 
 
 # -- cached, for the code location's load -------------------------------------------------------

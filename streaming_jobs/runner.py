@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.checkpoints import last_committed_batch
+from streaming_jobs.checkpoints import (MIN_DELTAS_FOR_SNAPSHOT, STATE_MAINTENANCE_SECONDS,
+                                        last_committed_batch, snapshots_pending)
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
@@ -91,9 +92,6 @@ def settle_snapshots(spark: SparkSession, name: str, checkpoint, since: float) -
     for the next maintenance pass (spark.sql.streaming.stateStore.maintenanceInterval, 10 s in
     tidemark). Returns the seconds waited.
     """
-    from streaming_jobs.checkpoints import (MIN_DELTAS_FOR_SNAPSHOT, STATE_MAINTENANCE_SECONDS,
-                                            snapshots_pending)
-
     conf = spark.conf
     min_deltas = int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot",
                               str(MIN_DELTAS_FOR_SNAPSHOT)))

@@ -123,27 +123,44 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     assert gold_ids(spark, cfg) == expected
 
 
-def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(spark, cfg):
+def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(spark, cfg,
+                                                                                tmp_path):
     """`tidemark continuous` in a terminal: Ctrl-C (SIGINT) is taken as the clean stop, not
     PySpark's handler (which cancels the batch in flight mid-call and can lose its report)."""
     first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]
     land(cfg, "a.jsonl", first, stream="clicks")
     command = [str(Path(sys.executable).with_name("tidemark")), "continuous", "--jobs", JOB,
                "--trigger", "1"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)})
+    # Its output goes to files: a pipe nobody reads until the end fills up (64 kB) and blocks
+    # the run at its next log line.
+    out_file, err_file = tmp_path / "continuous.out", tmp_path / "continuous.err"
+    with out_file.open("w") as out_sink, err_file.open("w") as err_sink:
+        proc = subprocess.Popen(command, stdout=out_sink, stderr=err_sink, text=True,
+                                env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)})
+
+    def running() -> bool:
+        assert proc.poll() is None, ("tidemark continuous ended early", proc.returncode,
+                                     err_file.read_text()[-3000:])
+        return True
+
     try:
-        wait_for("wave 1 in gold", lambda: proc.poll() is None and len(gold_ids(spark, cfg)) == 30)
+        wait_for("wave 1 in gold", lambda: running() and len(gold_ids(spark, cfg)) == 30,
+                 timeout=300)
         second = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30, 40)]
         land(cfg, "b.jsonl", second, stream="clicks")
         # The signal lands while wave 2 goes through bronze and the job (the batch in flight).
-        wait_for("wave 2 in bronze", lambda: read_table(
-            spark, cfg.paths.table("bronze", "clicks")).count() == 40, timeout=120)
+        wait_for("wave 2 in bronze", lambda: running() and read_table(
+            spark, cfg.paths.table("bronze", "clicks")).count() == 40, timeout=180)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
+        proc.wait(timeout=180)
+    except (AssertionError, subprocess.TimeoutExpired) as failure:
+        raise AssertionError(f"{failure}\n--- tidemark continuous, stderr ---\n"
+                             f"{err_file.read_text()[-3000:]}") from failure
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+    out, err = out_file.read_text(), err_file.read_text()
     assert proc.returncode == 0, (out[-2000:], err[-3000:])
     assert "continuous: stopped (SIGINT received)" in out, out[-2000:]
     assert "KeyboardInterrupt" not in err and "reentrant" not in err, err[-3000:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 from dagster import AssetKey
 
@@ -59,8 +61,13 @@ def by_job(findings):
     return out
 
 
-def test_the_built_in_jobs_pass(spark):
+def test_the_built_in_jobs_pass_and_leave_no_scratch_folder(spark, tmp_path, monkeypatch):
+    # the analysis reads each source from an empty folder of its own; none outlives it
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     assert analyze(spark, registry(), policy="refuse") == []
+    assert list(scratch.iterdir()) == []
 
 
 def test_each_refusal_names_the_file_the_line_and_the_fix(spark, folder):
