@@ -119,3 +119,19 @@ def kafka_cfg(cfg, kafka_broker, monkeypatch, request) -> TidemarkConfig:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return TidemarkConfig.from_env().with_data_root(cfg.data_root)
+
+
+@pytest.fixture
+def endpoint_cfg(cfg, monkeypatch) -> TidemarkConfig:
+    """``cfg`` with the data root's own SQL endpoint (a free port), stopped whatever the test
+    does. Every tidemark-dbt invocation of the test (`helpers.dbt`, Dagster's dbt step) then
+    runs in that one warm JVM (target auto), as with `make dev`, instead of starting a JVM of
+    its own: tests that build two or three times use it."""
+    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+    from streaming_jobs.processes import free_port
+
+    monkeypatch.setenv("TIDEMARK_SQL_PORT", str(free_port()))
+    cfg = TidemarkConfig.from_env().with_data_root(cfg.data_root)
+    start_sql_endpoint(cfg)
+    yield cfg
+    stop_sql_endpoint(cfg)

@@ -25,7 +25,6 @@ from streaming_jobs.runner import run_job
 
 from orchestration.live import DagsterDev, wait_caught_up
 from orchestration.recon_partitions import incremental_tags
-from orchestration.services import start_sql_endpoint, stop_sql_endpoint
 
 pytestmark = pytest.mark.slow
 
@@ -60,16 +59,6 @@ def land_wave(cfg, wave: int) -> None:
     land(cfg, f"txn-{wave}.jsonl",
          [txn(f"t{wave}-{i}", f"u{i % 3}", base + i / 2, status="FAILED" if i % 2 else "APPROVED")
           for i in range(24)], stream="transactions")
-
-
-@pytest.fixture
-def endpoint_cfg(cfg, monkeypatch):
-    """The test's data root with its own SQL endpoint, stopped whatever the test does."""
-    monkeypatch.setenv("TIDEMARK_SQL_PORT", str(free_port()))
-    cfg = cfg.from_env().with_data_root(cfg.data_root)
-    start_sql_endpoint(cfg)
-    yield cfg
-    stop_sql_endpoint(cfg)
 
 
 def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_once(

@@ -79,8 +79,10 @@ def test_definitions_load_with_assets_checks_and_jobs(cfg):
 
 
 @pytest.mark.slow
-def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, sample,
+def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, endpoint_cfg, sample,
                                                                     monkeypatch):
+    # three reconciliations (Dagster's dbt step finds the endpoint): one warm JVM for them
+    cfg = endpoint_cfg
     from orchestration.definitions import build_definitions
 
     # reconciliation's days start before the data (late events reach 2025-12-31), so that a

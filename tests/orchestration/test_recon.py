@@ -21,7 +21,8 @@ def built_messages(cfg) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_recon_classifies_late_and_open_windows(spark, cfg):
+def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
+    cfg = endpoint_cfg  # three builds: one warm JVM for them (conftest)
     reported_late, _ = scenarios.run_waves(spark, cfg)
     # Bronze moves on before the job runs again (as on a schedule): reconciliation is as of the
     # stream's position, so these rows change nothing and are counted as not yet read.
@@ -189,7 +190,8 @@ def _recon_rows(spark, cfg) -> list[tuple]:
 
 @pytest.mark.slow
 def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row_as_before(
-        spark, cfg):
+        spark, endpoint_cfg):
+    cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)
     from datetime import datetime, timedelta, timezone
 
     from streaming_jobs import ops_tables
@@ -236,12 +238,13 @@ def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row
     assert counts.late_events_replayed == counts.late_events_reported == 1
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a composed fault trial (lost report, then a fold): make test-long
 def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and_after_a_fold(
-        spark, cfg):
+        spark, endpoint_cfg):
     """A kill between a batch's sink commit and its checkpoint commit: the batch runs again,
     the Delta sink skips it (exactly once) and Spark reports it read and dropped nothing. The
     replay still finds the rows it dropped as late; late_counts_agree holds with them apart."""
+    cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)
     from datetime import datetime, timedelta, timezone
 
     from helpers import click

@@ -94,7 +94,8 @@ def test_stream_upserts_profiles_merges_out_of_order_clicks_and_forgets_idle_use
 
 
 @pytest.mark.slow
-def test_recon_explains_the_late_click_and_matches_the_rest(spark, cfg):
+def test_recon_explains_the_late_click_and_matches_the_rest(spark, endpoint_cfg):
+    cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)
     stream_both_waves(spark, cfg)
     result = dbt("build", "--select", "+recon_user_activity_profile")
     assert result.returncode == 0, result.stdout[-3000:]
