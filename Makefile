@@ -35,7 +35,8 @@ test: setup
 	$(BIN)/pytest
 
 # The long proofs CI leaves out for time (marker `long`): incremental and composed reconciliation
-# against a backfill, jobs on the project's Spark cluster, the maintenance and full-disk trials.
+# against a backfill, jobs on the project's Spark cluster, the maintenance and full-disk trials,
+# a lost report across a fold.
 test-long: setup
 	$(BIN)/pytest -m long
 
