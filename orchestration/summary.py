@@ -45,7 +45,7 @@ class Summary:
 
 
 def _count(spark: SparkSession, path) -> int:
-    return read_table(spark, path).count() if table_exists(spark, path) else 0
+    return read_table(spark, path).count() if table_exists(path) else 0
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
 def collect_recon(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     """The latest row of recon_summary (the reconciliation history) per job."""
     out, history = Summary(), cfg.paths.dbt_table("recon", "recon_summary")
-    if table_exists(spark, history):
+    if table_exists(history):
         latest = (read_table(spark, history)
                   .withColumn("rank", F.row_number().over(
                       Window.partitionBy("job").orderBy(F.col("reconciled_at").desc())))

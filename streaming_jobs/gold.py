@@ -27,7 +27,7 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
     frames = []
     for source in spec.sources:
         bronze = paths.table("bronze", source)
-        if not table_exists(spark, bronze):
+        if not table_exists(bronze):
             raise FileNotFoundError(
                 f"job {spec.name}: its source table {bronze} does not exist yet; materialize "
                 f"bronze/{source} first (it creates the table on its first run)"

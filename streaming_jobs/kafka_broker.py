@@ -123,8 +123,15 @@ def _java(cfg: TidemarkConfig, main: str, *args: str) -> list[str]:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes in URL-safe base64, unpadded (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: 16 random bytes in URL-safe base64, unpadded (22 characters).
+
+    One id in 64 would start with ``-``, which the storage tool's argument parser takes for an
+    option ("--cluster-id: expected one argument"); like Kafka's own ``Uuid.randomUuid`` such
+    ids are drawn again."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 def prepare(cfg: TidemarkConfig, port: int) -> Path:
@@ -143,8 +150,8 @@ def prepare(cfg: TidemarkConfig, port: int) -> Path:
     props = folder / "server.properties"
     props.write_text(server_properties(cfg, port, controller))
     if not (folder / "data" / "meta.properties").is_file():
-        done = subprocess.run(_java(cfg, "kafka.tools.StorageTool", "format", "-t",
-                                    _cluster_id(), "-c", str(props)),
+        done = subprocess.run(_java(cfg, "kafka.tools.StorageTool", "format",
+                                    f"--cluster-id={_cluster_id()}", "-c", str(props)),
                               capture_output=True, text=True, check=False, timeout=120)
         if done.returncode != 0:
             raise BrokerError(f"formatting the Kafka storage in {folder / 'data'} failed:\n"

@@ -21,15 +21,24 @@ from streaming_jobs.delta_log import log_dir
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 
 
-def table_exists(spark: SparkSession, path: Path) -> bool:
-    from delta.tables import DeltaTable
+def table_exists(path: Path) -> bool:
+    """Whether a Delta table is at ``path``: its log holds a commit (or a checkpoint).
 
-    return (path / "_delta_log").is_dir() and DeltaTable.isDeltaTable(spark, str(path))
+    The files, not Delta's ``DeltaTable.isDeltaTable``: that answers from the log it cached at its
+    first call for the path, so a process that asked while another was creating the table (its
+    ``_delta_log`` there, no commit yet) kept hearing "no table" until it read the table (found
+    by the Ctrl-C test: a poll never saw a gold table that held all its rows)."""
+    log = log_dir(path)
+    return log.is_dir() and _has_commit(log)
 
 
 def _has_commit(log: Path) -> bool:
-    return any(p.name[:20].isdigit() and not p.name.startswith(".") for p in log.iterdir()) \
-        or (log / "_last_checkpoint").exists()
+    try:
+        names = [p.name for p in log.iterdir()]
+    except FileNotFoundError:  # removed meanwhile (an unborn log cleared by another process)
+        return False
+    return any(n[:20].isdigit() and not n.startswith(".") for n in names) \
+        or "_last_checkpoint" in names
 
 
 def clear_unborn_log(path: Path, wait_seconds: float = 5.0) -> bool:

@@ -24,7 +24,7 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         path = paths.table(layer, name)
         # A table whose log has a commit is there: asking Spark would rebuild its state (about
         # 5 s for the whole lake, in every dbt invocation and endpoint start)
-        if not _present(path) and not table_exists(spark, path):
+        if not table_exists(path):
             ensure_table(spark, path, schema() if callable(schema) else schema, properties,
                          partition_by)
             created.append(f"{layer}/{name}")
@@ -45,11 +45,6 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
     return created
 
 
-def _present(path) -> bool:
-    log = path / "_delta_log"
-    return log.is_dir() and any(log.glob("*.json"))
-
-
 def missing(cfg: TidemarkConfig) -> list[str]:
     """The lake tables `ensure_lake` would create (files only: no JVM), as layer/name."""
     paths = cfg.paths
@@ -57,4 +52,5 @@ def missing(cfg: TidemarkConfig) -> list[str]:
     for name in streams():
         wanted += [("bronze", name), ("quarantine", name)]
     wanted += [("gold", name) for name in registry()]
-    return [f"{layer}/{name}" for layer, name in wanted if not _present(paths.table(layer, name))]
+    return [f"{layer}/{name}" for layer, name in wanted
+            if not table_exists(paths.table(layer, name))]

@@ -48,3 +48,21 @@ def test_committed_offsets_are_those_of_the_last_committed_batch(tmp_path):
     # batch 1 is planned, not committed: what was read is batch 0's end
     assert committed_offsets(checkpoint, "tidemark.orders") == {0: 5, 1: 7}
     assert committed_offsets(checkpoint, "another.topic") is None
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):
+    """The storage tool reads ``-t -xyz`` as a missing id plus an option (CI failed so, 1 start
+    in 64); an id that would start with ``-`` is drawn again."""
+    import base64
+    import uuid
+
+    from streaming_jobs import kafka_broker
+
+    dash = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))  # 0xF8 >> 2 == 62: '-' in URL-safe base64
+    plain = uuid.UUID(bytes=bytes([0x04]) + bytes(15))
+    assert base64.urlsafe_b64encode(dash.bytes).decode().startswith("-")
+    drawn = iter([dash, dash, plain])
+    monkeypatch.setattr(kafka_broker.uuid, "uuid4", lambda: next(drawn))
+    found = kafka_broker._cluster_id()
+    assert found == base64.urlsafe_b64encode(plain.bytes).rstrip(b"=").decode()
+    assert len(found) == 22 and not found.startswith("-")
