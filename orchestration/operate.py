@@ -51,7 +51,9 @@ def continuous(cfg: TidemarkConfig, args) -> int:
     for name, m in result.metrics.items():
         print(f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
               f"{m.late_rows_dropped:,} late dropped")
-    print(f"continuous: stopped ({result.stopped_by})")
+    waited = (f"; waited {result.snapshot_wait_seconds:.1f}s for state snapshots to upload"
+              if result.snapshot_wait_seconds >= 0.25 else "")
+    print(f"continuous: stopped ({result.stopped_by}){waited}")
     return 0
 
 

@@ -26,7 +26,10 @@ Stopping is graceful: each query is stopped when no micro-batch is in flight (or
 the batch in flight reports, for a query that is behind), so the last batch is committed and
 the next run, incremental or continuous, starts after it. Were a query stopped mid-batch (a
 hard kill), the batch was not committed, and Spark replays it on restart into idempotent sinks:
-nothing is lost or written twice either way.
+nothing is lost or written twice either way. A graceful stop then waits, still holding the
+checkpoints, for the state snapshots the last commits made to be uploaded (`settle_snapshots`,
+as an incremental run does): a process that ended first would lose them, and the next start
+would replay every changelog since the last uploaded snapshot. A failed run does not wait.
 
 Signals: while `run_continuous` runs in a process's main thread, SIGINT (Ctrl-C, a Dagster
 termination) and SIGTERM (``kill``, a Kubernetes pod's shutdown) ask for that graceful stop.
@@ -58,7 +61,7 @@ from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.restores import finish_pending
 from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.runner import (RunMetrics, StreamRunError, last_reading, metrics,
-                                   query_failure)
+                                   query_failure, settle_snapshots)
 from streaming_jobs.registry import stream_schema
 
 LOG = logging.getLogger(__name__)
@@ -131,6 +134,7 @@ class ContinuousRun:
     signalled: str = ""  # "SIGINT" or "SIGTERM" when a signal asked for the stop
     savepoints_taken: list[str] = field(default_factory=list)
     restarted: list[tuple[str, str]] = field(default_factory=list)  # (query, transient error)
+    snapshot_wait_seconds: float = 0.0  # waited at the stop for state snapshots to upload
 
 
 class _Host:
@@ -295,6 +299,7 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
             forget_previous_lineage(cfg, name)
         host = _Host(spark, cfg, streams, jobs, trigger_seconds)
+        began = time.time()  # state files written since (settle_snapshots compares mtimes)
         failure: tuple[str, Exception] | None = None
         try:
             for name in host.names:
@@ -333,6 +338,11 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             for name in list(host.queries):
                 host.stop(name)
             out.metrics = {name: host.metrics(name) for name in host.names}
+        if not failure:
+            # one maintenance pass uploads every store's snapshot: the later calls find none
+            out.snapshot_wait_seconds = sum(
+                settle_snapshots(spark, name, cfg.paths.checkpoint(name), began)
+                for name in host.names)
         if failure:
             name, exc = failure
             reason, todo = query_failure(exc, cfg)

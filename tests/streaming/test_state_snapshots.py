@@ -49,3 +49,44 @@ def test_a_run_whose_commit_made_a_state_snapshot_returns_with_it_uploaded(spark
     # the case arose in every store: each made a snapshot, and it was uploaded before the run
     # that made it returned
     assert uploaded_in == set(stores)
+
+
+@pytest.mark.slow
+def test_a_continuous_run_stopped_right_after_a_snapshot_leaves_it_uploaded(spark, cfg):
+    """A continuous run (Dagster's, `tidemark continuous`) stopped just after a commit made a
+    snapshot: the stop returns only once it is uploaded, as an incremental run does. Without
+    that wait the process could end first, and the next start would replay every changelog."""
+    import time
+
+    from streaming_jobs.checkpoints import last_committed_batch, snapshots_pending
+    from streaming_jobs.operations.continuous import run_continuous
+
+    spec = get_job("events_by_type")
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    began = time.time()
+    landed: list[int | None] = []  # the job's last committed batch when each wave landed
+    pending_at_stop: list[Path] = []
+
+    def should_stop() -> bool:
+        pending = snapshots_pending(checkpoint, began, MIN_DELTAS)
+        if pending:  # this commit made a snapshot: stop at once, before maintenance runs
+            pending_at_stop.extend(pending)
+            return True
+        done = last_committed_batch(checkpoint)
+        if not landed or done != landed[-1]:  # a wave per commit of the job: new versions
+            wave = len(landed)
+            land(cfg, f"w{wave}.jsonl", [click(f"w{wave}-{i}", f"u{i % 3}", wave * 3 + i / 4)
+                                         for i in range(8)], stream="clicks")
+            landed.append(done)
+        return False
+
+    result = run_continuous(spark, cfg, streams=["clicks"], jobs=[spec.name],
+                            trigger_seconds=1.0, flush_seconds=2.0, max_seconds=300,
+                            should_stop=should_stop, holder="test")
+    assert result.stopped_by == "stop requested", (result.stopped_by, landed)
+    assert pending_at_stop, "the run stopped without a snapshot made"
+    # as the run returns (its process may end now): every snapshot made is in the checkpoint
+    assert snapshots_pending(checkpoint, began, MIN_DELTAS) == []
+    for store in pending_at_stop:
+        assert versions(store, ".zip"), sorted(p.name for p in store.iterdir())
+        assert versions(store, ".changelog")[-1] - max(versions(store, ".zip")) < MIN_DELTAS

@@ -98,7 +98,8 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
         max_seconds=config.max_seconds or None, on_flush=on_flush,
         savepoints_keep=cfg.ops.savepoints_keep)
     context.log.info(f"continuous run stopped ({result.stopped_by}); checkpoints committed; "
-                     f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}")
+                     f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}; "
+                     f"{result.snapshot_wait_seconds:.1f}s waited for state snapshots to upload")
     for name, reason in result.restarted:
         context.log.warning(f"{name} was restarted in place after a transient error: {reason}")
     for name, metrics in result.metrics.items():
