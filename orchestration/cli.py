@@ -116,7 +116,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
                             rate=DEMO_RATES.get(stream, 2.0))
             for stream in DEMO_STREAMS)]
         console.line(f"{console.elapsed()}  definitions loaded, {len(samples)} samples generated")
-        ok = True
+        failures: list[str] = []  # why the command exits 1, said last
         for wave in range(waves):
             landed = 0
             for gen, files in samples:
@@ -132,7 +132,8 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
             console.line(f"{console.elapsed()}  wave {wave + 1}/{waves}: {landed:,} lines sent, "
                          f"{bronze:,} to bronze, {gold:,} gold rows, {late:,} late dropped "
                          f"(run {result.run_id[:8]} {'ok' if result.success else 'FAILED'})")
-            ok &= result.success
+            if not result.success:
+                failures.append(f"wave {wave + 1}'s streaming run {result.run_id[:8]} failed")
         result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
             instance=instance, raise_on_error=False, tags=incremental_tags(cfg))
         checks = [e.event_specific_data for e in result.all_events
@@ -144,11 +145,16 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
                      f"{'ok' if result.success else 'FAILED'})")
         for name in failed:
             console.line(f"      failed check: {name}")
-        ok &= result.success
+        if not result.success:
+            failures.append(f"the whole-graph run {result.run_id[:8]} failed")
         summary = collect(get_spark(cfg), cfg)
         console.line(f"{console.elapsed()}  main job done")
         console.line(render(summary, cfg))
-    return 0 if ok and summary.unexplained == 0 and summary.recon else 1
+        if not summary.recon.clean:
+            failures.append("the reconciliation is not clean (above)")
+        if failures:
+            console.line("tidemark run: exit 1: " + "; ".join(failures))
+    return 1 if failures else 0
 
 
 def cluster(cfg: TidemarkConfig, action: str) -> int:
@@ -319,15 +325,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "summary":
             from orchestration.summary import collect, render
 
-            print(render(collect(get_spark(cfg), cfg), cfg))
-            return 0
+            summary = collect(get_spark(cfg), cfg)
+            print(render(summary, cfg))
+            # a reconciliation that never ran is not a failure of the data root; one that
+            # failed, or left a job unreconciled or unexplained, is (its last line says so)
+            return 0 if summary.recon.clean or not summary.recon.ran else 1
         if args.command == "recon":
-            from orchestration.summary import collect_recon, recon_lines
+            from orchestration import recon_runs
+            from orchestration.summary import recon_lines
 
-            summary = collect_recon(get_spark(cfg), cfg)
+            status = recon_runs.status(cfg)  # the ops table, read without a JVM
             print("\n".join([f"tidemark reconciliation (data root {cfg.data_root})",
-                             *recon_lines(summary)]))
-            return 1 if summary.unexplained else 0
+                             *recon_lines(status)]))
+            return 0 if status.clean else 1
         if args.command == "dev":
             return dev(cfg, args.port)
         if args.command == "sql":

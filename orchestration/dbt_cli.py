@@ -36,6 +36,7 @@ import os
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 
 from streaming_jobs.config import TidemarkConfig
 
@@ -160,17 +161,24 @@ class SessionWarmup:
             raise self.error
 
 
-def split_data_root(args: list[str]) -> tuple[str | None, list[str]]:
-    """``--data-root PATH`` (tidemark's, before the dbt command) and the rest, for dbt."""
-    if len(args) >= 2 and args[0] == "--data-root":
-        return args[1], args[2:]
-    return None, args
+# tidemark's own options, before the dbt command: the run's data root, and the Dagster run
+# that started this invocation (recorded with the reconciliation's outcome)
+OWN_OPTIONS = {"--data-root": "TIDEMARK_DATA_ROOT", "--dagster-run-id": "TIDEMARK_DAGSTER_RUN_ID"}
+
+
+def split_own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """tidemark's leading options (as the environment variables they set) and the rest, for
+    dbt."""
+    own = {}
+    while len(args) >= 2 and args[0] in OWN_OPTIONS:
+        own[OWN_OPTIONS[args[0]]] = args[1]
+        args = args[2:]
+    return own, args
 
 
 def main(argv: list[str] | None = None) -> int:
-    root, args = split_data_root(list(sys.argv[1:] if argv is None else argv))
-    if root:
-        os.environ["TIDEMARK_DATA_ROOT"] = root  # this process's own environment, and dbt's
+    own, args = split_own_options(list(sys.argv[1:] if argv is None else argv))
+    os.environ.update(own)  # this process's own environment, and dbt's
     cfg = TidemarkConfig.from_env()
     os.environ.setdefault("TIDEMARK_DATA_ROOT", str(cfg.data_root))
     from orchestration.project import run_project_dir
@@ -207,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
     from dbt.cli.main import dbtRunner
 
+    from orchestration import recon_runs
+
+    started_at, result = datetime.now(timezone.utc), None
     try:
         from orchestration.dbt_models import reconciled_jobs
 
@@ -234,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
             if warmup is not None:
                 warmup.join()
             if not parsed.success:
+                result = parsed
                 return 2 if parsed.exception is not None else 1
             manifest = parsed.result
         result = dbtRunner(manifest=manifest).invoke(args)
     finally:
         if metastore is not None:
             metastore.close()
+        if command == "build":
+            # the outcome, whatever it is: a failed check skips recon_summary, never this
+            recon_runs.record_outcome(cfg, result, started_at)
     if result.exception is not None:
         return 2
     return 0 if result.success else 1

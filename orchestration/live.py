@@ -297,7 +297,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     out(f"  SQL endpoint      127.0.0.1:{endpoint.port}  ({time.monotonic() - started:.0f}s)")
     dagster = DagsterDev(cfg, port, env)
     landing = Landing(cfg, rate=rate, minutes=minutes)
-    ok = True
+    failures: list[str] = []  # why the command exits 1, said last
     try:
         gql = dagster.start()
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
@@ -322,7 +322,8 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
                 if successor is None:
                     out(f"  the continuous run {continuous[:8]} ended ({ended}) and was not "
                         f"started again within {wait:.0f}s; see the Dagster UI")
-                    ok = False
+                    failures.append(f"the continuous run {continuous[:8]} ended ({ended}) and "
+                                    "was not restarted")
                     break
                 restarts += 1
                 out(f"  continuous run {continuous[:8]} ended ({ended}); "
@@ -335,14 +336,16 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         caught_up = wait_caught_up(hosted_assets(), since=time.time(), timeout=600,
                                    trigger_seconds=TRIGGER_SECONDS)
         out(f"  every query caught up: {'yes' if caught_up else 'NO (timed out)'}")
-        ok &= caught_up
+        if not caught_up:
+            failures.append("the queries did not catch up with the landed data within 600 s")
         gql.terminate(continuous)
         ended = gql.wait(continuous, timeout=300)
         out(f"  continuous run    {ended} (stopped cleanly at a committed batch)")
         final = gql.launch("reconciliation_job", tags=incremental_tags(cfg))
         status = gql.wait(final, timeout=900)
         out(f"  final reconciliation {final[:8]}: {status}")
-        ok &= status == "SUCCESS"
+        if status != "SUCCESS":
+            failures.append(f"the final reconciliation run {final[:8]} ended {status}")
     finally:
         landing.stop_event.set()
         dagster.stop()
@@ -350,7 +353,11 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     summary = collect(get_spark(cfg), cfg)
     out(f"tidemark live took {time.monotonic() - started:.0f}s")
     out(render(summary, cfg))
-    return 0 if ok and summary.recon and summary.unexplained == 0 else 1
+    if not summary.recon.clean:
+        failures.append("the reconciliation is not clean (above)")
+    if failures:
+        out("tidemark live: exit 1: " + "; ".join(failures))
+    return 1 if failures else 0
 
 
 def _terminated(signum, frame) -> None:

@@ -18,8 +18,12 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.operations import alerts
 from streaming_jobs.registry import registry
 
-from orchestration import keys
+from orchestration import keys, recon_runs
 from orchestration.metadata import readable_bytes
+
+
+# Spark's watermark before any event passed it is 1970-01-01 00:00:00
+NO_WATERMARK = datetime(1970, 1, 2, tzinfo=timezone.utc)
 
 
 def _latest_by_job(rows: list[dict], order) -> dict[str, dict]:
@@ -30,22 +34,13 @@ def _latest_by_job(rows: list[dict], order) -> dict[str, dict]:
     return latest
 
 
-def recon_summaries(cfg: TidemarkConfig) -> dict[str, dict]:
-    """The latest ``recon_summary`` row per job (empty before the first reconciliation)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    path = cfg.paths.dbt_table("recon", "recon_summary")
-    if not (path / "_delta_log").is_dir():
-        return {}
-    try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:
-        # a log with no commit yet: the first reconciliation is creating the table right now
-        return {}
-    rows = table.to_pyarrow_dataset().to_table(
-        columns=["job", "reconciled_at", "rows_compared", "unexplained_rows"]).to_pylist()
-    return _latest_by_job(rows, lambda r: r["reconciled_at"])
+def _watermark(value: datetime | None) -> datetime | None:
+    """The watermark, or None before the job's first event passed it (Spark reports the epoch:
+    a lag of 56 years is no lag, and is neither shown nor plotted)."""
+    if value is None:
+        return None
+    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return None if value <= NO_WATERMARK else value
 
 
 def _age(now: datetime, then: datetime | None) -> float | None:
@@ -73,7 +68,8 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
                                          "state_memory_bytes", "state_disk_bytes"],
         where=f"job in ({', '.join(map(ops_tables.literal, jobs))})" if jobs else "false")
     last = _latest_by_job(progress, lambda r: (r["ts"], r["batch_id"]))
-    recon = recon_summaries(cfg)
+    reconciled = recon_runs.status(cfg)
+    recon = reconciled.jobs
     open_by_job: dict[str, int] = {}
     open_rows = alerts.open_alerts(cfg)
     for row in open_rows:
@@ -83,27 +79,44 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
     batch_ages, lags = [], []
     for name in jobs:
         row, rec = last.get(name, {}), recon.get(name, {})
-        batch_age, lag = _age(now, row.get("ts")), _age(now, row.get("watermark"))
+        watermark = _watermark(row.get("watermark"))
+        batch_age, lag = _age(now, row.get("ts")), _age(now, watermark)
         batch_ages += [batch_age] if batch_age is not None else []
         lags += [lag] if lag is not None else []
         state = (f"{row['state_rows']:,} rows, "
                  f"{readable_bytes(max(row['state_memory_bytes'] or 0, row['state_disk_bytes'] or 0))}"
                  if row else "never ran")
         lines.append(
-            f"| {name} | {state} | {row.get('watermark') or '-'} | {_duration(lag)} | "
-            f"{row.get('batch_id', '-')} | {_duration(batch_age)} | "
-            f"{rec['reconciled_at'] if rec else 'not yet'} | "
-            f"{rec['unexplained_rows'] if rec else '-'} | {open_by_job.get(name, 0)} |")
+            f"| {name} | {state} | {watermark or ('none yet' if row else '-')} | "
+            f"{_duration(lag)} | {row.get('batch_id', '-')} | {_duration(batch_age)} | "
+            f"{_reconciled(rec)} | "
+            f"{'-' if rec.get('unexplained_rows') is None else rec['unexplained_rows']} | "
+            f"{open_by_job.get(name, 0)} |")
     totals = {
         "job_count": len(jobs),
         "state_rows": sum((r["state_rows"] or 0) for r in last.values()),
         "open_alerts": len(open_rows),
-        "unexplained_rows": sum(r["unexplained_rows"] or 0 for r in recon.values()),
-        "rows_compared": sum(r["rows_compared"] or 0 for r in recon.values()),
-        "max_batch_age_seconds": max(batch_ages) if batch_ages else 0.0,
-        "max_watermark_lag_seconds": max(lags) if lags else 0.0,
     }
+    if reconciled.ran:  # before the first reconciliation there is nothing to count, not 0
+        totals.update(unexplained_rows=reconciled.unexplained,
+                      rows_compared=reconciled.compared,
+                      reconciliation_failed_jobs=sum(r["status"] != recon_runs.PASSED
+                                                     for r in recon.values()))
+    # (no batch or no watermark yet: nothing to plot, rather than a false 0)
+    if batch_ages:
+        totals["max_batch_age_seconds"] = max(batch_ages)
+    if lags:
+        totals["max_watermark_lag_seconds"] = max(lags)
     return "\n".join(lines), totals
+
+
+def _reconciled(row: dict) -> str:
+    if not row:
+        return "not yet"
+    when = f"{row['finished_at']:%Y-%m-%d %H:%M:%S}"
+    if row["status"] == recon_runs.PASSED and not row["unexplained_rows"]:
+        return when
+    return f"{when} **FAILED** ({row['status']})"
 
 
 def ops_observations(cfg: TidemarkConfig) -> list[dg.AssetObservation]:

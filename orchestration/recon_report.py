@@ -87,3 +87,29 @@ def summary_metadata(cfg: TidemarkConfig) -> dict[str, MetadataValue]:
         "jobs_reconciled": MetadataValue.int(len(latest)),
         "per_job": MetadataValue.md("\n".join(lines)),
     }
+
+
+def run_metadata(status) -> dict[str, MetadataValue]:
+    """The latest reconciliation run (`recon_runs.ReconStatus`), whatever its outcome: what the
+    ``recon_summary`` asset shows when dbt skipped the summary table."""
+    if not status.ran:
+        return {"reconciliation": MetadataValue.text("no reconciliation has run yet")}
+    problems = status.problems()
+    lines = ["| job | status | compared | unexplained | failed checks |", "|---|---|---:|---:|---|"]
+    for row in sorted(status.latest_run, key=lambda r: r["job"] or ""):
+        compared, unexplained = row["rows_compared"], row["unexplained_rows"]
+        lines.append(f"| {row['job'] or '(run)'} | {row['status']} | "
+                     f"{'-' if compared is None else f'{compared:,}'} | "
+                     f"{'-' if unexplained is None else f'{unexplained:,}'} | "
+                     f"{'; '.join(row['failed_checks'] or []) or row['message'] or ''} |")
+    return {
+        "reconciliation": MetadataValue.text(
+            ("FAILED: " + " | ".join(problems)) if problems else
+            f"{status.compared:,} rows compared, 0 unexplained"),
+        "run_status": MetadataValue.text(status.run_status),
+        "rows_compared": MetadataValue.int(status.compared),
+        "unexplained_rows": MetadataValue.int(status.unexplained),
+        "jobs_failed": MetadataValue.int(sum(r["job"] is not None and r["status"] != "passed"
+                                             for r in status.latest_run)),
+        "per_job": MetadataValue.md("\n".join(lines)),
+    }

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.ingestion import landing_files
@@ -18,7 +17,9 @@ from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.lake import read_table, table_exists
 
+from orchestration import recon_runs
 from orchestration.recon_report import RECON_CLASSES, late_events
+from orchestration.recon_runs import ReconStatus
 
 
 @dataclass
@@ -33,15 +34,15 @@ class Summary:
     removed_lines: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # stream -> what its lines are
     gold_rows: dict[str, int] = field(default_factory=dict)
-    recon: dict[str, dict] = field(default_factory=dict)
+    recon: ReconStatus = field(default_factory=ReconStatus)
 
     @property
     def compared(self) -> int:
-        return sum(r["rows_compared"] for r in self.recon.values())
+        return self.recon.compared
 
     @property
     def unexplained(self) -> int:
-        return sum(r["unexplained_rows"] for r in self.recon.values())
+        return self.recon.unexplained
 
 
 def _count(spark: SparkSession, path) -> int:
@@ -98,19 +99,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             out.quarantine_reasons[stream] = {r["r"]: r["count"] for r in reasons}
     for name in registry():
         out.gold_rows[name] = _count(spark, paths.table("gold", name))
-    out.recon = collect_recon(spark, cfg).recon
-    return out
-
-
-def collect_recon(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
-    """The latest row of recon_summary (the reconciliation history) per job."""
-    out, history = Summary(), cfg.paths.dbt_table("recon", "recon_summary")
-    if table_exists(history):
-        latest = (read_table(spark, history)
-                  .withColumn("rank", F.row_number().over(
-                      Window.partitionBy("job").orderBy(F.col("reconciled_at").desc())))
-                  .where("rank = 1").drop("rank").collect())
-        out.recon = {r["job"]: r.asDict() for r in latest}
+    out.recon = recon_runs.status(cfg)
     return out
 
 
@@ -134,25 +123,41 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
     if summary.gold_rows:
         lines.append("  gold rows: " + ", ".join(f"{job} {rows:,}"
                                                  for job, rows in summary.gold_rows.items()))
-    lines += recon_lines(summary)
+    lines += recon_lines(summary.recon)
     return "\n".join(lines)
 
 
-def recon_lines(summary: Summary) -> list[str]:
-    """The latest reconciliation of every job, a line each, and the closing line."""
+def _width(recon_class: str) -> int:
+    return max(len(recon_class), 7) + 2
+
+
+def recon_lines(status: ReconStatus) -> list[str]:
+    """Each job's latest reconciliation, a line each, then what is wrong, then the closing line
+    (a failed run says so last: never "0 unexplained" for a run that did not finish clean)."""
     lines = []
-    if summary.recon:
-        lines.append(f"  {'recon':<24}{'compared':>10}" + "".join(
-            f"{c:>{max(len(c), 7) + 2}}" for c in RECON_CLASSES) + "  late events replayed/reported")
-    for job, r in summary.recon.items():
-        lines.append(f"  {job:<24}{r['rows_compared']:>10,}" + "".join(
-            f"{r[c + '_rows']:>{max(len(c), 7) + 2},}" for c in RECON_CLASSES)
-            + f"  {late_events(r)}")
-    if summary.recon:
-        newest = max(r["reconciled_at"] for r in summary.recon.values())
-        lines.append(f"  reconciled {newest}")
-    else:
+    if status.jobs:
+        lines.append(f"  {'recon':<24}{'status':>10}{'compared':>10}" + "".join(
+            f"{c:>{_width(c)}}" for c in RECON_CLASSES) + "  late events replayed/reported")
+    for job, r in sorted(status.jobs.items()):
+        classes = r["class_rows"]  # None: its recon table was not built in that run
+        counts = "".join(f"{'-':>{_width(c)}}" if classes is None else
+                         f"{classes.get(c, 0):>{_width(c)},}" for c in RECON_CLASSES)
+        compared = "-" if r["rows_compared"] is None else f"{r['rows_compared']:,}"
+        late = late_events(r) if r["late_events_replayed"] is not None else "-"
+        lines.append(f"  {job:<24}{r['status']:>10}{compared:>10}{counts}  {late}")
+    if not status.ran:
         lines.append("  no reconciliation has run yet")
-    lines.append(f"reconciliation: {summary.compared} rows compared, "
-                 f"{summary.unexplained} unexplained")
+        lines.append("reconciliation: none has run yet (run `tidemark run`, or the "
+                     "reconciliation job in Dagster)")
+        return lines
+    lines.append(f"  latest run {status.finished_at:%Y-%m-%d %H:%M:%S} UTC: {status.run_status}")
+    problems = status.problems()
+    lines += [f"  FAILED {p}" for p in problems]
+    if problems:
+        lines.append(f"reconciliation FAILED: {len(problems)} problem(s), {status.unexplained:,} "
+                     f"unexplained rows in {status.compared:,} compared: "
+                     + "; ".join(problems))
+    else:
+        lines.append(f"reconciliation: {status.compared} rows compared, "
+                     f"{status.unexplained} unexplained")
     return lines

@@ -148,12 +148,35 @@ EXPECTATION_SCHEMA = T.StructType([
     T.StructField("recorded_at", T.TimestampType()),
 ])
 
+# Every reconciliation run, whatever its outcome: one row per job it reconciled (or one row with
+# no job, for a run that failed before any job's models ran). Written by tidemark-dbt from dbt's
+# own results, after the build, so a run whose checks fail (and whose recon_summary dbt skips)
+# is recorded all the same (`orchestration.recon.runs`).
+RECON_RUN_SCHEMA = T.StructType([
+    T.StructField("run_key", T.StringType()),  # dbt's invocation id
+    T.StructField("job", T.StringType()),
+    T.StructField("started_at", T.TimestampType()),
+    T.StructField("finished_at", T.TimestampType()),
+    T.StructField("run_status", T.StringType()),  # passed | failed | error
+    T.StructField("status", T.StringType()),  # the job's: passed | failed | not_built
+    T.StructField("rows_compared", T.LongType()),  # null when its recon table was not built
+    T.StructField("unexplained_rows", T.LongType()),
+    T.StructField("class_rows", T.MapType(T.StringType(), T.LongType())),
+    T.StructField("failed_checks", T.ArrayType(T.StringType())),  # "<check>: <n> rows"
+    T.StructField("late_events_replayed", T.LongType()),
+    T.StructField("late_events_reported", T.LongType()),
+    T.StructField("late_events_report_lost", T.LongType()),
+    T.StructField("message", T.StringType()),
+    T.StructField("dagster_run_id", T.StringType()),
+])
+
 SCHEMAS: dict[str, T.StructType] = {
     "stream_progress": PROGRESS_SCHEMA,
     "stream_failures": FAILURE_SCHEMA,
     "alerts": ALERT_SCHEMA,
     "expectations": EXPECTATION_SCHEMA,
     "stream_late_rows": LATE_ROWS_SCHEMA,
+    "recon_runs": RECON_RUN_SCHEMA,
 }
 CHECKPOINT_EVERY = 50
 COMMIT_ATTEMPTS = 8

@@ -76,6 +76,8 @@ KEPT = {
                        "step); raw progress past the age cleared",
     "stream_late_rows": "rows kept: the late rows of folded batches, which reconciliation's "
                         "lateness replay reads",
+    "recon_runs": "runs past the age pruned, except each job's latest (what `tidemark recon` "
+                  "reports)",
 }
 
 
@@ -593,6 +595,24 @@ def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
             if stale:
                 locked.delete(predicate)
                 removed = len(stale)
+        elif name == "recon_runs":
+            # past the age, except each job's latest run: its status is what `tidemark recon`
+            # reports, however long ago it was reconciled
+            rows = locked.read(columns=["run_key", "job", "finished_at"])
+            latest: dict = {}
+            for row in rows:
+                if row["job"] not in latest or row["finished_at"] > latest[row["job"]][1]:
+                    latest[row["job"]] = (row["run_key"], row["finished_at"])
+            kept = " or ".join(
+                f"(run_key = {ops_tables.literal(key)} and "
+                + (f"job = {ops_tables.literal(job)})" if job is not None else "job is null)")
+                for job, (key, _) in latest.items()) or "false"
+            predicate = (f"finished_at < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))}"
+                         f" and not ({kept})")
+            stale = locked.read(where=predicate, columns=["run_key"])
+            if stale:
+                locked.delete(predicate)
+                removed = len(stale)
         elif name == "stream_progress":
             predicate = (f"ts < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))} "
                          "and progress_json is not null")
@@ -610,7 +630,7 @@ def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
         expire_log(path, time.time() - hours * 3600)
         log_after = log_files(path)
     files_after, bytes_after = _disk(path)
-    out.steps.append(Step(target, "prune+compact" if name in PRUNED else "compact",
+    out.steps.append(Step(target, "prune+compact" if name in PRUNED or removed else "compact",
                           (f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
                            if name in PRUNED else KEPT.get(name, "rows kept"))
                           + f"; log files {log_before:,} -> {log_after:,}",

@@ -60,10 +60,12 @@ def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):
     tidemark = str(Path(sys.executable).with_name("tidemark"))
     result = subprocess.run([tidemark, "recon"], env=env, capture_output=True, text=True,
                             timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
+    # nothing reconciled is not a clean reconciliation: a gate on this command must not pass
+    assert result.returncode == 1, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     assert lines[-2:] == ["  no reconciliation has run yet",
-                          "reconciliation: 0 rows compared, 0 unexplained"]
+                          "reconciliation: none has run yet (run `tidemark run`, or the "
+                          "reconciliation job in Dagster)"]
 
 
 def test_dg_loads_and_checks_the_definitions_folder(cfg):

@@ -114,7 +114,8 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
 
 
 @pytest.mark.slow
-def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream(spark, cfg):
+def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream(spark, cfg,
+                                                                                 capsys):
     from datetime import timedelta
 
     from dagster import AssetKey, AssetSelection, DagsterInstance
@@ -174,6 +175,40 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
                     for e in result.get_asset_materialization_events()}
     assert AssetKey(["recon", "recon_failed_txn_velocity"]) in materialized
     assert AssetKey(["recon", "recon_summary"]) not in materialized  # downstream did not run
+
+    # The failed run is what every report shows: never "no reconciliation", never 0 unexplained.
+    unexplained = sum(1 for c in got.values() if c in
+                      ("missing_in_stream", "value_mismatch", "missing_in_batch"))
+    assert unexplained == 4
+    from orchestration import recon_runs
+    from orchestration.cli import main as tidemark
+    from orchestration.overview import overview
+
+    status = recon_runs.status(cfg)
+    row = status.jobs["failed_txn_velocity"]
+    assert (row["status"], row["run_status"], row["unexplained_rows"], row["rows_compared"]) == (
+        "failed", "failed", unexplained, len(got))
+    assert row["dagster_run_id"] == result.run_id
+    assert f"no_unexplained_rows__failed_txn_velocity: {unexplained} rows" in row["failed_checks"]
+    observed = [e.event_specific_data.asset_observation for e in result.all_events
+                if e.event_type_value == "ASSET_OBSERVATION"
+                and e.event_specific_data.asset_observation.asset_key == summary]
+    assert len(observed) == 1
+    shown = {k: v.value for k, v in observed[0].metadata.items()}
+    assert shown["run_status"] == "failed" and shown["unexplained_rows"] == unexplained
+    assert shown["reconciliation"].startswith("FAILED: ")
+    assert f"failed_txn_velocity: {unexplained} unexplained rows" in shown["reconciliation"]
+
+    for command in ("recon", "summary"):
+        capsys.readouterr()
+        assert tidemark([command]) == 1, command
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        assert last.startswith("reconciliation FAILED: ") and (
+            f"failed_txn_velocity: {unexplained} unexplained rows") in last, (command, last)
+    table, totals = overview(cfg)
+    assert totals["unexplained_rows"] == unexplained
+    assert "**FAILED**" in next(line for line in table.splitlines()
+                                if line.startswith("| failed_txn_velocity "))
 
 
 def expected_count(key) -> int:

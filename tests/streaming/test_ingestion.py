@@ -66,7 +66,7 @@ def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
     created = ensure_lake(spark, cfg)
     expected = ({f"bronze/{s}" for s in STREAMS} | {f"quarantine/{s}" for s in STREAMS}
                 | {"ops/stream_progress", "ops/stream_late_rows", "ops/stream_failures",
-                   "ops/alerts", "ops/expectations"}
+                   "ops/alerts", "ops/expectations", "ops/recon_runs"}
                 | {f"gold/{j}" for j in registry()})
     assert set(created) == expected
     assert all(read_table(spark, cfg.paths.table(*t.split("/"))).count() == 0 for t in expected)

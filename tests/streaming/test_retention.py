@@ -76,6 +76,11 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
     ops_tables.append(cfg, "stream_progress", [
         {"job": "old_job", "batch_id": 0, "ts": old, "progress_json": '{"id": 1}',
          "source_version_from": -1, "source_version_to": 3}])
+    # a job's old runs go, but never its latest: `tidemark recon` reports it however old
+    ops_tables.append(cfg, "recon_runs", [
+        {"run_key": "old", "job": "a", "finished_at": old, "status": "failed"},
+        {"run_key": "old", "job": "b", "finished_at": old, "status": "passed"},
+        {"run_key": "recent", "job": "a", "finished_at": recent, "status": "passed"}])
     aside = cfg.paths.checkpoints / ".replaced"
     for name, age in (("failed_txn_velocity-old", 8), ("failed_txn_velocity-new", 1)):
         (aside / name / "commits").mkdir(parents=True)
@@ -89,7 +94,10 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
     [output] = [e for e in run.all_events if e.event_type_value == "STEP_OUTPUT"]
     report = {k: v.value for k, v in output.event_specific_data.metadata.items()}
     assert report["failed_steps"] == 0
-    assert report["ops_rows_pruned"] == 2  # the old failure, the closed and delivered alert
+    # the old failure, the closed and delivered alert, job a's superseded run
+    assert report["ops_rows_pruned"] == 3
+    assert sorted((r["run_key"], r["job"]) for r in ops_tables.read(cfg, "recon_runs")) == [
+        ("old", "b"), ("recent", "a")]
     for step in ("| bronze/transactions | optimize |", "| bronze/transactions | vacuum |",
                  "| gold/failed_txn_velocity | vacuum |", "| landing/transactions | archive |",
                  "| ops/alerts | prune+compact |", "| checkpoints/.replaced | remove |"):

@@ -11,7 +11,7 @@ from streaming_jobs.registry import registry
 from streaming_jobs.schemas import STREAMS
 
 from orchestration import dbt_models
-from orchestration.dbt_cli import parse_args, split_data_root, split_run_vars, with_excluded, \
+from orchestration.dbt_cli import parse_args, split_own_options, split_run_vars, with_excluded, \
     with_vars
 from orchestration.dbt_vars import job_vars, last_batches
 from orchestration.project import DBT_PROJECT_DIR
@@ -112,8 +112,11 @@ def test_vars_and_the_data_root_are_placed_where_dbt_expects_them():
         "build", "--vars", '{"a": 1}', "--select", "x"]
     assert with_vars(["build", "--vars", "{}"], {"a": 1}) == ["build", "--vars", "{}"]
     assert with_vars(["clean"], {"a": 1}) == ["clean"]
-    assert split_data_root(["--data-root", "/d", "build"]) == ("/d", ["build"])
-    assert split_data_root(["build"]) == (None, ["build"])
+    assert split_own_options(["--data-root", "/d", "build"]) == (
+        {"TIDEMARK_DATA_ROOT": "/d"}, ["build"])
+    assert split_own_options(["--data-root", "/d", "--dagster-run-id", "abc", "build"]) == (
+        {"TIDEMARK_DATA_ROOT": "/d", "TIDEMARK_DAGSTER_RUN_ID": "abc"}, ["build"])
+    assert split_own_options(["build"]) == ({}, ["build"])
     # the jobs nothing new reached join the user's own --exclude, or get one
     assert with_excluded(["build", "--exclude", "x", "--select", "y"], ["a", "b"]) == [
         "build", "--exclude", "a", "b", "x", "--select", "y"]

@@ -32,36 +32,46 @@ def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
         _reset(cfg.with_data_root(history))
 
 
+def _recon_row(job: str, compared: int, unexplained: int, status: str = "passed", **extra):
+    from datetime import datetime, timezone
+
+    classes = {"match": compared - unexplained, "window_open": 0, "late_dropped": 0,
+               "value_mismatch": unexplained, "missing_in_stream": 0, "missing_in_batch": 0}
+    return {"run_key": "r1", "job": job, "finished_at": datetime(2026, 1, 1, 2, tzinfo=timezone.utc),
+            "run_status": "passed" if status == "passed" else "failed", "status": status,
+            "rows_compared": compared, "unexplained_rows": unexplained, "class_rows": classes,
+            "failed_checks": [], "late_events_replayed": 3, "late_events_reported": 3,
+            "late_events_report_lost": None, "message": None, **extra}
+
+
 def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
+    from orchestration.recon_runs import ReconStatus
     from orchestration.summary import Summary, render
     from streaming_jobs.config import TidemarkConfig
 
-    recon_row = {"rows_compared": 10, "unexplained_rows": 2, "match_rows": 5, "window_open_rows": 2,
-                 "late_dropped_rows": 1, "value_mismatch_rows": 1, "missing_in_stream_rows": 1,
-                 "missing_in_batch_rows": 0, "late_events_replayed": 3, "late_events_reported": 3,
-                 "stream_watermark": "2026-01-01 01:00:00",
-                 "reconciled_at": "2026-01-01 02:00:00"}
+    rows = [_recon_row("failed_txn_velocity", 10, 0), _recon_row("zone_revenue_hourly", 4, 0)]
     summary = Summary(landing_lines={"transactions": 100, "rides": 7},
                       bronze_rows={"transactions": 95, "rides": 5},
                       quarantine_rows={"transactions": 5, "rides": 1},
                       quarantine_reasons={"transactions": {"invalid JSON": 5}},
                       gold_rows={"failed_txn_velocity": 12},
-                      recon={"failed_txn_velocity": recon_row, "zone_revenue_hourly": {
-                          **recon_row, "rows_compared": 4, "unexplained_rows": 0}})
+                      recon=ReconStatus(jobs={r["job"]: r for r in rows}, latest_run=rows))
     text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
     assert text[1] == ("  transactions: 100 landing lines = 95 bronze + 5 quarantined (holds): "
                        "invalid JSON 5")
     assert text[2] == "  rides: 7 landing lines = 5 bronze + 1 quarantined (DOES NOT HOLD)"
     assert text[3] == "  gold rows: failed_txn_velocity 12"
-    # a header, then a line per job: compared, then each class in order, then the late events
-    assert text[4].split() == ["recon", "compared", "match", "window_open", "late_dropped",
-                               "value_mismatch", "missing_in_stream", "missing_in_batch", "late",
-                               "events", "replayed/reported"]
-    assert text[5].split() == ["failed_txn_velocity", "10", "5", "2", "1", "1", "1", "0", "3/3"]
-    assert text[6].split()[:2] == ["zone_revenue_hourly", "4"]
-    assert text[-2] == "  reconciled 2026-01-01 02:00:00"
-    assert text[-1] == "reconciliation: 14 rows compared, 2 unexplained"
+    # a header, then a line per job: status, compared, each class in order, the late events
+    assert text[4].split() == ["recon", "status", "compared", "match", "window_open",
+                               "late_dropped", "value_mismatch", "missing_in_stream",
+                               "missing_in_batch", "late", "events", "replayed/reported"]
+    assert text[5].split() == ["failed_txn_velocity", "passed", "10", "10", "0", "0", "0", "0",
+                               "0", "3/3"]
+    assert text[6].split()[:3] == ["zone_revenue_hourly", "passed", "4"]
+    assert text[-2] == "  latest run 2026-01-01 02:00:00 UTC: passed"
+    assert text[-1] == "reconciliation: 14 rows compared, 0 unexplained"
     assert len(text) == 9  # a screenful, whatever the number of quarantine reasons
+    assert summary.recon.clean
 
     # rows from landing files retention has deleted since are counted apart
     summary.removed_lines = {"rides": 2}
@@ -117,21 +127,73 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
     assert config.read_text() == "telemetry:\n  enabled: false\n"
 
 
-def test_the_overview_reads_a_recon_summary_being_created_as_no_reconciliation_yet(tmp_path):
-    """The first reconciliation creates recon_summary: for a moment its log has no commit, and
-    ops_overview_sensor's tick must not fail on it (seen as a sensor error in a CI run)."""
-    from deltalake import write_deltalake
-    import pyarrow as pa
-
-    from orchestration.overview import recon_summaries
+def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
+    """The run's rows as tidemark-dbt records them (a real ops table): the status, the summary's
+    closing line and the overview all say failed, naming the job and its unexplained count."""
+    from streaming_jobs import ops_tables
     from streaming_jobs.config import TidemarkConfig
 
-    cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
-    path = cfg.paths.dbt_table("recon", "recon_summary")
-    (path / "_delta_log").mkdir(parents=True)
-    assert recon_summaries(cfg) == {}
+    from orchestration import recon_runs
+    from orchestration.overview import overview
+    from orchestration.summary import recon_lines
 
-    rows = [{"job": "a", "reconciled_at": 1, "rows_compared": 5, "unexplained_rows": 0},
-            {"job": "a", "reconciled_at": 2, "rows_compared": 7, "unexplained_rows": 1}]
-    write_deltalake(str(path), pa.Table.from_pylist(rows))
-    assert recon_summaries(cfg) == {"a": rows[1]}
+    cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
+    status = recon_runs.status(cfg)
+    assert not status.ran and not status.clean
+    assert recon_lines(status)[-2:] == [
+        "  no reconciliation has run yet",
+        "reconciliation: none has run yet (run `tidemark run`, or the reconciliation job in "
+        "Dagster)"]
+    table, totals = overview(cfg)
+    assert "unexplained_rows" not in totals and "rows_compared" not in totals
+
+    failed = _recon_row("failed_txn_velocity", 30, 10, status="failed",
+                        failed_checks=["no_unexplained_rows__failed_txn_velocity: 10 rows"])
+    unbuilt = {**_recon_row("events_by_type", 0, 0, status="not_built"), "rows_compared": None,
+               "unexplained_rows": None, "class_rows": None, "late_events_replayed": None,
+               "run_status": "failed", "message": "recon_events_by_type skipped: an upstream "
+                                                  "node failed: int_events_by_type__batch (error)"}
+    failed["run_status"] = "failed"
+    ops_tables.append(cfg, "recon_runs", [failed, unbuilt])
+    status = recon_runs.status(cfg)
+    assert status.ran and not status.clean and status.unexplained == 10
+    assert status.jobs["failed_txn_velocity"]["class_rows"]["value_mismatch"] == 10
+    lines = recon_lines(status)
+    assert lines[-1].startswith("reconciliation FAILED: 2 problem(s), 10 unexplained rows")
+    assert ("failed_txn_velocity: 10 unexplained rows (failed checks: "
+            "no_unexplained_rows__failed_txn_velocity: 10 rows)") in lines[-1]
+    assert "events_by_type: not reconciled" in lines[-1]
+    assert next(line for line in lines if line.split()[:1] == ["events_by_type"]).split()[1:4] == [
+        "not_built", "-", "-"]
+
+    table, totals = overview(cfg)
+    assert totals["unexplained_rows"] == 10 and totals["reconciliation_failed_jobs"] == 2
+    row = next(line for line in table.splitlines() if line.startswith("| failed_txn_velocity "))
+    assert "**FAILED** (failed)" in row and row.split("|")[8].strip() == "10"
+
+    # a later clean run of both jobs makes it clean again
+    later = [{**_recon_row(job, 5, 0), "run_key": "r2",
+              "finished_at": failed["finished_at"].replace(hour=3)}
+             for job in ("failed_txn_velocity", "events_by_type")]
+    ops_tables.append(cfg, "recon_runs", later)
+    assert recon_runs.status(cfg).clean
+
+
+def test_the_overview_says_none_yet_before_a_watermark_and_plots_no_false_lag(tmp_path):
+    from datetime import datetime, timezone
+
+    from streaming_jobs import ops_tables
+    from streaming_jobs.config import TidemarkConfig
+
+    from orchestration.overview import overview
+
+    cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
+    now = datetime(2026, 11, 28, 12, tzinfo=timezone.utc)
+    ops_tables.append(cfg, "stream_progress", [{
+        "job": "failed_txn_velocity", "batch_id": 0, "ts": now, "state_rows": 0,
+        "watermark": datetime(1970, 1, 1, tzinfo=timezone.utc)}])
+    table, totals = overview(cfg, now=now)
+    row = next(line for line in table.splitlines() if line.startswith("| failed_txn_velocity "))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3:5] == ["none yet", "-"]  # the watermark, and no lag
+    assert "max_watermark_lag_seconds" not in totals and totals["max_batch_age_seconds"] == 0

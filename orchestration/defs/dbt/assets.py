@@ -17,14 +17,15 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
 from streaming_jobs.config import TidemarkConfig
 
-from orchestration import keys
+from orchestration import keys, recon_runs
 from orchestration.concurrency import CONTINUOUS_TAG, RECON_TAG
 from orchestration.dbt_models import ensure_manifest, reconciled_jobs
 from orchestration.dbt_vars import dbt_vars
 from orchestration.project import dbt_project
 from orchestration.recon_partitions import (RECON_MODE_TAG, partitions_def, recomputed_from,
                                             run_scope)
-from orchestration.recon_report import recon_counts, recon_metadata, summary_metadata
+from orchestration.recon_report import (recon_counts, recon_metadata, run_metadata,
+                                         summary_metadata)
 from orchestration.recon_scope import left_out
 from orchestration.resources import TidemarkResource
 
@@ -108,7 +109,8 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
         # tidemark-dbt takes the run's data root first and picks the SQL endpoint when it runs
         # dbt's unit tests check the models' SQL on fixed rows: CI runs them (and `make dbt
         # ARGS=build`), a scheduled reconciliation need not pay for them every time
-        args = ["--data-root", str(run_cfg.data_root), "build", "--exclude-resource-type",
+        args = ["--data-root", str(run_cfg.data_root), "--dagster-run-id", context.run.run_id,
+                "build", "--exclude-resource-type",
                 "unit_test", "--vars", json.dumps(variables)]
         # the jobs nothing new reached: their models and checks are left out (dagster-dbt
         # folds this --exclude into the run's selection); their tables are what they were
@@ -117,11 +119,14 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
             context.log.info(f"left out, nothing new since the last reconciliation: "
                              f"{', '.join(skipped)}")
             args += ["--exclude", " ".join(skipped)]
-        for event in dbt.cli(args, context=context, target_path=target).stream():
+        invocation = dbt.cli(args, context=context, target_path=target, raise_on_error=False)
+        summarized = False
+        for event in invocation.stream():
             if isinstance(event, dg.Output):
                 key = context.asset_key_for_output(event.output_name)
                 job = key.path[-1].removeprefix("recon_")
                 if key == keys.RECON_SUMMARY:
+                    summarized = True
                     event = event.with_metadata({**event.metadata, **summary_metadata(run_cfg)})
                 elif key.path[0] == "recon" and job in jobs:
                     # the recon table was just built: its classes, plotted run after run
@@ -130,6 +135,14 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
                         **event.metadata, **recon_metadata(counts),
                         "recomputed_from": recomputed_from(variables, job)})
             yield event
+        if keys.RECON_SUMMARY in context.selected_asset_keys and not summarized:
+            # dbt skipped the summary (a blocking check failed, or a model upstream): the run's
+            # outcome, which tidemark-dbt recorded in ops/recon_runs, is shown on it all the same
+            yield dg.AssetObservation(asset_key=keys.RECON_SUMMARY,
+                                      metadata=run_metadata(recon_runs.status(run_cfg)))
+        error = invocation.get_error()
+        if error is not None:
+            raise error
 
     return tidemark_dbt
 
