@@ -131,7 +131,12 @@ def scaffold(kind: str, name: str, *, folder: str | None = None, source: str | N
 
         if not source:
             raise ValueError("tidemark new job: name the stream it reads with --source STREAM")
-        stream = stream_schema(source)
+        try:
+            stream = stream_schema(source)
+        except KeyError as exc:
+            raise ValueError(f"tidemark new job {name}: {exc.args[0]} To start one, run "
+                             f"'tidemark new stream {source}' and add its folder to "
+                             "TIDEMARK_JOBS_PATH.") from None
         values = {"name": name, "source": source, "event_time": stream.event_time}
         path = out / f"{name}.{'sql' if sql else 'py'}"
         text = (SQL_JOB if sql else PY_JOB).format(**values)

@@ -46,6 +46,29 @@ def commit_actions(table: Path, version: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# Commits that write rows, and the operation metrics that count them (OPTIMIZE and VACUUM
+# rewrite or remove files: they add no row)
+ROW_WRITES = {"WRITE": ("numOutputRows",), "STREAMING UPDATE": ("numOutputRows",),
+              "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
+
+
+def rows_written(table: Path, after: int) -> tuple[int, int]:
+    """Rows appended or upserted by the commits after version ``after`` (their commitInfo's
+    operation metrics: the Delta sink and foreachBatch report no row count), and the newest
+    version read (``after`` when there is none)."""
+    total, newest = 0, after
+    for version in commit_versions(table):
+        if version <= after:
+            continue
+        newest = version
+        for action in commit_actions(table, version):
+            info = action.get("commitInfo")
+            if info:
+                metrics = info.get("operationMetrics") or {}
+                total += sum(int(metrics.get(m, 0)) for m in ROW_WRITES.get(info.get("operation"), ()))
+    return total, newest
+
+
 def txn_of(table: Path, version: int, app_id: str) -> int | None:
     """The batch id ``app_id`` recorded in commit ``version``, if that commit has its marker."""
     for action in commit_actions(table, version):

@@ -141,26 +141,3 @@ def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, ve
 
 def read_table(spark: SparkSession, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path))
-
-
-def table_version(spark: SparkSession, path: Path) -> int:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, str(path)).history(1).collect()[0]["version"]
-
-
-def rows_written_since(spark: SparkSession, path: Path, version: int) -> int:
-    """Rows appended or upserted by the commits after ``version`` (from the Delta log: the
-    Delta sink and foreachBatch report no row count)."""
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, str(path)).history().where(f"version > {version}")
-    total = 0
-    for row in history.select("operation", "operationMetrics").collect():
-        metrics = row["operationMetrics"] or {}
-        if row["operation"] == "MERGE":
-            total += int(metrics.get("numTargetRowsInserted", 0))
-            total += int(metrics.get("numTargetRowsUpdated", 0))
-        else:
-            total += int(metrics.get("numOutputRows", 0))
-    return total

@@ -24,7 +24,7 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
 from streaming_jobs.spec import JobSpec
-from streaming_jobs.lake import rows_written_since, table_version
+from streaming_jobs.delta_log import latest_version, rows_written
 from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.progress import forget_previous_lineage, progress_log
@@ -252,9 +252,9 @@ def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
     target = cfg.paths.table("gold", spec.name)
     with _full_disk_said_plainly(cfg, spec.name):
         writer = gold_writer(spark, cfg, spec)
-        before = table_version(spark, target)
+        before = latest_version(target)  # the writer created the table
         rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
                                            sink_version_of(cfg, spec), spec)
     return metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
-                   output_rows=rows_written_since(spark, target, before),
+                   output_rows=rows_written(target, before)[0],
                    previous=None if rows else last_reading(cfg, spec.name))

@@ -52,6 +52,7 @@ from pyspark.sql import SparkSession
 
 from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.delta_log import latest_version, rows_written
 from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer, query_name
 from streaming_jobs.registry import get_job
@@ -154,6 +155,9 @@ class _Host:
         self.specs = {job: get_job(job) for job in self.jobs}  # loaded once, not per flush
         self.resolvers = {job: sink_version_of(cfg, spec) for job, spec in self.specs.items()}
         self.restarts: dict[str, list[float]] = {name: [] for name in self.names}
+        # per query: the versions of its tables read so far, and the rows they added since
+        self.committed_to: dict[str, list[int]] = {}
+        self.rows_written = {name: [0, 0] for name in self.names}
         self.started = time.monotonic()
 
     def writer(self, name: str):
@@ -161,8 +165,30 @@ class _Host:
             return bronze_writer(self.spark, self.cfg, stream_schema(self.streams[name]))[0]
         return gold_writer(self.spark, self.cfg, self.specs[name])
 
+    def tables(self, name: str) -> tuple:
+        """Where the query's rows go: (bronze, quarantine) for ingestion, (gold, None) for a job."""
+        if name in self.streams:
+            stream = self.streams[name]
+            return (self.cfg.paths.table("bronze", stream),
+                    self.cfg.paths.table("quarantine", stream))
+        return self.cfg.paths.table("gold", name), None
+
     def start(self, name: str) -> None:
-        self.queries[name] = self.writer(name).trigger(processingTime=self.trigger).start()
+        writer = self.writer(name)  # creates the query's tables
+        if name not in self.committed_to:  # (not again on an in-place restart)
+            self.committed_to[name] = [-1 if t is None else latest_version(t)
+                                       for t in self.tables(name)]
+        self.queries[name] = writer.trigger(processingTime=self.trigger).start()
+
+    def written(self, name: str) -> list[int]:
+        """Rows the query's commits added to its tables since the run started (output,
+        quarantined), from the tables' logs: the sinks report no row count, and a replayed
+        batch whose write was skipped commits nothing, so nothing is counted twice."""
+        for i, table in enumerate(self.tables(name)):
+            if table is not None and name in self.committed_to:
+                rows, self.committed_to[name][i] = rows_written(table, self.committed_to[name][i])
+                self.rows_written[name][i] += rows
+        return self.rows_written[name]
 
     def flush(self, names=None) -> None:
         for name in names or list(self.queries):
@@ -178,7 +204,9 @@ class _Host:
         folded = metrics(name, rows, time.monotonic() - self.started,
                          last_committed_batch(self.cfg.paths.checkpoint(name)),
                          previous=self.previous[name])
-        return replace(folded, batches=totals.batches)
+        output, quarantined = self.written(name)
+        return replace(folded, batches=totals.batches, output_rows=output,
+                       quarantined_rows=quarantined)
 
     def reports(self) -> dict[str, QueryReport]:
         out = {}

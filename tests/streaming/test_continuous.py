@@ -59,7 +59,8 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     (tmp_path / "dagster").mkdir()
     instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
     first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]
-    land(cfg, "a.jsonl", first + [first[5]], stream="clicks")  # one duplicate
+    # one duplicate, and one line that is not JSON
+    land(cfg, "a.jsonl", first + [first[5], "not json"], stream="clicks")
     results = {}
 
     def host():
@@ -106,6 +107,16 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     assert set(materialized) == {f"gold/{JOB}", "bronze/clicks"}
     materialized[JOB] = materialized[f"gold/{JOB}"]
     assert materialized[JOB]["input_rows"].value == 41  # 40 events and the duplicate
+    # what the run committed, counted: not the sinks' missing row counts read as 0
+    assert materialized[JOB]["output_rows"].value == len(gold_ids(spark, cfg)) == 40
+    bronze = materialized["bronze/clicks"]
+    assert (bronze["output_rows"].value, bronze["quarantined_rows"].value) == (41, 1)
+    # each flush's report counts what the run committed so far: never more, never back
+    flushed = [m.metadata["output_rows"].value
+               for m in (ev.event_specific_data.materialization
+                         for ev in result.get_asset_materialization_events())
+               if m.asset_key.to_user_string() == f"gold/{JOB}"]
+    assert flushed == sorted(flushed) and flushed[-1] == 40 and len(flushed) >= 2
     assert materialized[JOB]["checkpoint_batch_id"].value == last_committed_batch(checkpoint)
     # The locks are free again.
     with checkpoint_lock(checkpoint, "test"):

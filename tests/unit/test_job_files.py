@@ -191,7 +191,8 @@ def test_scaffolds_load_as_they_are(folder):
     assert jobs["meters_5m_py"].batch_sql and jobs["meters_5m_py"].measures == ("events",)
     with pytest.raises(FileExistsError):
         scaffold("job", "meters_5m", folder=str(folder), source="meters")
-    with pytest.raises(KeyError, match="unknown stream 'nope'"):
+    # a stream that does not exist yet: a message with the command that starts one
+    with pytest.raises(ValueError, match="unknown stream 'nope'.*'tidemark new stream nope'"):
         scaffold("job", "x", folder=str(folder), source="nope")
 
 
