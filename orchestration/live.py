@@ -390,10 +390,13 @@ def hosted_assets() -> list:
                                                            for spec in specs)]
 
 
-def wait_caught_up(keys, since: float, timeout: float, trigger_seconds: float) -> bool:
+def wait_caught_up(keys, since: float, timeout: float, trigger_seconds: float,
+                   instance=None) -> bool:
     """Until every query has read all that reached its source before ``since`` (nothing lands
-    after it): each asset's latest continuous report says it committed nothing new and its
-    source has nothing waiting (see `orchestration.continuous`).
+    after it): each asset's latest continuous report says it read no new row and its source
+    has nothing waiting (`orchestration.metadata.IDLE`): judged by data, not by batches, since
+    a commit that changes no data (OPTIMIZE, VACUUM) makes the queries downstream run empty
+    batches.
 
     A report tells what the query's last trigger saw, up to ``trigger_seconds`` before it was
     made, so only reports made a trigger interval after a moment count for that moment. And a
@@ -402,14 +405,16 @@ def wait_caught_up(keys, since: float, timeout: float, trigger_seconds: float) -
     first ends, shows each job has read that last bronze commit."""
     from dagster import DagsterInstance
 
-    instance = DagsterInstance.get()
+    from orchestration.metadata import IDLE
+
+    instance = instance or DagsterInstance.get()
     deadline = time.monotonic() + timeout
 
     def all_caught_up(after: float) -> bool:
         events = [instance.get_latest_materialization_event(k) for k in keys]
         return all(e is not None and e.timestamp > after
-                   and (e.asset_materialization.description or "").endswith(
-                       ": 0 new batches, caught up") for e in events)
+                   and (e.asset_materialization.description or "").endswith(IDLE)
+                   for e in events)
 
     for _ in range(2):
         while not all_caught_up(since + trigger_seconds):

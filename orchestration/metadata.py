@@ -23,6 +23,17 @@ def readable_bytes(n: int) -> str:
     return f"{n} B"
 
 
+# How a continuous run's report ends when its query read nothing new and its source has nothing
+# waiting: what `tidemark live` waits for (batches alone do not tell: an OPTIMIZE of bronze makes
+# the jobs reading it run empty batches)
+IDLE = ", 0 rows read, caught up"
+
+
+def continuous_description(run_id: str, new_batches: int, new_rows: int, caught_up: bool) -> str:
+    return (f"continuous run {run_id[:8]}: {new_batches} new batches, {new_rows:,} rows read"
+            + (", caught up" if caught_up else ""))
+
+
 def run_metadata(metrics: RunMetrics, table_path: str) -> dict:
     """A run's metadata: what it did, and where the query stands (state and watermark are the
     query's current ones even when the run found nothing new)."""

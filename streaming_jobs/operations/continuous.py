@@ -74,6 +74,9 @@ TRANSIENT = ("Python worker failed to connect back",
              "Timed out while waiting for the Python worker to connect back")
 TRANSIENT_RESTARTS = 3
 TRANSIENT_WINDOW_SECONDS = 600.0
+# The n-th in-place restart waits this x 2^(n-1): on a loaded machine the worker that did not
+# connect back in time needs the machine to calm down, not three tries within a minute
+TRANSIENT_BACKOFF_SECONDS = 15.0
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -123,6 +126,8 @@ class QueryReport:
     name: str
     metrics: RunMetrics  # since the run started; state and watermark are current
     new_batches: int  # committed since the previous report
+    new_rows: int  # read by those batches: an empty batch (after an OPTIMIZE of its source,
+    # or to move the watermark on) is no new input
     caught_up: bool  # no batch in flight and no data waiting at its source
 
 
@@ -151,12 +156,14 @@ class _Host:
         self.queries: dict = {}
         self.totals = {name: Totals() for name in self.names}
         self.reported = {name: 0 for name in self.names}
+        self.reported_rows = {name: 0 for name in self.names}
         self.previous = {name: last_reading(cfg, name) for name in self.names}
         self.specs = {job: get_job(job) for job in self.jobs}  # loaded once, not per flush
         self.resolvers = {job: sink_version_of(cfg, spec) for job, spec in self.specs.items()}
         self.restarts: dict[str, list[float]] = {name: [] for name in self.names}
         # per query: the versions of its tables read so far, and the rows they added since
         self.committed_to: dict[str, list[int]] = {}
+        self.restart_due: dict[str, float] = {}  # query -> when its in-place restart is due
         self.rows_written = {name: [0, 0] for name in self.names}
         self.started = time.monotonic()
 
@@ -212,10 +219,12 @@ class _Host:
         out = {}
         for name, query in self.queries.items():
             status = query.status if query.isActive else {}
-            new = self.totals[name].batches - self.reported[name]
-            self.reported[name] = self.totals[name].batches
+            totals = self.totals[name]
+            new = totals.batches - self.reported[name]
+            rows = totals.input_rows - self.reported_rows[name]
+            self.reported[name], self.reported_rows[name] = totals.batches, totals.input_rows
             out[name] = QueryReport(
-                name, self.metrics(name), new,
+                name, self.metrics(name), new, rows,
                 caught_up=bool(query.isActive) and not status.get("isTriggerActive")
                 and not status.get("isDataAvailable"))
         return out
@@ -258,11 +267,27 @@ class _Host:
         LOG.warning("continuous: %s failed transiently (%s); restarted from its last commit",
                     name, reason[:300])
         out.restarted.append((name, reason[:1000]))
-        self.start(name)
+        # started again by `start_due` once the backoff has passed; the others go on meanwhile
+        self.restart_due[name] = now + TRANSIENT_BACKOFF_SECONDS * 2 ** (count - 1)
         return True
 
-    def answer_savepoint_requests(self, keep: int, out: ContinuousRun) -> None:
+    def failed(self) -> list[tuple[str, Exception]]:
+        """Queries that failed and are not waiting to be restarted."""
+        return [(n, q.exception()) for n, q in self.queries.items()
+                if n not in self.restart_due and q.exception()]
+
+    def start_due(self) -> None:
+        now = time.monotonic()
+        for name, due in list(self.restart_due.items()):
+            if now >= due:
+                del self.restart_due[name]
+                self.start(name)
+
+    def answer_savepoint_requests(self, keep: int, out: ContinuousRun,
+                                  between: Callable[[], None] = lambda: None) -> None:
         for job in self.jobs:
+            if job in self.restart_due:
+                continue  # answered once it runs again (its restart must not be started twice)
             for request_id in savepoints.pending(self.cfg, job):
                 try:
                     self.stop(job)  # between batches: nothing in flight, all committed
@@ -277,6 +302,7 @@ class _Host:
                 finally:
                     if not self.queries[job].isActive:
                         self.start(job)
+                between()
 
 
 @contextmanager
@@ -333,9 +359,19 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             for name in host.names:
                 host.start(name)
             last_flush = last_poll = time.monotonic()
+
+            def flush_when_due() -> None:
+                nonlocal last_flush
+                if time.monotonic() - last_flush >= flush_seconds:
+                    host.flush()
+                    last_flush = time.monotonic()
+                    if on_flush:
+                        on_flush(host.reports())
+
             while True:
-                failed = [(n, q.exception()) for n, q in host.queries.items() if q.exception()]
-                failed = [(n, e) for n, e in failed if not host.restart_in_place(n, e, out)]
+                host.start_due()
+                failed = [(n, e) for n, e in host.failed()
+                          if not host.restart_in_place(n, e, out)]
                 if failed:
                     failure = failed[0]
                     out.stopped_by = f"query {failure[0]} failed"
@@ -351,13 +387,10 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
                     out.stopped_by = f"max_seconds={max_seconds:g} reached"
                     break
                 if time.monotonic() - last_poll >= REQUEST_POLL_SECONDS:
-                    host.answer_savepoint_requests(savepoints_keep, out)
+                    # (reports go on between savepoints: several take minutes)
+                    host.answer_savepoint_requests(savepoints_keep, out, flush_when_due)
                     last_poll = time.monotonic()
-                if time.monotonic() - last_flush >= flush_seconds:
-                    host.flush()
-                    last_flush = time.monotonic()
-                    if on_flush:
-                        on_flush(host.reports())
+                flush_when_due()
                 time.sleep(0.5)
         except BaseException:  # an error, or a second signal: the queries are still stopped
             out.stopped_by = out.stopped_by or "interrupted"

@@ -264,21 +264,40 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, 
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
     waiting = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
     assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
+    # ... but the crash is said at once: a warning naming the run, its error and the restart
+    [crashed] = alerts.open_alerts(cfg)
+    assert (crashed["kind"], crashed["severity"]) == ("continuous_run_failed", "warning")
+    assert failed.run_id in crashed["message"] and "no_such_job" in crashed["message"]
+    assert "restart 1 of 3" in crashed["message"]
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
     tick = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor))
     [request] = tick.run_requests
     assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == bad
     again = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor))
     assert again.run_requests == []  # one restart per failed run
+    assert [a["alert_id"] for a in alerts.open_alerts(cfg)] == [crashed["alert_id"]]  # one incident
+
+    # The restart (launched as the sensor asks, here with a job that works) commits: resolved.
+    land(cfg, "r.jsonl", [click(f"r{i}", "u1", i) for i in range(3)], stream="clicks")
+    restarted = continuous_streaming_job.execute_in_process(
+        run_config={"ops": {"run_continuously": {"config": {
+            "jobs": ["events_by_type"], "trigger_seconds": 1.0, "flush_seconds": 1.0,
+            "max_seconds": 15.0}}}},
+        resources=resources(cfg), instance=instance, raise_on_error=False, tags=request.tags)
+    assert restarted.success
+    recovered = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor))
+    assert recovered.run_requests == [] and alerts.open_alerts(cfg) == []
+    [closed] = alerts.load(cfg)
+    assert restarted.run_id in closed["resolution"]
 
     # The last allowed attempt failed too: no restart, one critical alert.
     last = continuous_streaming_job.execute_in_process(
         run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False,
         tags={ATTEMPT_TAG: "3", "tidemark/restart_of": failed.run_id})
     assert not last.success
-    final = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor))
+    final = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=recovered.cursor))
     assert final.run_requests == []
-    [alert] = alerts.load(cfg)
+    [alert] = alerts.open_alerts(cfg)
     assert (alert["kind"], alert["severity"]) == ("restart_exhausted", "critical")
     assert failed.run_id in alert["dedup_key"] and last.run_id in alert["message"]
 

@@ -30,7 +30,7 @@ from streaming_jobs.registry import get_job, registry
 from orchestration import keys
 from orchestration.concurrency import CONTINUOUS_TAG, all_queries, checkpoint_tags
 from orchestration.defs.streaming.assets import STREAMING_GROUP
-from orchestration.metadata import run_metadata
+from orchestration.metadata import continuous_description, run_metadata
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
 
 STOPPING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
@@ -79,9 +79,8 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
             heartbeat = r.caught_up and now - last_report.get(name, 0.0) >= config.heartbeat_seconds
             if r.new_batches or heartbeat:
                 last_report[name] = now
-                context.log_event(report(name, r.metrics, (
-                    f"continuous run {run_id[:8]}: {r.new_batches} new batches"
-                    + (", caught up" if r.caught_up else ""))))
+                context.log_event(report(name, r.metrics, continuous_description(
+                    run_id, r.new_batches, r.new_rows, r.caught_up)))
         context.log.info("continuous: " + ", ".join(
             f"{n} batch {r.metrics.checkpoint_batch_id} (+{r.new_batches})"
             for n, r in reports.items()))

@@ -1,6 +1,8 @@
 """``streaming_restart_sensor``: a failed continuous run is launched again, with backoff.
 
-The n-th restart waits ``TIDEMARK_RESTART_BACKOFF_SECONDS`` x 2^(n-1) after the failure; after
+A failed continuous run raises a ``continuous_run_failed`` warning at once (one incident per
+chain of restarts), resolved when a restart of it commits (reports a batch). The n-th restart
+waits ``TIDEMARK_RESTART_BACKOFF_SECONDS`` x 2^(n-1) after the failure; after
 ``TIDEMARK_RESTART_ATTEMPTS`` restarts it gives up with one critical ``restart_exhausted`` alert.
 A restarted run resumes every query from its last committed batch.
 """
@@ -17,6 +19,7 @@ from orchestration.resources import TidemarkResource
 
 ATTEMPT_TAG = "tidemark/restart_attempt"
 RESTART_OF_TAG = "tidemark/restart_of"
+FAILED_KIND = "continuous_run_failed"
 
 
 @dg.sensor(name="streaming_restart_sensor", job_name=CONTINUOUS_JOB,
@@ -30,31 +33,75 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
     failed = context.instance.get_runs(
         filters=dg.RunsFilter(job_name=CONTINUOUS_JOB,
                            statuses=[dg.DagsterRunStatus.FAILURE]), limit=50)
+    changed = _resolve_recovered(context, cfg)
     for run in failed:
         if run.run_id in handled:
             continue
         attempt = int(run.tags.get(ATTEMPT_TAG, "0")) + 1
+        first = run.tags.get(RESTART_OF_TAG, run.run_id)
+        changed = True
         if attempt > cfg.ops.restart_attempts:
             alerts.raise_alert(
                 cfg, job=run.job_name, kind="restart_exhausted", severity="critical",
-                dedup_key=f"restart:{run.tags.get(RESTART_OF_TAG, run.run_id)}",
+                dedup_key=f"restart:{first}",
                 message=(f"{run.job_name}: run {run.run_id} failed after "
                          f"{cfg.ops.restart_attempts} restarts; giving up. Look at the run's "
                          "error, fix the cause, then launch it again."))
-            alerts.deliver(cfg)
             handled.add(run.run_id)
             continue
-        stats = context.instance.get_run_stats(run.run_id)
-        ended = stats.end_time or now
         wait = cfg.ops.restart_backoff_seconds * 2 ** (attempt - 1)
+        # raised at once, refreshed while backing off (one incident, one notification)
+        alerts.raise_alert(
+            cfg, job=run.job_name, kind=FAILED_KIND, severity="warning",
+            dedup_key=f"{FAILED_KIND}:{first}",
+            message=(f"{run.job_name}: run {run.run_id} failed ({_error(context, run)}); "
+                     f"streaming_restart_sensor starts it again {wait:.0f}s after the failure "
+                     f"(restart {attempt} of {cfg.ops.restart_attempts}), from each query's "
+                     "last committed batch. Resolved when the restart commits."))
+        ended = context.instance.get_run_stats(run.run_id).end_time or now
         if now - ended < wait:
             continue  # backing off; looked at again next tick
         requests.append(dg.RunRequest(
             run_key=f"restart:{run.run_id}", job_name=run.job_name, run_config=run.run_config,
-            tags={ATTEMPT_TAG: str(attempt),
-                  RESTART_OF_TAG: run.tags.get(RESTART_OF_TAG, run.run_id)}))
+            tags={ATTEMPT_TAG: str(attempt), RESTART_OF_TAG: first}))
         handled.add(run.run_id)
+    if changed:
+        alerts.deliver(cfg)
     return dg.SensorResult(run_requests=requests, cursor=json.dumps(sorted(handled)[-500:]))
+
+
+def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
+    """The run's failure, in one line (its step failure's message)."""
+    records = context.instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
+    if not records:
+        return "no step failure recorded"
+    error = records[0].event_log_entry.dagster_event.event_specific_data.error
+    cause = error.cause or error
+    return f"{cause.cls_name}: {cause.message.strip().splitlines()[0][:300]}"
+
+
+def _resolve_recovered(context: dg.SensorEvaluationContext, cfg) -> bool:
+    """Resolve each open ``continuous_run_failed`` incident whose chain has a restarted run that
+    reported a batch (a continuous run materializes its assets as its queries commit); True if
+    one was."""
+    resolved = False
+    for alert in alerts.open_alerts(cfg):
+        if alert["kind"] != FAILED_KIND:
+            continue
+        first = alert["dedup_key"].split(":", 1)[1]
+        restarts = context.instance.get_runs(
+            filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, tags={RESTART_OF_TAG: first}),
+            limit=20)
+        for run in restarts:
+            committed = context.instance.get_records_for_run(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1).records
+            if committed:
+                alerts.resolve(cfg, alert["dedup_key"],
+                               f"run {run.run_id} (a restart of {first}) committed")
+                resolved = True
+                break
+    return resolved
 
 
 @dg.definitions
