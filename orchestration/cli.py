@@ -311,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     kind_g = new_p.add_mutually_exclusive_group()
     kind_g.add_argument("--sql", action="store_true", help="a SQL job (the default)")
     kind_g.add_argument("--python", action="store_true", help="a Python job")
+    new_p.add_argument("--keyed", action="store_true",
+                       help="(with --python) keyed state per --key: a transformWithStateInPandas "
+                            "processor with an event-time TTL timer")
+    new_p.add_argument("--key", help="the column a --keyed job groups by (default: the stream's "
+                       "first text field besides its key)")
     new_p.add_argument("--folder", help="where to write it (default: the first folder of "
                        "TIDEMARK_JOBS_PATH, else ./jobs)")
     sub.add_parser("generate", help="write landing files", add_help=False)

@@ -253,8 +253,11 @@ def new(cfg: TidemarkConfig, args) -> int:
     from orchestration.scaffold import scaffold
 
     try:
+        if args.keyed and not args.python:
+            raise ValueError("tidemark new job --keyed: keyed state is a Python job; add "
+                             "--python")
         path = scaffold(args.kind, args.name, folder=args.folder, source=args.source,
-                        sql=not args.python)
+                        sql=not args.python, keyed=args.keyed, key=args.key)
     except (ValueError, FileExistsError) as exc:
         raise OperationError(str(exc)) from None
     print(f"wrote {path}; add its folder to TIDEMARK_JOBS_PATH, then run 'tidemark check'")

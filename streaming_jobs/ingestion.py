@@ -29,7 +29,7 @@ from streaming_jobs.expectations import record, resolve, result_rows, split
 from streaming_jobs.interrupts import stoppable
 from streaming_jobs.lake import ROW_TRACKING, add_missing_columns, append_once, ensure_table
 from streaming_jobs.schemas import StreamSchema
-from streaming_jobs.validation import parse_lines
+from streaming_jobs.validation import LINE, parse_lines
 
 LINEAGE = [
     T.StructField("_source_file", T.StringType()),
@@ -103,9 +103,9 @@ class BronzeBatchWriter:
             bad = parsed.where(F.col("_reason").isNotNull())
             if failed is not None:
                 bad = bad.unionByName(failed)
-            bad = bad.select(F.col("value").alias("raw_line"), F.col("_reason").alias("reason"),
+            bad = bad.select(F.col(LINE).alias("raw_line"), F.col("_reason").alias("reason"),
                              *[f.name for f in LINEAGE],
-                             F.col("value").cast("binary").alias("raw_bytes"),
+                             F.col(LINE).cast("binary").alias("raw_bytes"),
                              *[f.name for f in POSITION])
             # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
             identity = query_id(self.checkpoint)
@@ -133,7 +133,7 @@ def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     return reader.load(str(landing)).select(
-        "value", F.col("_metadata.file_path").alias("_source_file"),
+        F.col("value").alias(LINE), F.col("_metadata.file_path").alias("_source_file"),
         F.lit(None).cast("int").alias("_source_partition"),
         F.lit(None).cast("long").alias("_source_offset"))
 
@@ -148,7 +148,7 @@ def kafka_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) 
     for key, value in spark_options(cfg, topic).items():
         reader = reader.option(key, value)
     return reader.load().select(
-        F.coalesce(F.col("value").cast("string"), F.lit("")).alias("value"),
+        F.coalesce(F.col("value").cast("string"), F.lit("")).alias(LINE),
         F.concat(F.lit("kafka:"), F.col("topic")).alias("_source_file"),
         F.col("partition").alias("_source_partition"),
         F.col("offset").alias("_source_offset"))

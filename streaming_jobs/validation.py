@@ -79,7 +79,13 @@ def _wrong_json_type(name: str, dtype: T.DataType, json_type: Column) -> Column:
                   F.concat(F.lit(f"{name} is a JSON "), kind, F.lit(f", not a {wanted}")))
 
 
-def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = "value") -> DataFrame:
+# The raw line's column: underscored, as every column tidemark adds, so that a stream's own
+# field can be called anything a JSON key can (a field named "value", the text reader's own
+# column name, made the projection ambiguous and stopped the stream)
+LINE = "_line"
+
+
+def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) -> DataFrame:
     """Add the typed fields of ``schema`` and ``_reason`` (null when the line is good)."""
     line = F.col(line_col)
     parsed = lines.withColumn("_raw", F.from_json(line, schema.raw_struct)).withColumn(

@@ -194,3 +194,81 @@ def test_a_sql_job_over_a_new_stream_is_one_file_each_and_reconciles(spark, cfg,
     replay = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
         "job = 'failed_logins_10m'").collect()[0]
     assert replay.late_events_replayed == replay.late_events_reported == 1
+
+
+def _meter(event_id: str, device: str, minute: float) -> dict:
+    from datetime import datetime, timedelta
+
+    t = datetime(2026, 1, 1) + timedelta(minutes=minute)
+    return {"event_id": event_id, "device_id": device, "value": 1.0,
+            "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+
+
+# (wave, event id, device, minute): d1's first epoch is forgotten once the watermark (max - 10
+# minutes) passes its last event + 30 minutes; m9 arrives behind the watermark (60) and is
+# dropped as late; m2 comes twice; m8 arrives before m7, out of order
+METER_EVENTS = [
+    (0, "m1", "d1", 0), (0, "m2", "d1", 5), (0, "m2", "d1", 5), (0, "m3", "d1", 20),
+    (0, "m4", "d2", 0),
+    (1, "m5", "d1", 60), (1, "m6", "d2", 25), (1, "m8", "d3", 75), (1, "m7", "d3", 70),
+    (2, "m9", "d1", 58), (2, "m10", "d2", 100), (2, "m11", "d4", 101),
+]
+
+
+def newest_epochs(events: list[tuple]) -> dict[str, tuple[int, float]]:
+    """Per device, (events, active seconds) of its newest run of events no two of which are
+    more than 30 minutes apart (plain Python, each event id once)."""
+    times: dict[str, set] = {}
+    for _, event_id, device, minute in events:
+        times.setdefault(device, set()).add((minute, event_id))
+    out = {}
+    for device, seen in times.items():
+        minutes = sorted(m for m, _ in seen)
+        start = 0
+        for i in range(1, len(minutes)):
+            if minutes[i] - minutes[i - 1] > 30:
+                start = i
+        out[device] = (len(minutes) - start, (minutes[-1] - minutes[start]) * 60.0)
+    return out
+
+
+@pytest.mark.slow
+def test_the_keyed_scaffold_runs_and_reconciles(spark, cfg, tmp_path, monkeypatch):
+    from helpers import dbt
+    from orchestration import recon_runs
+    from orchestration.scaffold import scaffold
+
+    folder = tmp_path / "team_jobs"
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    scaffold("stream", "meters", folder=str(folder))
+    path = scaffold("job", "meter_activity", folder=str(folder), source="meters", sql=False,
+                    keyed=True)
+    assert path.name == "meter_activity.py" and not load_problems()
+    spec = get_job("meter_activity")
+    assert (spec.keys, spec.output_mode, spec.state.ttl) == (("device_id",), "update",
+                                                             "30 minutes")
+
+    late = 0
+    for wave in range(3):
+        land(cfg, f"w{wave}.jsonl", [_meter(e, d, m) for w, e, d, m in METER_EVENTS if w == wave],
+             stream="meters")
+        run_bronze(spark, cfg, "meters")
+        late += run_job(spark, cfg, spec).late_rows_dropped
+    assert late == 1  # m9
+
+    on_time = newest_epochs([e for e in METER_EVENTS if e[1] != "m9"])
+    truth = newest_epochs(METER_EVENTS)
+    gold = {r.device_id: (r.events, r.active_seconds)
+            for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    assert gold == on_time == {"d1": (1, 0.0), "d2": (1, 0.0), "d3": (2, 300.0),
+                               "d4": (1, 0.0)}
+
+    result = dbt("build", "--select", "+recon_meter_activity", "+int_late_events")
+    assert result.returncode == 0, result.stdout[-3000:]
+    recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_meter_activity")).collect()
+    got = {r.device_id: r.recon_class for r in recon}
+    assert truth["d1"] != on_time["d1"]  # the late event would have joined d1's newest epoch
+    assert got == {d: "match" if truth[d] == on_time[d] else "late_dropped" for d in truth}
+    assert got["d1"] == "late_dropped"
+    row = recon_runs.status(cfg).jobs["meter_activity"]
+    assert (row["status"], row["unexplained_rows"], row["rows_compared"]) == ("passed", 0, 4)

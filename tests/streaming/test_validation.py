@@ -23,8 +23,8 @@ def test_each_line_gets_its_fields_or_its_reason(spark):
         "[1, 2]",
         "",
     ]
-    df = spark.createDataFrame([(line,) for line in lines], "value string")
-    result = parse_lines(df, TRANSACTIONS).select("value", "event_id", "amount", "event_time", "_reason")
+    df = spark.createDataFrame([(line,) for line in lines], "_line string")
+    result = parse_lines(df, TRANSACTIONS).select("_line", "event_id", "amount", "event_time", "_reason")
     expected = spark.createDataFrame([
         (lines[0], "e1", 12.5, datetime(2026, 1, 1, 0, 0, 1, 250000), None),
         (lines[1], "e1", None, datetime(2026, 1, 1, 0, 0, 1, 250000),
@@ -35,12 +35,12 @@ def test_each_line_gets_its_fields_or_its_reason(spark):
         (lines[4], None, None, None, "invalid JSON"),
         (lines[5], None, None, None, "not a JSON object"),
         (lines[6], None, None, None, "empty line"),
-    ], "value string, event_id string, amount double, event_time timestamp, _reason string")
+    ], "_line string, event_id string, amount double, event_time timestamp, _reason string")
     assertDataFrameEqual(result, expected)
 
 
 def reasons(spark, lines, schema=TRANSACTIONS) -> list:
-    df = spark.createDataFrame([(line,) for line in lines], "value string")
+    df = spark.createDataFrame([(line,) for line in lines], "_line string")
     return [r._reason for r in parse_lines(df, schema).select("_reason").collect()]
 
 
@@ -89,3 +89,19 @@ def test_the_future_bound_is_the_streams_setting(spark):
     assert reasons(spark, [line], strict)[0].endswith("is more than 1 hour after its ingest "
                                                       "time (the stream's max_ahead)")
     assert reasons(spark, [line], replace(TRANSACTIONS, max_ahead=None)) == [None]
+
+
+def test_a_field_may_have_any_name_the_raw_line_column_included(spark):
+    """A stream's field named `value` (the text reader's own column) used to make the
+    projection ambiguous and stop the stream at its first batch."""
+    from pyspark.sql import types as T
+
+    from streaming_jobs.schemas import Field, StreamSchema
+
+    schema = StreamSchema(name="meters", key="event_id", event_time="event_time", fields=(
+        Field("event_id", T.StringType(), "id"), Field("value", T.DoubleType(), "reading"),
+        Field("event_time", T.TimestampType(), "when")))
+    line = '{"event_id":"m1","value":2.5,"event_time":"2026-01-01T00:00:00Z"}'
+    df = spark.createDataFrame([(line,)], "_line string")
+    [row] = parse_lines(df, schema).select("_line", "event_id", "value", "_reason").collect()
+    assert tuple(row) == (line, "m1", 2.5, None)
