@@ -17,6 +17,10 @@ bronze schema of each stream (nothing is read or started) and checks, in order:
      times in its condition, or a watermarked column in its equality keys (Spark's own rule,
      `StreamingJoinHelper`, asked for each side);
    - a keyed state (``applyInPandasWithState``) has a timeout.
+5. the query runs one micro-batch over one synthetic row per source, into a scratch checkpoint
+   and no sink (`_first_batch`): what Spark refuses only while it plans a batch (two event-time
+   columns in one stateful operator's input, say) is refused here, with the file and line.
+   Passes are cached per content of the job, so this runs once per change.
 
    An operator that cannot is refused (an error) or, with ``unbounded_state: warn`` (per job)
    or ``TIDEMARK_UNBOUNDED_STATE=warn`` (for all), reported as a warning. Either way the message
@@ -111,6 +115,12 @@ def _join_side_bounded(jvm, join, side: str) -> bool:
     return not bound.isEmpty()
 
 
+def _aggregates(plan) -> list:
+    nodes: list = []
+    _state_operators(plan, nodes)
+    return [n for n in nodes if n.nodeName() == "Aggregate"]
+
+
 def _state_operators(node, found: list) -> None:
     for child in _children(node):
         _state_operators(child, found)
@@ -131,7 +141,10 @@ def unbounded_operators(jvm, plan) -> list[str]:
                 problems.append(
                     f"the aggregation by ({_names(grouping)}) keeps a state row per group "
                     "forever: group by a window of the event time (window(...), "
-                    "session_window(...)) or the event time itself, which the watermark closes")
+                    "session_window(...)) or the event time itself, which the watermark closes; "
+                    "for a latest value per key, keep it in keyed state with a TTL in a Python "
+                    "job (tidemark new job NAME --python --keyed, docs/python-jobs.md); or "
+                    "accept the growth with unbounded_state: warn")
         elif kind == "Deduplicate":
             keys = _seq(node.keys())
             if not any(_watermarked(a) for e in keys for a in _references(e)):
@@ -220,6 +233,14 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
             plan, mode.Append() if spec.output_mode == "append" else mode.Update())
     except (PySparkException, Py4JJavaError) as exc:
         message = _first_line(exc).split(";;")[0].strip()
+        unwindowed = [f"({_names(_seq(n.groupingExpressions()))})" for n in _aggregates(plan)
+                      if not any(_watermarked(a) for e in _seq(n.groupingExpressions())
+                                 for a in _references(e))]
+        if "without watermark" in message and unwindowed:
+            message += (f". The aggregation by {', '.join(unwindowed)} has no window of the "
+                        "event time, so no row of it is ever final: group by window(...) or "
+                        "session_window(...) of the event time; for a running value per key, "
+                        "use keyed state with a TTL (docs/python-jobs.md)")
         out.append(Finding(spec.name, spec.at("query"), "error",
                            f"Spark's streaming engine refuses the query in {spec.output_mode} "
                            f"mode: {message}"))
@@ -227,7 +248,111 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
     level = "error" if (spec.unbounded_state or policy) == "refuse" else "warning"
     for problem in unbounded_operators(jvm, plan):
         out.append(Finding(spec.name, spec.at("query"), level, f"unbounded state: {problem}"))
+    if not any(f.level == "error" for f in out):
+        refused = _first_batch(spark, spec, frame, known, scratch)
+        if refused is not None:
+            out.append(refused)
     return out
+
+
+# -- what the engine refuses only when it plans a micro-batch ------------------------------------
+
+# Spark's words for a refusal made while planning a batch, and what to do about it
+FIRST_BATCH_HINTS = {
+    "More than one event time columns": (
+        "a stateful operator (an aggregation, a deduplication, a join) reads two event-time "
+        "columns, e.g. both sides' times, or both sides' window structs, after a stream-stream "
+        "join: keep one of them as the event time and drop the other, or select it as a plain "
+        "value (cast(b.event_time as string) as b_time), before that operator"),
+}
+
+
+def _synthetic_row(schema: StreamSchema) -> dict:
+    """One plausible row of a stream: a value of each field's type, the event time in 2000."""
+    from pyspark.sql import types as T
+
+    row = {}
+    for f in schema.fields:
+        if isinstance(f.dtype, T.TimestampType):
+            row[f.name] = "2000-01-01T00:00:00Z"
+        elif isinstance(f.dtype, T.StringType):
+            row[f.name] = "x"
+        elif isinstance(f.dtype, T.BooleanType):
+            row[f.name] = False
+        elif isinstance(f.dtype, (T.DateType,)):
+            row[f.name] = "2000-01-01"
+        elif isinstance(f.dtype, T.AtomicType):
+            row[f.name] = 0
+    return row
+
+
+def _first_batch_key(spec: JobSpec, known: dict[str, StreamSchema]) -> str:
+    """What a first batch's outcome depends on: the job's file, the helpers, the sources'
+    schemas, the mode and Spark's version."""
+    import hashlib
+
+    from pyspark import __version__ as spark_version
+
+    digest = hashlib.sha256(f"{spec.name}|{spec.output_mode}|{spark_version}".encode())
+    here = Path(__file__).resolve().parent
+    files = [Path(__file__), *sorted((here / "stateful").glob("*.py"))]
+    if spec.origin and Path(spec.origin).is_file():
+        files.append(Path(spec.origin))
+    for f in files:
+        digest.update(f.read_bytes())
+    for name in spec.sources:
+        digest.update(bronze_schema(known[name]).json().encode())
+    return digest.hexdigest()[:24]
+
+
+def _first_batch(spark: SparkSession, spec: JobSpec, frame: DataFrame,
+                 known: dict[str, StreamSchema], scratch: Path) -> Finding | None:
+    """Run the query for one micro-batch over one synthetic row per source, into a scratch
+    checkpoint and no sink: what Spark refuses only while planning a batch (not at analysis,
+    not in its streaming checker) is then found here, with the job's file and line. Passes are
+    cached per content (`_first_batch_key`), so a job is run once, not at every load."""
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    passed = (TidemarkConfig.from_env().spark.jars_cache.parent / "checks" / "first-batch"
+              / f"{_first_batch_key(spec, known)}.ok")
+    if passed.exists():
+        return None
+    for name in spec.sources:
+        probe = scratch / name / "first-batch.json"
+        if not probe.exists():
+            probe.write_text(json.dumps(_synthetic_row(known[name])) + "\n")
+    query = None
+    try:
+        query = (frame.writeStream.format("noop").outputMode(spec.output_mode)
+                 .option("checkpointLocation", str(scratch / "checkpoints" / spec.name))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    except (PySparkException, Py4JJavaError) as exc:
+        _forget(spark, query)
+        text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
+        if "AnalysisException" not in text and "UnsupportedOperation" not in text:
+            # the job's own code failing on a made-up row is not the engine's refusal
+            logging.getLogger(__name__).info("job %s: its first batch over a synthetic row "
+                                             "failed (not reported): %s", spec.name, exc)
+            return None
+        message = re.split(r"terminated with exception: ", _first_line(exc))[-1].strip()
+        hint = next((h for marker, h in FIRST_BATCH_HINTS.items() if marker in message), None)
+        return Finding(spec.name, spec.at("query"), "error",
+                       "Spark's streaming engine refuses the query when it plans its first "
+                       f"micro-batch: {message}" + (f". Fix: {hint}" if hint else ""))
+    _forget(spark, query)
+    passed.parent.mkdir(parents=True, exist_ok=True)
+    passed.touch()
+    return None
+
+
+def _forget(spark: SparkSession, query) -> None:
+    """Drop the progress the session's listener kept of a scratch query (nobody takes it)."""
+    if query is not None:
+        from streaming_jobs.progress import progress_log
+
+        progress_log(spark).take(str(query.runId))
 
 
 def analyze(spark: SparkSession, jobs: dict[str, JobSpec] | None = None,

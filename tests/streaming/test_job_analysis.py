@@ -33,6 +33,14 @@ JOBS = {
         "select n, count(*) as users\n"
         "from (select user_id, count(*) as n from events group by user_id)\n"
         "group by n\n"),
+    # accepted by the analyzer and the streaming checker, refused by the engine when it plans
+    # its first batch: the deduplication reads both sides' event times
+    "two_event_times.sql": (
+        "-- two_event_times: each order with the time of its payment, once.\n" + ORDERS_PAYMENTS +
+        "-- keys: order_id, order_time, payment_time\n-- watermark: 10 minutes\n"
+        "select distinct o.order_id, o.order_time, p.payment_time\n"
+        "from orders o join payments p on o.order_id = p.order_id\n"
+        "  and p.payment_time between o.order_time and o.order_time + interval 1 hour\n"),
     # a typo on the query's third line (the file's eighth)
     "typo.sql": (
         "-- typo: clicks per page.\n-- source: clicks\n-- keys: page\n-- measures: n\n"
@@ -75,7 +83,8 @@ def test_each_refusal_names_the_file_the_line_and_the_fix(spark, folder):
         (folder / name).write_text(text)
     jobs = {n: s for n, s in registry().items() if s.origin and str(folder) in s.origin}
     found = by_job(analyze(spark, jobs, policy="refuse"))
-    assert set(found) == {"unbounded_join", "counts_of_counts", "typo", "missing_measure"}
+    assert set(found) == {"unbounded_join", "counts_of_counts", "typo", "missing_measure",
+                          "two_event_times"}
 
     join = found["unbounded_join"]
     assert [f.level for f in join] == ["error", "error"]
@@ -87,10 +96,18 @@ def test_each_refusal_names_the_file_the_line_and_the_fix(spark, folder):
     (refused,) = found["counts_of_counts"]
     assert refused.where == f"{folder / 'counts_of_counts.sql'}:6"
     assert "refuses the query in append mode" in refused.message
+    # Spark's words, then which aggregations and what to do
+    assert "The aggregation by (user_id), (n) has no window of the event time" in refused.message
 
     (typo,) = found["typo"]
     assert typo.where == f"{folder / 'typo.sql'}:8"  # `group by pagee`
     assert "pagee" in typo.message and "JVM" not in typo.message
+
+    (planned,) = found["two_event_times"]
+    assert planned.level == "error" and planned.where == f"{folder / 'two_event_times.sql'}:6"
+    assert "when it plans its first micro-batch: More than one event time columns" in (
+        planned.message)
+    assert "keep one of them as the event time" in planned.message
 
     (missing,) = found["missing_measure"]
     assert missing.where == f"{folder / 'missing_measure.sql'}:4"  # the measures header
