@@ -262,6 +262,12 @@ def sync(cfg: TidemarkConfig) -> bool:
     Writes only what changed and removes what is gone; True if anything did (then the manifest
     must be parsed again).
     """
+    if any(s.joins and s.batch_sql and not s.open_when for s in registry().values()):
+        # a join's time bound holds back the windows after it: the analysis finds by how much
+        # (cached per content; a JVM starts only when a job or stream file changed)
+        from streaming_jobs.analysis import checked
+
+        checked(cfg)
     root, files, changed = run_project_dir(cfg), project_files(), False
     for relative, text in files.items():
         path = root / relative

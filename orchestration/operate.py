@@ -186,7 +186,7 @@ def check(cfg: TidemarkConfig, args) -> int:
         print(finding)
     errors = sum(f.level == "error" for f in findings) + len(found.problems)
     print(f"tidemark check: {len(found.jobs)} jobs, {errors} errors, "
-          f"{len(findings) + len(found.problems) - errors} warnings")
+          f"{sum(f.level == 'warning' for f in findings)} warnings")
     return 1 if errors else 0
 
 

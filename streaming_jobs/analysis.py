@@ -60,8 +60,11 @@ POLICIES = ("refuse", "warn")
 class Finding:
     job: str
     where: str  # file:line, or the job
-    level: str  # "error" or "warning"
+    level: str  # "error", "warning" or "info"
     message: str
+    # info: how far behind the stream's watermark the job's windows are emitted (a
+    # stream-stream join upstream of its aggregation holds them back by its time bound)
+    delay_seconds: int | None = None
 
     def __str__(self) -> str:
         return f"{self.where}: {self.level}: job {self.job}: {self.message}"
@@ -113,6 +116,42 @@ def _join_side_bounded(jvm, join, side: str) -> bool:
         _attribute_set(jvm, _seq(this.output())), _attribute_set(jvm, other_marked),
         condition, jvm.scala.Some(10 ** 12))
     return not bound.isEmpty()
+
+
+PROBE_WATERMARK_MS = 10 ** 12  # any event watermark: only its difference to the output counts
+
+
+def _join_delay_ms(jvm, join) -> int:
+    """How far a stream-stream join's output watermark trails its input watermark: Spark
+    propagates the smaller of its two sides' state watermarks, which its time bound sets."""
+    helper = jvm.org.apache.spark.sql.catalyst.analysis.StreamingJoinHelper
+    condition = join.condition()
+    if helper.isWatermarkInJoinKeys(join) or condition.isEmpty():
+        return 0
+    marks = []
+    for this, other in ((join.left(), join.right()), (join.right(), join.left())):
+        bound = helper.getStateValueWatermark(
+            _attribute_set(jvm, _seq(this.output())),
+            _attribute_set(jvm, [a for a in _seq(other.output()) if _watermarked(a)]),
+            condition, jvm.scala.Some(PROBE_WATERMARK_MS))
+        if bound.isEmpty():
+            return 0
+        marks.append(int(bound.get()))
+    return max(0, PROBE_WATERMARK_MS - min(marks))
+
+
+def _joins_delay_ms(jvm, node) -> int:
+    """The delay the time-bounded joins under ``node`` add to its watermark, chained."""
+    below = max((_joins_delay_ms(jvm, c) for c in _children(node)), default=0)
+    streaming_join = node.nodeName() == "Join" and all(c.isStreaming() for c in _children(node))
+    return below + (_join_delay_ms(jvm, node) if streaming_join else 0)
+
+
+def emit_delay_seconds(jvm, plan) -> int:
+    """How far behind the stream's watermark the job's aggregation emits its windows: the
+    delay of the time-bounded joins below it (0 when no join feeds an aggregation)."""
+    delays = [_joins_delay_ms(jvm, a) for a in _aggregates(plan)]
+    return -(-max(delays, default=0) // 1000)
 
 
 def _aggregates(plan) -> list:
@@ -252,6 +291,13 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
         refused = _first_batch(spark, spec, frame, known, scratch)
         if refused is not None:
             out.append(refused)
+    delay = emit_delay_seconds(jvm, plan)
+    if delay:
+        out.append(Finding(spec.name, spec.at("query"), "info", (
+            f"its windows are emitted {delay:,} s behind the watermark: the stream-stream "
+            "join's time bound holds back the aggregation after it; reconciliation's default "
+            "open_when allows for it" + (" (yours is declared: check it does)"
+                                         if spec.open_when else "")), delay))
     return out
 
 

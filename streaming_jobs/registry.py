@@ -163,8 +163,11 @@ def catalogue(analysed: bool = True) -> Catalogue:
             continue
         specs[spec.name] = spec if spec.origin else replace(spec, origin=origin)
     if analysed:
-        refused = [f for f in _refused() if f["job"] in specs]
-        for f in refused:
+        findings = _analysed()
+        for f in findings:
+            if f["job"] in specs and f.get("delay_seconds"):
+                specs[f["job"]] = replace(specs[f["job"]], emit_delay_seconds=f["delay_seconds"])
+        for f in (f for f in findings if f["level"] == "error" and f["job"] in specs):
             specs.pop(f["job"], None)
             problems.append(LoadProblem(f["where"], (
                 f"{f['where']}: error: job {f['job']}: {f['message']}"), f["job"]))
@@ -194,16 +197,16 @@ def analysis_cache(cfg) -> Path:
     return cfg.spark.jars_cache.parent / "checks" / f"{_fingerprint(cfg.unbounded_state)}.json"
 
 
-def _refused() -> list[dict]:
-    """The errors of the cached analysis of the current job files (none when not analysed
-    yet): the jobs `registry()` leaves out."""
+def _analysed() -> list[dict]:
+    """The cached analysis of the current job files (none when not analysed yet): its errors
+    are the jobs `registry()` leaves out, its delays the jobs' emit delays."""
     from streaming_jobs.config import TidemarkConfig
 
     try:
         cache = analysis_cache(TidemarkConfig.from_env())
         if not cache.exists():
             return []
-        return [f for f in json.loads(cache.read_text()) if f["level"] == "error"]
+        return json.loads(cache.read_text())
     except (OSError, ValueError):  # an unreadable folder or cache: analysed again at load
         return []
 

@@ -60,6 +60,10 @@ class JobSpec:
     # The key column holding the end of the row's window or session (default: window_end if it
     # is a key): the recon's default open_when is "that end is after the stream's watermark".
     window_end: str | None = None
+    # How far behind the stream's watermark the job emits its windows: a time-bounded
+    # stream-stream join before its aggregation holds them back. Found by `tidemark check`
+    # (`streaming_jobs.analysis.emit_delay_seconds`) and set by the registry; not declared.
+    emit_delay_seconds: int = 0
     # What tidemark check does when an operator of the job never evicts state: "refuse" or
     # "warn"; None: the setting TIDEMARK_UNBOUNDED_STATE (default refuse).
     unbounded_state: str | None = None
@@ -99,7 +103,9 @@ class JobSpec:
             return self.open_when
         end = self.window_end or ("window_end" if "window_end" in self.keys else None)
         if end:
-            return f"coalesce(t.{end}, o.{end}) > s.stream_watermark"
+            held_back = (f" - interval {self.emit_delay_seconds} seconds"
+                         if self.emit_delay_seconds else "")
+            return f"coalesce(t.{end}, o.{end}) > s.stream_watermark{held_back}"
         return "false"
 
     def at(self, key: str | None = None) -> str:

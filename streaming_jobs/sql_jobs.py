@@ -172,12 +172,6 @@ def window_end_key(keys: tuple[str, ...], window_end: str | None, sql: str) -> s
     return ends[0] if len(ends) == 1 and _WINDOWED.search(sql) else None
 
 
-def default_open_when(end: str | None) -> str | None:
-    """The recon's window_open condition for a job whose rows close with a window or session:
-    the stream emits a row once its watermark passes the window's end."""
-    return f"coalesce(t.{end}, o.{end}) > s.stream_watermark" if end else None
-
-
 def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
     """Read a SQL job file into a JobSpec (``known``: the registered streams); errors name the
     file, the line and the fix."""
@@ -221,16 +215,16 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
         raise JobFileError(f"SQL job {job.at('window_end')}: window_end {window_end!r} is not one "
                            f"of the keys ({', '.join(keys)})")
     window_end = window_end_key(keys, window_end, job.sql)
-    open_when = header.get("open_when") or default_open_when(window_end)
-    if open_when is None and _WINDOWED.search(job.sql):
+    # the default rule is the spec's (`JobSpec.recon_open_when`): from window_end, and the
+    # delay of a join before the aggregation that the analysis finds; a declared one is kept
+    open_when = header.get("open_when") or None
+    if open_when is None and window_end is None and _WINDOWED.search(job.sql):
         raise JobFileError(
             f"SQL job {job.at('keys')}: the query groups by a window or session but no key says "
             "when a row is final: name the key holding the window's end ('-- window_end: "
             "session_end'), or write '-- open_when: <condition>' (see README); without it the "
             "recon would count every open window as missing")
     expectations = job.declared_expectations()
-    if open_when is None:
-        open_when = "false"  # rows are emitted as their events are read: nothing is pending
     try:
         return JobSpec(
             name=name,

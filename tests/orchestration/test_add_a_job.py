@@ -272,3 +272,71 @@ def test_the_keyed_scaffold_runs_and_reconciles(spark, cfg, tmp_path, monkeypatc
     assert got["d1"] == "late_dropped"
     row = recon_runs.status(cfg).jobs["meter_activity"]
     assert (row["status"], row["unexplained_rows"], row["rows_compared"]) == ("passed", 0, 4)
+
+
+PAID_ORDERS = """-- paid_orders_10m: orders paid within 20 minutes, per 10-minute window of the order time.
+-- source: orders
+-- joins: payments
+-- keys: window_start, window_end
+-- measures: paid
+-- watermark: 5 minutes
+select window.start as window_start, window.end as window_end, count(*) as paid
+from (
+    select o.order_time
+    from orders o join payments p
+      on o.order_id = p.order_id
+     and p.payment_time between o.order_time and o.order_time + interval 20 minutes
+)
+group by window(order_time, '10 minutes')
+"""
+
+
+def _order(order_id: str, minute: int) -> dict:
+    return {"event_id": f"o-{order_id}", "order_id": order_id, "user_id": "u1", "amount": 1.0,
+            "order_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
+
+
+def _payment(order_id: str, minute: int) -> dict:
+    return {"event_id": f"p-{order_id}", "payment_id": f"pay-{order_id}", "order_id": order_id,
+            "amount": 1.0, "payment_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
+
+
+@pytest.mark.slow
+def test_a_window_after_a_time_bounded_join_reconciles_with_nothing_unexplained_by_default(
+        spark, cfg, tmp_path, monkeypatch):
+    """Spark holds the windows after the join back by its 20-minute bound: windows that end
+    within 20 minutes of the watermark are not emitted yet, and are window_open, not missing."""
+    from helpers import dbt
+    from streaming_jobs.analysis import checked
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "paid_orders_10m.sql").write_text(PAID_ORDERS)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    [info] = [f for f in checked(cfg) if f.job == "paid_orders_10m"]
+    assert info.level == "info" and info.delay_seconds in (1200, 1201)  # the bound, to the ms
+    spec = get_job("paid_orders_10m")
+    assert spec.recon_open_when == (
+        f"coalesce(t.window_end, o.window_end) > s.stream_watermark - interval "
+        f"{info.delay_seconds} seconds")
+
+    minutes = {"a": 1, "b": 12, "c": 24, "d": 33, "e": 44, "f": 52, "g": 57}  # e is never paid
+    waves = [[k for k, m in minutes.items() if m < 30], [k for k, m in minutes.items() if m >= 30]]
+    for wave, ids in enumerate(waves):
+        land(cfg, f"o{wave}.jsonl", [_order(i, minutes[i]) for i in ids], stream="orders")
+        land(cfg, f"p{wave}.jsonl", [_payment(i, minutes[i] + 2) for i in ids if i != "e"],
+             stream="payments")
+        run_bronze(spark, cfg, "orders")
+        run_bronze(spark, cfg, "payments")
+        run_job(spark, cfg, spec)
+    # the watermark is the slower stream's: orders' 00:57 - 5 min = 00:52; the join holds the
+    # windows back to 00:32, so [30, 40) and [50, 60) are not emitted yet
+    gold = {r.window_start.minute: r.paid
+            for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    assert gold == {0: 1, 10: 1, 20: 1}
+
+    result = dbt("build", "--select", "+recon_paid_orders_10m")
+    assert result.returncode == 0, result.stdout[-3000:]
+    recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_paid_orders_10m")).collect()
+    got = {r.window_start.minute: r.recon_class for r in recon}
+    assert got == {0: "match", 10: "match", 20: "match", 30: "window_open", 50: "window_open"}
