@@ -36,6 +36,10 @@ from orchestration.instance import prepare_dagster_home
 from orchestration.recon_partitions import incremental_tags
 
 TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
+IN_FLIGHT = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
+# at the stop, how long runs in flight (a reconciliation, retention, a savepoint) get to finish
+# before they are terminated through Dagster (recorded CANCELED, never killed with the UI)
+SETTLE_SECONDS = 300.0
 CONTINUOUS_JOB = "continuous_streaming_job"
 TRIGGER_SECONDS = 15.0  # the continuous run's trigger in `tidemark live`
 
@@ -184,6 +188,14 @@ class Graphql:
             {"filter": {"pipelineName": job} if job else {}, "limit": limit})
         return data["runsOrError"]["results"]
 
+    def in_flight(self) -> list[dict]:
+        """Runs queued or running (the run queue's and the run workers')."""
+        data = self.query(
+            "query F($filter: RunsFilter) { runsOrError(filter: $filter) { ... on Runs { "
+            "results { runId jobName status } } } }",
+            {"filter": {"statuses": list(IN_FLIGHT)}})
+        return data["runsOrError"]["results"]
+
     def terminate(self, run_id: str) -> None:
         self.query("mutation T($id: String!) { terminateRun(runId: $id) { __typename } }",
                    {"id": run_id})
@@ -298,6 +310,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     dagster = DagsterDev(cfg, port, env)
     landing = Landing(cfg, rate=rate, minutes=minutes)
     failures: list[str] = []  # why the command exits 1, said last
+    gql, interrupted = None, False
     try:
         gql = dagster.start()
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
@@ -346,8 +359,13 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         out(f"  final reconciliation {final[:8]}: {status}")
         if status != "SUCCESS":
             failures.append(f"the final reconciliation run {final[:8]} ended {status}")
+    except BaseException:
+        interrupted = True  # Ctrl-C or kill: runs in flight are canceled, not waited for
+        raise
     finally:
         landing.stop_event.set()
+        if gql is not None:
+            out("  " + settle_runs(gql, 0.0 if interrupted else SETTLE_SECONDS))
         dagster.stop()
         stop_sql_endpoint(cfg)
     summary = collect(get_spark(cfg), cfg)
@@ -358,6 +376,29 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     if failures:
         out("tidemark live: exit 1: " + "; ".join(failures))
     return 1 if failures else 0
+
+
+def settle_runs(gql: Graphql, wait_seconds: float, poll: float = 2.0) -> str:
+    """Before Dagster stops (its run workers share its process group): let the runs in flight
+    finish for up to ``wait_seconds``, then terminate the rest through Dagster, so that each is
+    recorded as it ended (SUCCESS, or CANCELED), never as a FAILURE of a killed process."""
+    deadline = time.monotonic() + wait_seconds
+    while (running := gql.in_flight()) and time.monotonic() < deadline:
+        time.sleep(poll)
+    canceled = []
+    for run in running:
+        gql.terminate(run["runId"])
+        canceled.append(f"{run['jobName']} {run['runId'][:8]}")
+    for run in running:
+        try:
+            gql.wait(run["runId"], timeout=120.0)
+        except LiveError:
+            pass  # said below: still not ended
+    left = [f"{r['jobName']} {r['runId'][:8]}" for r in gql.in_flight()]
+    text = "runs in flight at the stop: " + (
+        "none" if not running else f"{len(canceled)} terminated through Dagster (CANCELED): "
+        + ", ".join(canceled))
+    return text + (f"; still running when Dagster stopped: {', '.join(left)}" if left else "")
 
 
 def _terminated(signum, frame) -> None:

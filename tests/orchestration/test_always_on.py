@@ -23,7 +23,7 @@ from streaming_jobs.operations import savepoints
 from streaming_jobs.checkpoints import CheckpointBusy
 from streaming_jobs.runner import run_job
 
-from orchestration.live import DagsterDev, wait_caught_up
+from orchestration.live import DagsterDev, settle_runs, wait_caught_up
 from orchestration.recon_partitions import incremental_tags
 
 pytestmark = pytest.mark.slow
@@ -136,6 +136,13 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         assert gql.wait(incremental, timeout=600) == "SUCCESS"
         final = gql.launch("reconciliation_job", tags=incremental_tags(cfg))
         assert gql.wait(final, timeout=900) == "SUCCESS"
+        # `tidemark live` stops Dagster (and so its run workers) only once the runs in flight
+        # are settled: a maintenance run under way is terminated through Dagster, CANCELED
+        maintenance = gql.launch("maintenance_job")
+        until("the maintenance run to start", lambda: gql.status(maintenance) == "STARTED")
+        said = settle_runs(gql, 0.0)
+        assert gql.wait(maintenance, timeout=300) in ("CANCELED", "SUCCESS"), said
+        assert maintenance[:8] in said or said.startswith("runs in flight at the stop: none")
         # Nothing the instance ran failed, the automation's reconciliations included: one
         # requested while the incremental run had updated some gold tables only reconciles
         # those jobs at their pinned positions (reconciliations queue one at a time, so any
