@@ -54,7 +54,7 @@ kafka-start: setup
 kafka-stop: setup
 	$(BIN)/tidemark kafka stop
 
-# The project's own Spark standalone cluster (README, "Running at scale"); use it with
+# The project's own Spark standalone cluster (docs/running-at-scale.md); use it with
 # TIDEMARK_SPARK_MASTER=spark://127.0.0.1:7077
 cluster-start: setup
 	$(BIN)/tidemark cluster start

@@ -49,7 +49,7 @@ class LiveError(RuntimeError):
 
 
 # What the daemon's environment needs, set by tidemark's own commands (and by you wherever you
-# run the daemon yourself: see README "Running at scale").
+# run the daemon yourself: see docs/running-at-scale.md).
 #
 # DAGSTER_AUTOMATION_TICK_SETTLE_SECONDS: with the default 0, an automation tick reads "newly
 # updated" with no upper bound on the event log, but reads the run tags of those updates only up

@@ -1,4 +1,4 @@
-"""The operating commands of `tidemark` (see README, "Operating tidemark")."""
+"""The operating commands of `tidemark` (see docs/operating.md)."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ STREAM = StreamSchema(
 
 SQL_JOB = '''-- {name}: events of {source} per 5-minute window (edit this line: it is the job's description).
 --
--- Header keys (README "Add your own stateful job" lists every one):
+-- Header keys (docs/jobs.md lists every one):
 --   source      the stream read as `events` (and by its own name)          required
 --   keys        output columns that identify a row, window bounds included   required
 --   watermark   how late an event may be; bounds the state of every operator required

@@ -335,7 +335,7 @@ def cluster_conf(cfg: TidemarkConfig) -> dict[str, str]:
         "spark.executor.memory": "1g",
         # the executors' Python workers import tidemark's stateful processors and your job
         # files, as the driver does (on a cluster of other machines: the same paths there, or
-        # the project shipped with spark.submit.pyFiles; README, "Running at scale")
+        # the project shipped with spark.submit.pyFiles; docs/running-at-scale.md)
         "spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys(python_path)),
         "spark.executorEnv.MALLOC_ARENA_MAX": "2",
     }

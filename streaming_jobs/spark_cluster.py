@@ -1,7 +1,7 @@
 """The project's own Spark standalone cluster: a master and workers on 127.0.0.1.
 
 For trying tidemark on a cluster on one machine and for the tests (a real cluster is yours:
-point ``TIDEMARK_SPARK_MASTER`` at it; README, "Running at scale"). The daemons are Spark's own
+point ``TIDEMARK_SPARK_MASTER`` at it; docs/running-at-scale.md). The daemons are Spark's own
 (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``) from the
 installed pyspark, each a JVM of its own; no download. Every job, the reconciliation and the
 sensors then run unchanged with ``TIDEMARK_SPARK_MASTER=spark://127.0.0.1:<port>``: the driver

@@ -42,7 +42,7 @@ from streaming_jobs.stateful.dedup import dedup_stream
 from streaming_jobs.schemas import Expectation, StreamSchema
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
-# Every header key: (required, what it holds). README "Add your own stateful job" lists them.
+# Every header key: (required, what it holds). docs/jobs.md lists them.
 HEADER_KEYS = {
     "source": (True, "the stream the query reads (as `events` and as its own name)"),
     "keys": (True, "the output columns that identify a row (window bounds included)"),
@@ -222,7 +222,7 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
         raise JobFileError(
             f"SQL job {job.at('keys')}: the query groups by a window or session but no key says "
             "when a row is final: name the key holding the window's end ('-- window_end: "
-            "session_end'), or write '-- open_when: <condition>' (see README); without it the "
+            "session_end'), or write '-- open_when: <condition>' (see docs/jobs.md); without it the "
             "recon would count every open window as missing")
     expectations = job.declared_expectations()
     try:

@@ -3,7 +3,7 @@
 Spark's file source reads a path once, when it first lists it. So a file that grows after it
 was read, a second file under a name already read, a file older than the source's
 ``maxFileAge`` and names starting with ``.`` or ``_`` are skipped without a trace. The landing
-contract (README "Streams") is: write a file under a hidden name, then rename it to a unique
+contract (docs/sources.md) is: write a file under a hidden name, then rename it to a unique
 name, and never touch it again. `account` checks the contract per file, without a JVM: the
 lines each file holds now against the rows bronze and quarantine hold from it (their
 ``_source_file`` lineage column, read with delta-rs).

@@ -231,7 +231,7 @@ TOKEN_CHECK = textwrap.dedent("""
 
 
 def test_the_4_0_0_token_provider_works_with_spark_4_2(kafka_cfg):
-    """The fallback for mirrors without the 4.2.0 token provider (README, "Jars"): Spark 4.2's
+    """The fallback for mirrors without the 4.2.0 token provider (docs/configuration.md, "Jars"): Spark 4.2's
     connector with the 4.0.0 jar writes and reads a topic."""
     from streaming_jobs.spark import TOKEN_PROVIDER, cached_jars, kafka_token_provider
 
