@@ -153,15 +153,22 @@ def staging_yml(stream: StreamSchema, header: str) -> str:
     }]}, header)
 
 
+def _by_day(spec: JobSpec) -> str:
+    """A windowed job's tables replace only the days a run recomputes (recon_scope.sql)."""
+    return (f"{{{{ config(materialized='recon_partitions', recon_job='{spec.name}') }}}}\n"
+            if spec.recon_partition else "")
+
+
 def batch_sql(spec: JobSpec) -> str:
     return (f"-- {HEADER}\n-- {spec.name} recomputed from all of bronze with its own SQL "
             "(macros/batch_by_basis.sql).\n"
-            f"{{{{ batch_by_basis('{spec.name}') }}}}\n")
+            f"{_by_day(spec)}{{{{ batch_by_basis('{spec.name}') }}}}\n")
 
 
 def recon_sql(spec: JobSpec) -> str:
     return (f"-- {HEADER}\n-- {spec.name} as streamed against its batch recomputation "
             "(macros/recon_by_basis.sql).\n"
+            f"{_by_day(spec)}"
             f"{{{{ recon_by_basis('{spec.name}', open_when={spec.recon_open_when!r}) }}}}\n")
 
 

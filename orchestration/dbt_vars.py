@@ -43,9 +43,9 @@ def job_vars(jobs: dict) -> dict:
             seconds = interval_seconds(value) if isinstance(value, str) else None
             params[f"{key}_seconds" if seconds is not None else key] = (
                 seconds if seconds is not None else value)
-        if spec.recon_partition and not spec.batch_sql:
-            # incremental reconciliation (orchestration/recon_scope.py), for hand-written
-            # recon models; the generated ones recompute everything
+        if spec.recon_partition:
+            # incremental reconciliation by day (orchestration/recon_scope.py): hand-written
+            # recon models, and generated ones of windowed jobs (macros/batch_by_basis.sql)
             params["recon_partition"] = spec.recon_partition
             params["recon_read_back_seconds"] = interval_seconds(spec.recon_read_back) or 0
         if spec.recon_composed and not spec.batch_sql:

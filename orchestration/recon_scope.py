@@ -30,7 +30,9 @@ stream was rebuilt or restored (a new checkpoint query id) or its bronze rewound
 project or the job's parameters changed (the fingerprint); when a log version it needs is gone
 or a file lacks statistics; and when ``full`` is asked for (``tidemark-dbt --full``, the
 ``tidemark/recon: full`` run tag): a backfill. A job with neither ``recon_partition`` nor
-``recon_composed`` (the jobs you add without them) is always recomputed in full. A composed
+``recon_composed`` (keyed state, sessions, joins of your own) is recomputed in full whenever
+something new reached it, and left out like the others when nothing did; your SQL jobs over
+tumbling or sliding windows of one stream get a day (`streaming_jobs.sql_jobs.recon_days`). A composed
 job (sessions, the profile) takes the same first day, but only as a bound on its new events'
 time: its batch model merges what its table holds with the events past the table's own
 position (dbt's macros/compose.sql).
@@ -217,15 +219,17 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
                     position["replay_floor"] = {"after": after, "ingest_batch_id": floor}
             positions.append(position)
         params = job_params.get(name, {})
-        if "recon_partition" not in params and not params.get("recon_composed"):
-            scope[name], reasons[name] = None, "keyed state without a day: always in full"
-            continue
+        by_day = "recon_partition" in params or params.get("recon_composed")
         if full:
             scope[name], reasons[name] = None, "in full: a backfill was asked for"
             continue
         try:
             scope[name] = job_scope(cfg, spec, last, now.get(name, {}),
                                     current or "", print_, batch_now)
+            if not by_day and scope[name] != NOTHING_NEW:
+                # something new reached a job without days: all of it again
+                scope[name], reasons[name] = None, f"in full: {whole_reason(spec)}"
+                continue
             reasons[name] = ("nothing new since the last reconciliation: left out of this run"
                              if scope[name] == NOTHING_NEW
                              else f"from {scope[name]}")
@@ -236,6 +240,15 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
             scope[name], reasons[name] = None, f"in full: {why}"
     return {"recon_from": scope, "recon_positions": positions, "recon_reasons": reasons,
             "recon_full": full}
+
+
+def whole_reason(spec: JobSpec) -> str:
+    """Why a job without days is recomputed whole when something new reached it."""
+    if spec.recon_partition is None and "window_end" not in spec.keys and not spec.window_end:
+        return "no window to reconcile by day (keyed state, or rows per key)"
+    if spec.joins:
+        return "a join (a partner event can change a window before its own day)"
+    return "session windows, or windows tidemark cannot measure (declare recon_partition)"
 
 
 def left_out(variables: dict) -> list[str]:

@@ -39,6 +39,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from streaming_jobs.stateful.dedup import dedup_stream
+from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.schemas import Expectation, StreamSchema
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
@@ -66,6 +67,9 @@ _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*?)\s*$")
 _EXPECT = re.compile(r"^--\s*expect\s+(\S+?)\s*:\s*(.*?)\s*$")
 _ON_VIOLATION = re.compile(r"^(.*?)\s+on\s+violation\s+(\S+)$", re.IGNORECASE)
 _WINDOWED = re.compile(r"\b(window|session_window|window_time)\s*\(", re.IGNORECASE)
+# window(<event time>, '<length>' ...): a tumbling or sliding window's length
+_WINDOW_LENGTH = re.compile(r"\bwindow\s*\(\s*[\w.`]+\s*,\s*'([^']+)'", re.IGNORECASE)
+_SESSION = re.compile(r"\bsession_window\s*\(", re.IGNORECASE)
 # Temporary views are session-wide: one job at a time registers its own and resolves its query.
 _VIEWS = threading.Lock()
 
@@ -172,6 +176,19 @@ def window_end_key(keys: tuple[str, ...], window_end: str | None, sql: str) -> s
     return ends[0] if len(ends) == 1 and _WINDOWED.search(sql) else None
 
 
+def recon_days(sql: str, joins: tuple[str, ...], window_end: str | None) -> dict:
+    """How the job is reconciled by day (``JobSpec.recon_partition``, ``recon_read_back``), or
+    {} (in full, every run that has something new): a query over one stream grouped by
+    tumbling or sliding windows of its event time gets the day its window ends, and reads
+    events back by the longest window. Sessions (a click can extend a session however old) and
+    joins (a partner event can change a window before its own day) are recomputed in full."""
+    lengths = [interval_seconds(m) for m in _WINDOW_LENGTH.findall(sql)]
+    if joins or not window_end or not lengths or None in lengths or _SESSION.search(sql):
+        return {}
+    return {"recon_partition": f"to_date({window_end})",
+            "recon_read_back": f"{max(lengths)} seconds"}
+
+
 def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
     """Read a SQL job file into a JobSpec (``known``: the registered streams); errors name the
     file, the line and the fix."""
@@ -243,6 +260,7 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             batch_sql=job.sql,
             open_when=open_when,
             window_end=window_end,
+            **recon_days(job.sql, joins, window_end),
             unbounded_state=unbounded,
             origin=str(path),
             origin_lines={**job.lines, "query": job.sql_line},

@@ -4,7 +4,9 @@
   event (basis 'all', the truth) and once over the events the stream counted (basis 'on_time':
   at least one copy arrived ahead of its watermark, see classify_lateness). The query reads one
   relation per source, named after the stream, and `events` for a single source, each holding
-  each distinct event once, as the stream's own query did.
+  each distinct event once, as the stream's own query did. A job reconciled by day
+  (recon_partition: a windowed job) gets each row's recon_date, and a run recomputes only the
+  days from var recon_from[job] on (macros/recon_scope.sql).
 #}
 {% macro batch_by_basis(job) -%}
 {%- set spec = var('jobs')[job] -%}
@@ -18,9 +20,18 @@ with
 
 ),
 
-{{ source }}__distinct as (
+{{ source }}__all_distinct as (
 
     {{ distinct_events(source ~ '__classified', spec['source_columns'][source], spec['source_keys'][source]) }}
+
+),
+
+{{ source }}__distinct as (
+
+    -- a run by day: the events the recomputed days' rows can hold (read back by the longest
+    -- window), or every event
+    select * from {{ source }}__all_distinct
+    where {{ events_in_recon_scope(job, spec['sources'][source]) }}
 
 ),
 {% endfor %}
@@ -46,7 +57,11 @@ final as (
 
 )
 
+{% if spec.get('recon_partition') -%}
+{{ batch_rows_in_scope(job) }}
+{%- else -%}
 select * from final
+{%- endif %}
 {%- endmacro %}
 
 {# `sql` with the relations it reads defined in front, merged with its own WITH if it has one. #}

@@ -103,9 +103,19 @@ with streamed as (
 
 ),
 
-truth as (select * from {{ ref('int_' ~ job ~ '__batch') }} where basis = 'all'),
+truth as (
 
-on_time as (select * from {{ ref('int_' ~ job ~ '__batch') }} where basis = 'on_time'),
+    select * from {{ ref('int_' ~ job ~ '__batch') }}
+    where basis = 'all' and {{ in_recon_scope(job) }}  -- the days this run recomputes
+
+),
+
+on_time as (
+
+    select * from {{ ref('int_' ~ job ~ '__batch') }}
+    where basis = 'on_time' and {{ in_recon_scope(job) }}
+
+),
 
 stream_state as (
 

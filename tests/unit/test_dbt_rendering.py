@@ -74,11 +74,13 @@ def test_your_jobs_get_one_line_models_in_the_generated_folder(tmp_path, monkeyp
         "recon/recon_logins_10m.sql", "recon/recon_logins_10m.yml")}
     code = [l for l in files["generated/batch/int_logins_10m__batch.sql"].splitlines()
             if not l.startswith("--")]
-    assert code == ["{{ batch_by_basis('logins_10m') }}"]
+    # a windowed job over one stream: its tables replace only the days a run recomputes
+    by_day = "{{ config(materialized='recon_partitions', recon_job='logins_10m') }}"
+    assert code == [by_day, "{{ batch_by_basis('logins_10m') }}"]
     recon = [l for l in files["generated/recon/recon_logins_10m.sql"].splitlines()
              if not l.startswith("--")]
-    assert recon == ["{{ recon_by_basis('logins_10m', open_when='coalesce(t.window_end, "
-                     "o.window_end) > s.stream_watermark') }}"]
+    assert recon == [by_day, "{{ recon_by_basis('logins_10m', open_when='coalesce(t.window_end, "
+                             "o.window_end) > s.stream_watermark') }}"]
     # the copy's sources list your stream and job beside the built-in ones
     tables = {t["name"] for t in yaml.safe_load(files["staging/_lake__sources.yml"])
               ["sources"][0]["tables"]}
@@ -88,6 +90,9 @@ def test_your_jobs_get_one_line_models_in_the_generated_folder(tmp_path, monkeyp
     assert params["batch_sql"].startswith("with failed as") and not params["batch_sql"].endswith(";")
     assert params["source_keys"] == {"logins": ["login_id"]}
     assert params["source_columns"] == {"logins": ["user_id", "outcome", "event_time"]}
+    # by the day its window ends, reading events back by the window's length
+    assert (params["recon_partition"], params["recon_read_back_seconds"]) == (
+        "to_date(window_end)", 600)
 
 
 def test_the_pinned_position_takes_each_jobs_last_batch_of_its_current_lineage():
