@@ -9,7 +9,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
-.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(SETUP_DONE)
 
@@ -143,6 +143,12 @@ bench-recon-incremental: setup
 # RECON_EVENTS over RECON_DAYS days, in 4 steps, each timed in full and after one more hour.
 bench-recon-history: setup
 	$(BIN)/python tests/benchmarks/recon_history.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --steps 4
+
+# Your own jobs reconciled (BENCHMARKS.md): USER_EVENTS readings of a stream of your own over 3
+# days, three jobs, in full, after one more hour, and with nothing new. RESULTS=path to keep it.
+USER_EVENTS ?= 200000
+bench-user-recon: setup
+	$(BIN)/python tests/benchmarks/user_recon.py --events $(USER_EVENTS) $(if $(RESULTS),--results $(RESULTS))
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000
