@@ -167,7 +167,8 @@ def catalogue(analysed: bool = True) -> Catalogue:
         for f in findings:
             if f["job"] in specs and f.get("delay_seconds"):
                 specs[f["job"]] = replace(specs[f["job"]], emit_delay_seconds=f["delay_seconds"])
-        for f in (f for f in findings if f["level"] == "error" and f["job"] in specs):
+        # (every error of a refused job is a problem of its own: listed before any is popped)
+        for f in [f for f in findings if f["level"] == "error" and f["job"] in specs]:
             specs.pop(f["job"], None)
             problems.append(LoadProblem(f["where"], (
                 f"{f['where']}: error: job {f['job']}: {f['message']}"), f["job"]))

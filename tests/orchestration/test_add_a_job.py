@@ -301,7 +301,7 @@ def _payment(order_id: str, minute: int) -> dict:
             "amount": 1.0, "payment_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # about 100 s: make test-long (CI's time budget)
 def test_a_window_after_a_time_bounded_join_reconciles_with_nothing_unexplained_by_default(
         spark, cfg, tmp_path, monkeypatch):
     """Spark holds the windows after the join back by its 20-minute bound: windows that end
@@ -347,7 +347,7 @@ def login_on(event_id: str, user: str, day: int, minute: int) -> dict:
             "event_time": f"2026-01-{day:02d}T00:{minute:02d}:00.000Z"}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # about 100 s: make test-long (CI's time budget)
 def test_a_windowed_sql_jobs_next_reconciliation_recomputes_only_the_days_it_changed(
         spark, endpoint_cfg, team_folder):
     """A SQL job over windows of one stream is reconciled by the day its window ends: the
