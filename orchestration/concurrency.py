@@ -4,12 +4,18 @@ The Dagster instance runs many runs at once: a continuous run, a scheduled recon
 savepoint run, a recovery run, sensor ticks. What truly conflicts is limited, nothing else:
 
 - one owner per streaming checkpoint: a run that drives checkpoints carries the tag
-  ``tidemark/checkpoint.<query>`` for each, and the instance admits one run per such tag (the
-  queue holds a second one until the first ends). The OS lock on the checkpoint
+  ``.dagster/tidemark/checkpoint.<query>`` for each, and the instance admits one run per such
+  tag (the queue holds a second one until the first ends). The prefix hides them in the UI's
+  runs (Dagster keeps its own pool claims under it): a run that hosts every job would otherwise
+  show a dozen ownership tags above the few that tell runs apart. The OS lock on the checkpoint
   (`streaming_jobs.checkpoints`) still guards every run, tagged or not: a run launched with
   no tags (an ad-hoc materialization in the UI) is refused at once, naming the owner;
 - one reconciliation at a time (``tidemark/reconciliation``): two dbt builds would replace the
   same recon tables under each other.
+
+Dagster's pools do not fit ownership: a pool is fixed on an asset or op, while a continuous
+run's one op hosts the jobs its config names, and a run of one gold asset drives its sources'
+ingestion too. What a run owns is known when it is launched, so it is said by run tags.
 
 Savepoint runs carry no checkpoint tag: for a job a continuous run hosts they ask that run for
 the savepoint (`savepoints.request`) instead of taking the checkpoint.
@@ -21,7 +27,7 @@ from streaming_jobs.ingestion import query_name
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.spec import JobSpec
 
-CHECKPOINT_TAG = "tidemark/checkpoint."
+CHECKPOINT_TAG = ".dagster/tidemark/checkpoint."
 RECON_TAG = "tidemark/reconciliation"
 CONTINUOUS_TAG = "tidemark/continuous"
 OWNED = "owned"

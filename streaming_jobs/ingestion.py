@@ -129,7 +129,9 @@ def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema
                   max_files_per_trigger: int | None = None) -> DataFrame:
     landing = cfg.paths.landing_dir(schema.name)
     landing.mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format("text")
+    # A line ends at '\n' only, as the landing accounting counts it: a CR is a byte of its line
+    # (Spark's default also ends one at a lone '\r', splitting a line and dropping the byte)
+    reader = spark.readStream.format("text").option("lineSep", "\n")
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     return reader.load(str(landing)).select(

@@ -99,6 +99,12 @@ def check_expectations(where: str, expectations, actions: tuple[str, ...] = ACTI
     return expectations
 
 
+# Spark's VARIANT holds at most 16 MiB; its parser, and the check that a line holds one value
+# (which wraps the line in one more level), nest at most 1,000 levels deep
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 999
+
+
 @dataclass(frozen=True)
 class StreamSchema:
     """A stream: JSON objects with these fields, from a landing folder of JSON lines or a Kafka
@@ -123,6 +129,11 @@ class StreamSchema:
     # How far ahead of its ingest time an event may be: a line dated later is quarantined (one
     # far-future event would move every watermark past all real data). None: no bound.
     max_ahead: str | None = "1 day"
+    # The longest line and the deepest nesting a line may have; a line past either is
+    # quarantined with that reason. Spark's JSON values hold at most 16 MiB and nest at most
+    # MAX_DEPTH deep, the bounds of both settings (a lower max_depth is checked on every line).
+    max_line_bytes: int = 8 * 1024 * 1024
+    max_depth: int = 999
     # Rules on the typed rows, checked after the schema (`Expectation`): warn, quarantine, fail.
     expectations: tuple[Expectation, ...] = ()
     # Where its events come from: "landing" (JSON lines files) or "kafka" (one JSON object per
@@ -149,6 +160,11 @@ class StreamSchema:
             if seconds is None or seconds < 0:
                 raise ValueError(f"{where}: max_ahead {self.max_ahead!r} is not an interval such "
                                  "as '1 day' or '2 hours' (or None for no bound)")
+        for setting, value, bound in (("max_line_bytes", self.max_line_bytes, MAX_LINE_BYTES),
+                                      ("max_depth", self.max_depth, MAX_DEPTH)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= bound:
+                raise ValueError(f"{where}: {setting} {value!r} is a whole number from 1 to "
+                                 f"{bound:,} (the most Spark's JSON values hold)")
         if not isinstance(self.name, str) or not NAME.match(self.name):
             raise ValueError(f"{where}: a stream name is lower case letters, digits and _, "
                              "starting with a letter (it names folders, tables and dbt models)")

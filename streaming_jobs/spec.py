@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +25,9 @@ class StateThresholds:
     critical_rows: int = 5_000_000
     warn_bytes: int = 512 * 1024 ** 2
     critical_bytes: int = 2 * 1024 ** 3
+
+
+COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,21 @@ class JobSpec:
             raise ValueError(
                 f"job {self.name}: output_mode must be 'append' or 'update', got {self.output_mode!r}"
             )
+        import math
+
+        for setting, value in (("tolerance", self.tolerance),
+                               ("recon_warn_share", self.recon_warn_share)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"job {self.name}: {setting} is a finite number of at least 0, "
+                                 f"got {value!r} (NaN, infinity or a negative one would make "
+                                 "every comparison fail or pass)")
+        for column in self.partition_by:
+            # a column of the gold table: Spark names a partition folder after it
+            if not isinstance(column, str) or not COLUMN.match(column):
+                raise ValueError(f"job {self.name}: partition_by {column!r} is not a column name "
+                                 "(letters, digits and _, starting with a letter or _): name "
+                                 "columns of the job's output")
         from streaming_jobs.schemas import check_expectations
 
         object.__setattr__(self, "expectations", check_expectations(

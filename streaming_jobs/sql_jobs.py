@@ -267,4 +267,6 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             expectations=expectations,
         )
     except ValueError as exc:
-        raise JobFileError(f"SQL job {path}:1: {exc}") from None
+        # the header line the refusal is about, when it names one
+        at = next((job.at(key) for key in header if f": {key} " in str(exc)), f"{path}:1")
+        raise JobFileError(f"SQL job {at}: {exc}") from None

@@ -8,6 +8,8 @@ Strict by default. The first rule a line breaks is its reason (`REASONS` lists t
 order):
 
 - the line is UTF-8 text (quarantine keeps every line's exact bytes in ``raw_bytes``);
+- it is at most ``max_line_bytes`` long and nests at most ``max_depth`` deep (the stream's
+  settings; Spark's own bounds are their limits);
 - the line is one JSON object and nothing else (no second value, no text after it);
 - every field is present and not null;
 - each field has its JSON type: a string field a JSON string (not a number, object or
@@ -27,11 +29,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from streaming_jobs.intervals import interval_seconds
-from streaming_jobs.schemas import StreamSchema
+from streaming_jobs.schemas import MAX_DEPTH, StreamSchema
 
 REASONS = (
     "not valid UTF-8 (its bytes are kept in raw_bytes)",
     "empty line",
+    "line longer than <max_line_bytes> bytes (the stream's max_line_bytes)",
+    "nested deeper than <max_depth> levels (the stream's max_depth)",
     "invalid JSON",
     "not a JSON object",
     "more than one JSON value on the line",
@@ -85,9 +89,29 @@ def _wrong_json_type(name: str, dtype: T.DataType, json_type: Column) -> Column:
 LINE = "_line"
 
 
+# Blank: only white space, separators (no-break space...) and invisible format characters
+# (zero-width space...): a key like that is empty to a reader, and dedup would merge them all
+BLANK = r"^[\s\p{Z}\p{Cf}]*$"
+
+
+def nesting_depth(line: Column) -> Column:
+    """How deep the line's arrays and objects nest (brackets inside strings do not count)."""
+    outside_strings = F.regexp_replace(line, r'"(?:[^"\\]++|\\.)*+"', "")
+    brackets = F.split(F.regexp_replace(outside_strings, r"[^\[\]{}]", ""), "")
+
+    def step(acc, c):
+        depth = acc["d"] + F.when(c.isin("[", "{"), 1).otherwise(-1)
+        return F.struct(depth.alias("d"), F.greatest(acc["m"], depth).alias("m"))
+
+    return F.aggregate(brackets, F.struct(F.lit(0).alias("d"), F.lit(0).alias("m")), step,
+                       lambda acc: acc["m"])
+
+
 def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) -> DataFrame:
     """Add the typed fields of ``schema`` and ``_reason`` (null when the line is good)."""
     line = F.col(line_col)
+    # '[' line ']' is a one-element array when the line holds one JSON value, and nothing more
+    one_value = F.json_array_length(F.concat(F.lit("["), line, F.lit("]")))
     parsed = lines.withColumn("_raw", F.from_json(line, schema.raw_struct)).withColumn(
         "_variant", F.try_parse_json(line))
     typed = [_typed(F.col("_raw")[f.name], f.dtype).alias(f.name) for f in schema.fields]
@@ -102,7 +126,7 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) ->
                F.lit(f"{f.name} is not a valid {f.dtype.simpleString()}"))
         for f in schema.fields
     ]
-    blank_key = [F.when(F.col(k).rlike(r"^\s*$"), F.lit(f"key {k} is blank"))
+    blank_key = [F.when(F.col(k).rlike(BLANK), F.lit(f"key {k} is blank"))
                  for k in schema.key or () if isinstance(schema.field(k).dtype, T.StringType)]
     with_fields = parsed.select("*", *typed)
     missing_list = F.concat_ws(", ", *missing)
@@ -111,12 +135,21 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) ->
         # not UTF-8 would become U+FFFD and the line would be parsed altered
         F.when(~F.is_valid_utf8(line), F.lit(REASONS[0]))
         .when(line.rlike(r"^\s*$"), F.lit("empty line"))  # spaces, tabs: nothing
+        .when(F.octet_length(line) > schema.max_line_bytes,
+              F.lit(f"line longer than {schema.max_line_bytes:,} bytes (the stream's "
+                    "max_line_bytes)"))
+        # counted only where it can matter: a line the parser refused, unless the stream
+        # asks for less than the parser's own bound
+        .when((F.col("_variant").isNull() | one_value.isNull()
+               | F.lit(schema.max_depth < MAX_DEPTH))
+              & (nesting_depth(line) > schema.max_depth),
+              F.lit(f"nested deeper than {schema.max_depth:,} levels (the stream's max_depth)"))
         .when(F.col("_variant").isNull(), F.lit("invalid JSON"))
         .when(~F.ltrim(line).startswith("{"), F.lit("not a JSON object"))
         # a second value, or text, after the object: '[' line ']' is then not a one-element
         # array (Spark's JSON parsers read the first value and ignore the rest)
-        .when(F.coalesce(F.json_array_length(F.concat(F.lit("["), line, F.lit("]"))),
-                         F.lit(0)) != 1, F.lit("more than one JSON value on the line"))
+        .when(F.coalesce(one_value, F.lit(0)) != 1,
+              F.lit("more than one JSON value on the line"))
         .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
     )
     for rule in (F.concat_ws("; ", *json_types), F.concat_ws("; ", *no_date),

@@ -25,9 +25,24 @@ from streaming_jobs.operations.health import WARNING, Finding
 HIDDEN_GRACE_SECONDS = 3600
 
 
+# Spark's text source decompresses a file by its name's extension (Hadoop's codecs)
+DECOMPRESS = {".gz": "gzip", ".bz2": "bz2", ".deflate": "zlib"}
+
+
 def count_lines(path: Path) -> int:
-    """Lines as Spark's text source counts them (a last line without a newline counts)."""
+    """Lines as ingestion reads them: ended by '\n' only (a last line without one counts), in
+    the file's decompressed bytes for a name Spark decompresses."""
     data = path.read_bytes()
+    codec = DECOMPRESS.get(path.suffix.lower())
+    if codec is not None:
+        import importlib
+
+        module = importlib.import_module(codec)
+        try:
+            data = module.decompress(data)
+        except Exception as exc:  # noqa: BLE001 - each codec raises its own error type
+            raise ValueError(f"{path}: its name says {path.suffix} but it does not decompress "
+                             f"({exc}); land it under its real name") from None
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
@@ -83,7 +98,13 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     findings, lines, got = [], 0, 0
     for path in landing_files(folder):
         key = str(path.resolve())
-        n, rows = count_lines(path), ingested.get(key, 0)
+        try:
+            n = count_lines(path)
+        except ValueError as exc:
+            findings.append(Finding("landing_unaccounted", WARNING, f"landing/{stream}/"
+                                    f"{path.name}: {str(exc).split(': ', 1)[1]}"))
+            continue
+        rows = ingested.get(key, 0)
         lines, got = lines + n, got + rows
         if rows == n or newest.get(key) == in_flight:
             continue

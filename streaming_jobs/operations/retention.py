@@ -403,8 +403,13 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
     moved = freed = 0
     for path in files:
         key = str(path.resolve())
-        if key not in committed or ingested.get(key, 0) != count_lines(path):
-            continue  # not read yet, or it does not balance (the accounting names it)
+        if key not in committed:
+            continue  # not read yet
+        try:
+            if ingested.get(key, 0) != count_lines(path):
+                continue  # it does not balance (the accounting names it)
+        except ValueError:
+            continue  # a name that says compressed, bytes that are not (named as well)
         size = path.stat().st_size
         if policy == "delete":
             path.unlink()

@@ -9,6 +9,7 @@ landing accounting names).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from helpers import txn
 from streaming_jobs.lake import read_table
-from streaming_jobs.operations.landing import account
+from streaming_jobs.operations.landing import account, count_lines
 from streaming_jobs.runner import run_bronze
 from streaming_jobs.schemas import STREAMS, Expectation
 
@@ -74,19 +75,33 @@ CASES = [
      "not valid UTF-8 (its bytes are kept in raw_bytes)"),
     ("a stream expectation (quarantine)", line("x19", amount=-5.0),
      "expectation nonnegative_amount failed: amount >= 0"),
+    # a line ends at '\n' only: a CR is a byte of its line wherever it is
+    ("a CR inside a string", line("x20", merchant="a\rb").replace(b"\\r", b"\r"),
+     "invalid JSON"),
+    ("two objects joined by a CR", line("x21") + b"\r" + line("x22"),
+     "more than one JSON value on the line"),
+    ("a line ending in a lone CR", line("ok4") + b"\r", None),
+    ("a key of invisible characters", line("\u00a0\u200b"), "key event_id is blank"),
+    ("nested deeper than the parser goes", with_text(
+        "x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
+     "nested deeper than 999 levels (the stream's max_depth)"),
+    ("a line longer than the stream's max_line_bytes", line("x24", merchant="m" * 5000),
+     "line longer than 4,000 bytes (the stream's max_line_bytes)"),
 ]
 
 
 @pytest.mark.slow
 def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monkeypatch):
-    monkeypatch.setitem(STREAMS, "transactions",
-                        replace(STREAMS["transactions"], expectations=(NONNEGATIVE,)))
+    monkeypatch.setitem(STREAMS, "transactions", replace(
+        STREAMS["transactions"], expectations=(NONNEGATIVE,), max_line_bytes=4000))
     folder = cfg.paths.landing_dir("transactions")
     folder.mkdir(parents=True)
     landed = b"".join(raw + b"\n" for _, raw, _ in CASES)
     (folder / "catalogue.jsonl").write_bytes(landed)
     # a file in Windows line endings is read line by line too
     (folder / "crlf.jsonl").write_bytes(line("crlf1") + b"\r\n" + line("crlf2") + b"\r\n")
+    # a compressed file is read decompressed, by its name
+    (folder / "packed.jsonl.gz").write_bytes(gzip.compress(line("gz1") + b"\n" + line("gz2")))
     # files ingestion never reads (the landing contract: write under such a name, then rename)
     old = time.time() - 7200
     for hidden in (".partial.jsonl", "_tmp.jsonl"):
@@ -97,7 +112,7 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
     bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
     quarantine = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
     expected_bronze = sorted([json.loads(raw)["event_id"] for _, raw, reason in CASES
-                              if reason is None] + ["crlf1", "crlf2"])
+                              if reason is None] + ["crlf1", "crlf2", "gz1", "gz2"])
     assert sorted(r.event_id for r in bronze) == expected_bronze
     assert next(r.merchant for r in bronze if r.event_id == "ok2") == "café ☕"
 
@@ -113,7 +128,7 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
                for r in quarantine)
 
     # nothing lost: every landed line is in bronze, in quarantine, or in a file that is named
-    landed_lines = sum(f.read_bytes().count(b"\n") for f in folder.iterdir())
+    landed_lines = sum(count_lines(f) for f in folder.iterdir())
     accounting = account(cfg, "transactions")
     assert accounting.lines == accounting.ingested == len(bronze) + len(quarantine)
     skipped = sorted(f.message.split(":")[0] for f in accounting.findings)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from helpers import land, txn
 from streaming_jobs.operations.landing import account, count_lines
 from streaming_jobs.runner import run_bronze
@@ -42,8 +44,21 @@ def test_every_way_of_breaking_the_contract_is_found(spark, cfg):
     assert result.ingested == 3 + 1 + 2 == 6 and not result.holds
 
 
-def test_line_counting_matches_sparks_text_source(spark, tmp_path):
-    cases = {"n.txt": b"a\nb\n", "m.txt": b"a\nb", "e.txt": b"", "blank.txt": b"\n\n"}
+def test_line_counting_matches_the_ingestion_reader(spark, tmp_path):
+    import bz2
+    import gzip
+
+    cases = {"n.txt": b"a\nb\n", "m.txt": b"a\nb", "e.txt": b"", "blank.txt": b"\n\n",
+             # a CR is a byte of its line, wherever it is: one separator only, '\n'
+             "cr.txt": b"a\rb\n", "crlf.txt": b"a\r\nb\r\n", "lone.txt": b"a\r\r\nb",
+             # compressed by name: counted as Spark reads them, decompressed
+             "z.jsonl.gz": gzip.compress(b"a\nb\nc\n"), "z.jsonl.bz2": bz2.compress(b"a\r\nb")}
+    expected = {"n.txt": 2, "m.txt": 2, "e.txt": 0, "blank.txt": 2, "cr.txt": 1, "crlf.txt": 2,
+                "lone.txt": 2, "z.jsonl.gz": 3, "z.jsonl.bz2": 2}
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
-        assert count_lines(tmp_path / name) == spark.read.text(str(tmp_path / name)).count()
+        read = spark.read.option("lineSep", "\n").text(str(tmp_path / name)).count()
+        assert count_lines(tmp_path / name) == read == expected[name], name
+    (tmp_path / "bad.gz").write_bytes(b"not gzip\n")
+    with pytest.raises(ValueError, match=r"bad.gz: its name says .gz but it does not decompress"):
+        count_lines(tmp_path / "bad.gz")

@@ -105,3 +105,42 @@ def test_a_field_may_have_any_name_the_raw_line_column_included(spark):
     df = spark.createDataFrame([(line,)], "_line string")
     [row] = parse_lines(df, schema).select("_line", "event_id", "value", "_reason").collect()
     assert tuple(row) == (line, "m1", 2.5, None)
+
+
+def test_size_and_depth_have_their_own_reasons_and_settings(spark):
+    """A line past the parser's bounds used to read as "invalid JSON"; the reason now says
+    which bound, and both bounds are the stream's settings."""
+    from dataclasses import replace
+
+    import pytest
+
+    def nested(depth: int) -> str:
+        # depth levels in all: the object, then depth - 1 arrays; brackets in strings do not count
+        inner = "[" * (depth - 1) + "]" * (depth - 1)
+        return GOOD.replace('"merchant":"m"', f'"merchant":"[[{{","deep":{inner}')
+
+    long_line = GOOD.replace('"merchant":"m"', '"merchant":"' + "x" * 3000 + '"')
+    lines = [nested(999), nested(1000), nested(5000), long_line]
+    assert reasons(spark, lines) == [
+        None,
+        "nested deeper than 999 levels (the stream's max_depth)",
+        "nested deeper than 999 levels (the stream's max_depth)",
+        None,
+    ]
+    small = replace(TRANSACTIONS, max_line_bytes=2000, max_depth=10)
+    assert reasons(spark, [nested(10), nested(11), long_line], small) == [
+        None,
+        "nested deeper than 10 levels (the stream's max_depth)",
+        "line longer than 2,000 bytes (the stream's max_line_bytes)",
+    ]
+    for setting, value in (("max_line_bytes", 0), ("max_line_bytes", 17 * 1024 * 1024),
+                           ("max_depth", 1000), ("max_depth", 2.5)):
+        with pytest.raises(ValueError, match=f"stream 'transactions': {setting} .* is a whole "
+                                             "number from 1 to"):
+            replace(TRANSACTIONS, **{setting: value})
+
+
+def test_a_key_of_invisible_characters_is_blank(spark):
+    lines = [GOOD.replace('"event_id":"e1"', f'"event_id":"{k}"')
+             for k in ("\\u00a0", "\\u200b\\u00a0", "\\u3000\\t", "\\ufeff", "\\u00a0e1")]
+    assert reasons(spark, lines) == ["key event_id is blank"] * 4 + [None]

@@ -133,6 +133,13 @@ def test_measures_are_optional_and_sessions_get_their_open_when(folder):
       "window_end": "window_end"}, 5, "window_end 'window_end' is not one of the keys"),
     ({"source": "readings", "keys": "site", "watermark": "1 minute",
       "unbounded_state": "maybe"}, 5, "unbounded_state is 'refuse' or 'warn'"),
+    *(({"source": "readings", "keys": "site", "watermark": "1 minute", "tolerance": bad,
+        "query": "select site from events"}, 5,
+       f"tolerance is a finite number of at least 0, got {got}")
+      for bad, got in (("nan", "nan"), ("inf", "inf"), ("-1", "-1.0"))),
+    ({"source": "readings", "keys": "site", "watermark": "1 minute",
+      "partition_by": "site, ../../x", "query": "select site from events"}, 5,
+     "partition_by '../../x' is not a column name"),
 ])
 def test_each_header_error_names_the_file_and_line(folder, header, line, message):
     path = folder / "a_job.sql"

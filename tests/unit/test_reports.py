@@ -116,7 +116,7 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
                    "user_sessions", "user_activity_profile", "order_payment_match",
                    "events_by_type"}
         assert sorted((l["key"], l["limit"]) for l in queue.tag_concurrency_limits) == sorted(
-            [("tidemark/reconciliation", 1)] + [(f"tidemark/checkpoint.{q}", 1) for q in queries])
+            [("tidemark/reconciliation", 1)] + [(f".dagster/tidemark/checkpoint.{q}", 1) for q in queries])
         assert instance.run_monitoring_enabled
     finally:
         instance.dispose()
