@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("maintain", help="retention now: OPTIMIZE, VACUUM, pruning, landing archive")
     rebuild_p = sub.add_parser("rebuild", help="reset a job: checkpoint, gold, savepoints, ops rows")
     rebuild_p.add_argument("job")
+    rebuild_p.add_argument("--force", action="store_true",
+                           help="rebuild even though the job fails since its last commit")
     mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")
     mat_p.add_argument("--select", required=True,
                        help="Dagster asset selection, e.g. '+key:gold/my_job' or 'group:streaming'")

@@ -193,12 +193,12 @@ def check(cfg: TidemarkConfig, args) -> int:
 def rebuild(cfg: TidemarkConfig, args) -> int:
     """Reset a job (checkpoint, gold, savepoints, ops rows): the next run streams bronze again."""
     from streaming_jobs.checkpoints import CheckpointBusy
-    from streaming_jobs.operations.rebuild import rebuild as reset
+    from streaming_jobs.operations.rebuild import RebuildRefused, rebuild as reset
 
     spec = _known(args.job)
     try:
-        removed = reset(cfg, spec.name)
-    except CheckpointBusy as exc:
+        removed = reset(cfg, spec.name, force=getattr(args, "force", False))
+    except (CheckpointBusy, RebuildRefused) as exc:
         raise OperationError(str(exc)) from None
     print(f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
           f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "

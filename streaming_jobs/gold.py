@@ -15,7 +15,13 @@ from streaming_jobs.delta_log import version_of_batch
 from streaming_jobs.expectations import counts, guard, record, resolve, result_rows
 from streaming_jobs.interrupts import stoppable
 from streaming_jobs.spec import JobSpec
-from streaming_jobs.lake import ensure_table, merge_once, table_exists
+from streaming_jobs.lake import ensure_properties, ensure_table, merge_once, table_exists
+
+# A partitioned gold table's files go under short random folders, not Hive-style
+# <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
+# the file system refuses (a 300-character event type made a folder name too long, and the
+# batch failed on every retry) or one that escapes; readers see the same partitions.
+RANDOM_PREFIXES = {"delta.randomizeFilePrefixes": "true"}
 
 # Read every new bronze version whole in one batch (Delta's default cuts at 1000 files): the
 # recorded version range of each batch then says exactly which bronze rows it read.
@@ -42,7 +48,10 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
     result = guard(result, f"job {spec.name}", spec.expectations,
                    observe=spec.output_mode == "append")
     target = paths.table("gold", spec.name)
-    ensure_table(spark, target, result.schema, spec.table_properties, list(spec.partition_by))
+    properties = {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})}
+    ensure_table(spark, target, result.schema, properties, list(spec.partition_by))
+    if spec.partition_by:
+        ensure_properties(spark, target, RANDOM_PREFIXES)  # a table an older tidemark made
     writer = (result.writeStream.queryName(spec.name)
               .option("checkpointLocation", str(paths.checkpoint(spec.name))))
     if spec.output_mode == "append":

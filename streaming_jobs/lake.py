@@ -94,6 +94,18 @@ def ensure_table(spark: SparkSession, path: Path, schema: T.StructType,
             time.sleep(0.2 * (attempt + 1))
 
 
+def ensure_properties(spark: SparkSession, path: Path, properties: dict[str, str]) -> None:
+    """Set the table properties the table at ``path`` lacks or holds otherwise (one commit, none
+    when every one is set)."""
+    from delta.tables import DeltaTable
+
+    have = DeltaTable.forPath(spark, str(path)).detail().first()["properties"] or {}
+    missing = {k: v for k, v in properties.items() if have.get(k) != v}
+    if missing:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+
+
 def add_missing_columns(spark: SparkSession, path: Path, schema: T.StructType) -> list[str]:
     """Add the columns of ``schema`` that the table at ``path`` lacks (a table made by an older
     tidemark); returns their names."""

@@ -7,6 +7,9 @@ the ops rows of the job (``ops/stream_progress``, ``ops/stream_failures``), its 
 crash part way leaves a job that the next `rebuild` finishes, and a checkpoint that still
 exists is never paired with a gold table that does not. The next run streams all of bronze
 again.
+
+It refuses to start while the job fails since its last commit (`refusal`): the rebuilt job
+would read the same rows and fail again, with its gold table gone. ``--force`` overrides.
 """
 
 from __future__ import annotations
@@ -18,12 +21,55 @@ from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.config import TidemarkConfig
 
 
-def rebuild(cfg: TidemarkConfig, job: str, holder: str = "tidemark rebuild") -> dict:
-    """Reset ``job`` to nothing; returns what was removed."""
+class RebuildRefused(RuntimeError):
+    """The job fails since its last commit: a rebuild would delete gold, then fail again."""
+
+
+def failing_since_last_commit(cfg: TidemarkConfig, job: str) -> list[dict]:
+    """The failures of ``job`` recorded after its last committed batch (oldest first)."""
+    literal = ops_tables.literal(job)
+    failures = (ops_tables.read(cfg, "stream_failures", where=f"job = {literal}")
+                if ops_tables.exists(cfg, "stream_failures") else [])
+    if not failures:
+        return []
+    progress = (ops_tables.read(cfg, "stream_progress", where=f"job = {literal}",
+                                columns=["ts"])
+                if ops_tables.exists(cfg, "stream_progress") else [])
+    last_commit = max((r["ts"] for r in progress if r["ts"] is not None), default=None)
+    return sorted((f for f in failures if last_commit is None or f["failed_at"] > last_commit),
+                  key=lambda f: f["failed_at"])
+
+
+def refusal(cfg: TidemarkConfig, job: str) -> str | None:
+    """Why a rebuild of ``job`` must not start, or None.
+
+    A rebuild deletes gold and streams all of bronze again: a job that fails since its last
+    commit would fail on the same rows, and be left with no gold at all (seen: a value that
+    could not be written; rebuild deleted 23,797 gold rows, then failed on it again).
+    """
+    failing = failing_since_last_commit(cfg, job)
+    if not failing:
+        return None
+    last = failing[-1]
+    error = " ".join(str(last["error"]).split())[:600]
+    return (f"job {job} has failed {len(failing)} time(s) since its last committed batch (last "
+            f"at {last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: {error}). A rebuild deletes its gold "
+            "table and reads the same bronze again, so it would fail on the same rows with "
+            "nothing left to serve. Fix the cause first (the job, or the data: see tidemark "
+            "health), run the job once, then rebuild; or pass --force to rebuild anyway")
+
+
+def rebuild(cfg: TidemarkConfig, job: str, holder: str = "tidemark rebuild",
+            force: bool = False) -> dict:
+    """Reset ``job`` to nothing; returns what was removed. Raises `RebuildRefused` (nothing
+    removed) while the job fails since its last commit, unless ``force``."""
     paths = cfg.paths
     checkpoint = paths.checkpoint(job)
     removed = {"progress_rows": 0, "savepoints": 0, "gold": False, "checkpoint": False}
     with checkpoint_lock(checkpoint, holder):
+        why = None if force else refusal(cfg, job)
+        if why:
+            raise RebuildRefused(why)
         predicate = f"job = {ops_tables.literal(job)}"
         for table in ("stream_progress", "stream_late_rows", "stream_failures",
                       "expectations"):

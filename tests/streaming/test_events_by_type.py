@@ -61,3 +61,32 @@ def test_clicks_land_once_in_their_partition_with_one_file_per_partition_per_bat
     assert max(r["count"] for r in files) < 3
     operations = [r.operation for r in spark.sql(f"describe history delta.`{target}`").collect()]
     assert "OPTIMIZE" in operations
+
+
+def test_any_event_type_is_written_and_the_stream_goes_on(spark, cfg):
+    """A 300-character event type made gold's partition folder name too long: the batch failed
+    on every retry, and the job was stopped for good. Partition values now live in the Delta
+    log only (files go under short random folders), so any value is written."""
+    from deltalake import DeltaTable
+
+    spec = get_job("events_by_type")
+    odd = ["x" * 300, "a/../b:c #%é", "é" * 200]
+    first = [{**click(f"o{i}", "u1", 1380 + i), "action": a} for i, a in enumerate(odd)]
+    second = [click("n1", "u2", 1400), {**click("n2", "u2", 1401), "action": odd[0]}]
+    land(cfg, "w0.jsonl", first, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    land(cfg, "w1.jsonl", second, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+
+    target = cfg.paths.table("gold", spec.name)
+    expected = sorted((e["action"], e["event_id"]) for e in first + second)
+    assert sorted((r.event_type, r.event_id) for r in read_table(spark, target).collect()) \
+        == expected
+    # readable by delta-rs too, and no folder is named after a value
+    table = DeltaTable(str(target))
+    assert sorted(zip(*[table.to_pyarrow_table().column(c).to_pylist()
+                        for c in ("event_type", "event_id")])) == expected
+    assert table.metadata().configuration.get("delta.randomizeFilePrefixes") == "true"
+    assert not any("=" in p.name for p in target.iterdir())
