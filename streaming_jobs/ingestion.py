@@ -51,14 +51,69 @@ QUARANTINE_SCHEMA = T.StructType([
 ])
 
 
+# Where ingestion moves what it must not read (Spark's file source skips names starting with _)
+REFUSED_DIR = "_refused"
+# Characters Spark's file source takes for a pattern when it reads a batch's files: a name
+# holding one made it read the folder's other files twice
+PATTERN_CHARS = frozenset("?*[]{}\\")
+
+
+def landing_refusal(path: Path) -> str | None:
+    """Why ingestion must not read this landing entry, or None."""
+    if path.is_symlink():
+        return ("a symbolic link: ingestion reads only files inside the landing folder, never "
+                "what a link points to; copy the file in instead")
+    try:
+        path.name.encode("utf-8")
+    except UnicodeEncodeError:
+        return ("its name is not valid UTF-8, which Spark's file source cannot list; land it "
+                "again under a UTF-8 name")
+    chars = sorted(PATTERN_CHARS & set(path.name))
+    if chars:
+        return (f"its name holds {' '.join(chars)}, which Spark's file source reads as a "
+                "pattern (it read other files twice); land it again under a name without them")
+    return None
+
+
 def landing_files(folder: Path) -> list[Path]:
     """The files of a landing folder that bronze ingestion reads: every regular file whose name
     does not start with ``.`` or ``_`` (Spark's file source skips those: write a file under
-    such a name, then rename it), whatever its extension."""
+    such a name, then rename it), whatever its extension, unless it is refused
+    (`landing_refusal`)."""
     if not folder.is_dir():
         return []
     return sorted(f for f in folder.iterdir()
-                  if f.is_file() and not f.name.startswith((".", "_")))
+                  if not f.name.startswith((".", "_")) and landing_refusal(f) is None
+                  and f.is_file())
+
+
+def screen_landing(folder: Path) -> list[tuple[Path, str]]:
+    """Move each entry of ``folder`` that ingestion must not read into ``folder/_refused/``,
+    under its own name (a suffix when it is taken); returns (where it went, why) for each.
+
+    Run before every ingestion and, in a continuous run, every half second: Spark's source
+    lists the folder by itself, so an entry landed between two screens may be listed first
+    (the landing accounting then names its rows)."""
+    moved = []
+    if not folder.is_dir():
+        return moved
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith((".", "_")):
+            continue
+        why = landing_refusal(entry)
+        if why is None:
+            continue
+        refused = folder / REFUSED_DIR
+        refused.mkdir(exist_ok=True)
+        target, n = refused / entry.name, 1
+        while target.exists() or target.is_symlink():
+            target, n = refused / f"{entry.name}.{n}", n + 1
+        try:
+            entry.rename(target)  # the link itself, never what it points to
+        except FileNotFoundError:
+            continue  # moved by another screen at the same moment
+        moved.append((target, why))
+    return moved
 
 
 def bronze_schema(schema: StreamSchema) -> T.StructType:
@@ -129,9 +184,14 @@ def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema
                   max_files_per_trigger: int | None = None) -> DataFrame:
     landing = cfg.paths.landing_dir(schema.name)
     landing.mkdir(parents=True, exist_ok=True)
+    screen_landing(landing)
     # A line ends at '\n' only, as the landing accounting counts it: a CR is a byte of its line
     # (Spark's default also ends one at a lone '\r', splitting a line and dropping the byte)
-    reader = spark.readStream.format("text").option("lineSep", "\n")
+    reader = (spark.readStream.format("text").option("lineSep", "\n")
+              # the local file system without checksum files: Hadoop's checksum layer names a
+              # file's .crc by parsing its name as a URI, and a ':' in it failed the batch
+              .option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+              .option("fs.file.impl.disable.cache", "true"))
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     return reader.load(str(landing)).select(

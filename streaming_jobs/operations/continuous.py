@@ -54,7 +54,7 @@ from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version, rows_written
 from streaming_jobs.gold import gold_writer, sink_version_of
-from streaming_jobs.ingestion import bronze_writer, query_name
+from streaming_jobs.ingestion import bronze_writer, query_name, screen_landing
 from streaming_jobs.registry import get_job
 from streaming_jobs.operations import savepoints
 from streaming_jobs.failures import record_failure
@@ -166,6 +166,15 @@ class _Host:
         self.restart_due: dict[str, float] = {}  # query -> when its in-place restart is due
         self.rows_written = {name: [0, 0] for name in self.names}
         self.started = time.monotonic()
+        from streaming_jobs.kafka import source_of
+
+        self.landing = [cfg.paths.landing_dir(s) for s in streams
+                        if source_of(cfg, stream_schema(s)) == "landing"]
+
+    def screen(self) -> None:
+        """Move aside what the hosted streams' ingestion must not read (`screen_landing`)."""
+        for folder in self.landing:
+            screen_landing(folder)
 
     def writer(self, name: str):
         if name in self.streams:
@@ -391,6 +400,7 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
                     host.answer_savepoint_requests(savepoints_keep, out, flush_when_due)
                     last_poll = time.monotonic()
                 flush_when_due()
+                host.screen()
                 time.sleep(0.5)
         except BaseException:  # an error, or a second signal: the queries are still stopped
             out.stopped_by = out.stopped_by or "interrupted"

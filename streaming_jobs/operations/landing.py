@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.ingestion import landing_files, query_name
+from streaming_jobs.ingestion import REFUSED_DIR, landing_files, landing_refusal, query_name
 from streaming_jobs.operations.health import WARNING, Finding
 
 # A hidden (``.``/``_``) file older than this is a file someone forgot to rename.
@@ -70,6 +70,9 @@ class Accounting:
     findings: list[Finding]
     # bronze + quarantine rows per landing file they came from, whether it is still there or not
     rows_by_file: dict[str, int] = field(default_factory=dict)
+    # lines of the files ingestion refused (`ingestion.landing_refusal`; a link's are not
+    # counted: what it points to is not the landing folder's)
+    refused: int = 0
 
     @property
     def holds(self) -> bool:
@@ -123,8 +126,17 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
             continue  # landed after the last batch was planned: a later batch reads it
         findings.append(Finding("landing_unaccounted", WARNING,
                                 f"landing/{stream}/{path.name}: {problem}"))
+    refused_lines = _refused(folder, stream, ingested, findings)
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
+            if path.is_dir() and not path.is_symlink() and not path.name.startswith((".", "_")):
+                inside = [f for f in path.rglob("*") if f.is_file() and not f.is_symlink()]
+                findings.append(Finding(
+                    "landing_unaccounted", WARNING,
+                    f"landing/{stream}/{path.name}/: a folder, and ingestion reads only the files "
+                    f"directly in landing/{stream}/: its {len(inside)} files "
+                    f"({sum(_lines_or_zero(f) for f in inside):,} lines) are not read; move each "
+                    f"up into landing/{stream}/ under a new name"))
             if path.is_file() and path.name.startswith((".", "_")) and \
                     now - path.stat().st_mtime > HIDDEN_GRACE_SECONDS:
                 findings.append(Finding(
@@ -132,4 +144,37 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
                     f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
                     f"read, and this file is {(now - path.stat().st_mtime) / 3600:.1f} h old: "
                     "rename it when it is complete"))
-    return Accounting(stream, lines, got, findings, ingested)
+    return Accounting(stream, lines, got, findings, ingested, refused_lines)
+
+
+def _lines_or_zero(path: Path) -> int:
+    try:
+        return count_lines(path)
+    except (ValueError, OSError):
+        return 0
+
+
+def _refused(folder: Path, stream: str, ingested: dict[str, int], findings: list) -> int:
+    """Name each entry ingestion refused (moved aside, or still waiting for the next screen);
+    returns the lines of the refused files."""
+    if not folder.is_dir():
+        return 0
+    aside = folder / REFUSED_DIR
+    entries = [(p, f"{REFUSED_DIR}/{p.name}") for p in sorted(aside.iterdir())] \
+        if aside.is_dir() else []
+    entries += [(p, p.name) for p in sorted(folder.iterdir())
+                if not p.name.startswith((".", "_")) and landing_refusal(p) is not None]
+    total = 0
+    for path, shown in entries:
+        why = landing_refusal(path) or "moved aside by hand"
+        lines = 0 if path.is_symlink() else _lines_or_zero(path)
+        total += lines
+        # rows read from its name before it was moved aside (a continuous run lists the
+        # folder by itself, between two screens)
+        read = ingested.get(str((folder / path.name).resolve()), 0) if path.parent == aside \
+            else ingested.get(str(folder.resolve() / path.name), 0)
+        advice = (f"; {read:,} of its rows were ingested before it was refused: do not land "
+                  "it again" if read else "")
+        findings.append(Finding("landing_refused", WARNING,
+                                f"landing/{stream}/{shown}: refused, {why}{advice}"))
+    return total

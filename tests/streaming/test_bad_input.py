@@ -14,6 +14,7 @@ import json
 import os
 import time
 from dataclasses import replace
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -134,3 +135,58 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
     skipped = sorted(f.message.split(":")[0] for f in accounting.findings)
     assert skipped == ["landing/transactions/.partial.jsonl", "landing/transactions/_tmp.jsonl"]
     assert landed_lines == len(bronze) + len(quarantine) + 2
+
+
+@pytest.mark.slow
+def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, cfg, tmp_path):
+    """A ':' in a name failed the whole batch; '?', '[' or '\\' in a name made Spark read the
+    other files twice; a symlink to a file outside the landing folder was read; a sub-folder
+    was neither read nor counted."""
+    folder = cfg.paths.landing_dir("transactions")
+    folder.mkdir(parents=True)
+    odd = ["f9-2026-01-02T10:00:00.jsonl", "with space #1 %41.jsonl", "café ☕.jsonl", "-a.jsonl"]
+    for i, name in enumerate(odd):
+        (folder / name).write_bytes(line(f"n{i}") + b"\n")
+    refused_names = ["q?x.jsonl", "brace{a,b}[1].jsonl", "back\\slash.jsonl"]
+    for i, name in enumerate(refused_names):
+        (folder / name).write_bytes(line(f"r{i}") + b"\n" + line(f"r{i}b") + b"\n")
+    secret = b"SECRET-e5d1c0a9-nowhere-in-the-lake"
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(secret + b"\n" + secret + b"\n")
+    (folder / "link.jsonl").symlink_to(outside)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "deeper.jsonl").write_bytes(line("s1") + b"\n")
+
+    run_bronze(spark, cfg, "transactions")
+    # the stream goes on: the next wave is read
+    (folder / "next.jsonl").write_bytes(line("w2") + b"\n")
+    run_bronze(spark, cfg, "transactions")
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    quarantine = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
+    assert not quarantine
+    assert sorted(r.event_id for r in bronze) == ["n0", "n1", "n2", "n3", "w2"]  # each once
+    # each row's lineage names its file, whatever the name
+    came_from = {r.event_id: os.path.basename(unquote(urlsplit(r._source_file).path))
+                 for r in bronze}
+    assert came_from == {**{f"n{i}": name for i, name in enumerate(odd)}, "w2": "next.jsonl"}
+
+    aside = folder / "_refused"
+    assert sorted(p.name for p in aside.iterdir()) == sorted([*refused_names, "link.jsonl"])
+    assert (aside / "link.jsonl").is_symlink() and outside.read_bytes().startswith(secret)
+    # the link's content is nowhere in the lake: no row, and no byte of any file
+    for path in cfg.paths.lake.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_bytes(), path
+
+    accounting = account(cfg, "transactions")
+    by_name = {f.message.split(":")[0]: f.message for f in accounting.findings}
+    for name in refused_names:
+        assert "refused, its name holds" in by_name[f"landing/transactions/_refused/{name}"]
+    assert "refused, a symbolic link" in by_name["landing/transactions/_refused/link.jsonl"]
+    assert "its 1 files (1 lines) are not read" in by_name["landing/transactions/sub/"]
+    # nothing lost: every line landed in a file ingestion reads is in bronze or quarantine, and
+    # the refused files' lines are counted as such (the link's are not the landing folder's)
+    assert accounting.lines == accounting.ingested == len(bronze) == 5
+    assert accounting.refused == 2 * len(refused_names)
+    assert not accounting.holds  # refused files and the folder are named, never "healthy"
