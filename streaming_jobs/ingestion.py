@@ -42,12 +42,20 @@ POSITION = [
     T.StructField("_source_partition", T.IntegerType()),
     T.StructField("_source_offset", T.LongType()),
 ]
+# What the landing file was when Spark read it (its size and modification time, from the
+# reader's own metadata): the accounting compares them with the file now, so a file replaced
+# under its name is named whatever its line count. Null from Kafka; last, as POSITION.
+IDENTITY = [
+    T.StructField("_source_size", T.LongType()),
+    T.StructField("_source_modified", T.TimestampType()),
+]
 QUARANTINE_SCHEMA = T.StructType([
     T.StructField("raw_line", T.StringType()),  # the line as text (bytes not UTF-8 show as U+FFFD)
     T.StructField("reason", T.StringType()),
     *LINEAGE,
     T.StructField("raw_bytes", T.BinaryType()),  # the line's exact bytes, as landed
     *POSITION,
+    *IDENTITY,
 ])
 
 
@@ -117,7 +125,7 @@ def screen_landing(folder: Path) -> list[tuple[Path, str]]:
 
 
 def bronze_schema(schema: StreamSchema) -> T.StructType:
-    return T.StructType([*schema.struct.fields, *LINEAGE, *POSITION])
+    return T.StructType([*schema.struct.fields, *LINEAGE, *POSITION, *IDENTITY])
 
 
 class BronzeBatchWriter:
@@ -149,7 +157,7 @@ class BronzeBatchWriter:
             .persist()
         )
         try:
-            lineage = [f.name for f in LINEAGE + POSITION]
+            lineage = [f.name for f in LINEAGE + POSITION + IDENTITY]
             columns = [*self.schema.field_names, *lineage]
             valid = parsed.where(F.col("_reason").isNull())
             # the stream's expectations, on the valid rows (raises before any write on 'fail')
@@ -158,10 +166,13 @@ class BronzeBatchWriter:
             bad = parsed.where(F.col("_reason").isNotNull())
             if failed is not None:
                 bad = bad.unionByName(failed)
-            bad = bad.select(F.col(LINE).alias("raw_line"), F.col("_reason").alias("reason"),
+            # raw_line is text every reader can decode (bytes that are not UTF-8 become U+FFFD:
+            # delta-rs refused the column); raw_bytes keeps them exactly
+            bad = bad.select(F.make_valid_utf8(F.col(LINE)).alias("raw_line"),
+                             F.col("_reason").alias("reason"),
                              *[f.name for f in LINEAGE],
                              F.col(LINE).cast("binary").alias("raw_bytes"),
-                             *[f.name for f in POSITION])
+                             *[f.name for f in POSITION + IDENTITY])
             # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
             identity = query_id(self.checkpoint)
             app_id = f"tidemark.bronze.{identity}"
@@ -197,7 +208,9 @@ def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema
     return reader.load(str(landing)).select(
         F.col("value").alias(LINE), F.col("_metadata.file_path").alias("_source_file"),
         F.lit(None).cast("int").alias("_source_partition"),
-        F.lit(None).cast("long").alias("_source_offset"))
+        F.lit(None).cast("long").alias("_source_offset"),
+        F.col("_metadata.file_size").alias("_source_size"),
+        F.col("_metadata.file_modification_time").alias("_source_modified"))
 
 
 def kafka_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) -> DataFrame:
@@ -213,7 +226,9 @@ def kafka_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) 
         F.coalesce(F.col("value").cast("string"), F.lit("")).alias(LINE),
         F.concat(F.lit("kafka:"), F.col("topic")).alias("_source_file"),
         F.col("partition").alias("_source_partition"),
-        F.col("offset").alias("_source_offset"))
+        F.col("offset").alias("_source_offset"),
+        F.lit(None).cast("long").alias("_source_size"),
+        F.lit(None).cast("timestamp").alias("_source_modified"))
 
 
 def bronze_writer(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,

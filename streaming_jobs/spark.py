@@ -242,6 +242,10 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.sql.streaming.stateStore.commitValidation.enabled": "true",
         "spark.sql.streaming.stateStore.formatValidation.enabled": "true",
         "spark.sql.streaming.checkpoint.verifyMetadataExists.enabled": "true",
+        # Parquet timestamps in microseconds, not Spark's legacy INT96 (nanoseconds): delta-rs
+        # and pyarrow read INT96 as nanoseconds, which overflow before 1677 (a year-0001 event
+        # kept in bronze made the table unreadable there)
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Two cores: 200 default shuffle partitions would mean 200 state stores per operator.
         "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
         "spark.default.parallelism": str(cfg.spark.shuffle_partitions),

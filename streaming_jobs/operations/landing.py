@@ -48,6 +48,13 @@ def count_lines(path: Path) -> int:
 
 def rows_per_file(table: Path) -> dict[str, tuple[int, int | None]]:
     """Per landing file: the rows the table holds from it and the newest ingestion batch."""
+    return {name: (n, batch) for name, (n, batch, _, _) in read_per_file(table).items()}
+
+
+def read_per_file(table: Path) -> dict[str, tuple]:
+    """Per landing file: (rows the table holds from it, the newest ingestion batch, and the
+    file's size and modification time when it was read; both None for rows ingested before
+    tidemark recorded them)."""
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import TableNotFoundError
     import pyarrow as pa
@@ -56,10 +63,29 @@ def rows_per_file(table: Path) -> dict[str, tuple[int, int | None]]:
         handle = DeltaTable(str(table))
     except TableNotFoundError:
         return {}
+    known = {f.name for f in handle.schema().fields}
+    identity = ('max("_source_size") as s, max("_source_modified") as m'
+                if {"_source_size", "_source_modified"} <= known else "null as s, null as m")
     rows = pa.table(QueryBuilder().register("t", handle).execute(
-        'select "_source_file" as f, count(*) as n, max("_ingest_batch_id") as b from t '
-        'group by "_source_file"')).to_pylist()
-    return {unquote(urlsplit(r["f"]).path) if r["f"] else "": (r["n"], r["b"]) for r in rows}
+        f'select "_source_file" as f, count(*) as n, max("_ingest_batch_id") as b, {identity} '
+        'from t group by "_source_file"')).to_pylist()
+    return {unquote(urlsplit(r["f"]).path) if r["f"] else "": (r["n"], r["b"], r["s"], r["m"])
+            for r in rows}
+
+
+def replaced(path: Path, size: int | None, modified) -> str | None:
+    """How the file differs from what ingestion read (size, modification time), or None."""
+    if size is None or modified is None:
+        return None
+    now = path.stat()
+    then = modified.timestamp() if hasattr(modified, "timestamp") else modified / 1e6
+    if now.st_size == size and abs(now.st_mtime - then) < 1:
+        return None
+    return (f"it was replaced after it was read ({size:,} bytes modified "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(then))} UTC when read, "
+            f"{now.st_size:,} bytes modified "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now.st_mtime))} UTC now): its "
+            "new content is not read; land it again under a new name")
 
 
 @dataclass(frozen=True)
@@ -85,11 +111,15 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     folder = cfg.paths.landing_dir(stream)
     ingested: dict[str, int] = {}
     newest: dict[str, int] = {}
+    read_as: dict[str, tuple] = {}  # (size, modified) of each file when it was read
     for layer in ("bronze", "quarantine"):
-        for name, (n, batch) in rows_per_file(cfg.paths.table(layer, stream)).items():
+        for name, (n, batch, size, modified) in read_per_file(
+                cfg.paths.table(layer, stream)).items():
             ingested[name] = ingested.get(name, 0) + n
             if batch is not None:
                 newest[name] = max(newest.get(name, batch), batch)
+            if size is not None:
+                read_as[name] = (size, modified)
     checkpoint = cfg.paths.checkpoint(query_name(stream))
     last = last_committed_batch(checkpoint)
     # A batch writes bronze, then quarantine, then commits: the rows of the batch after the
@@ -109,7 +139,14 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
             continue
         rows = ingested.get(key, 0)
         lines, got = lines + n, got + rows
-        if rows == n or newest.get(key) == in_flight:
+        if newest.get(key) == in_flight:
+            continue
+        if rows == n:
+            # as many lines as were read: the same file, unless its size or time changed
+            change = replaced(path, *read_as[key]) if key in read_as else None
+            if change:
+                findings.append(Finding("landing_unaccounted", WARNING,
+                                        f"landing/{stream}/{path.name}: {change}"))
             continue
         if rows and rows < n:
             problem = (f"{n - rows:,} lines were added after it was read ({rows:,} of {n:,} "

@@ -82,6 +82,8 @@ CASES = [
     ("two objects joined by a CR", line("x21") + b"\r" + line("x22"),
      "more than one JSON value on the line"),
     ("a line ending in a lone CR", line("ok4") + b"\r", None),
+    ("year 0001 (bronze keeps it; the jobs count it as late)",
+     line("ok5", event_time="0001-01-01T00:00:00Z"), None),
     ("a key of invisible characters", line("\u00a0\u200b"), "key event_id is blank"),
     ("nested deeper than the parser goes", with_text(
         "x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
@@ -110,7 +112,9 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
         os.utime(folder / hidden, (old, old))
     run_bronze(spark, cfg, "transactions")
 
-    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    # (not event_time: Python's datetime cannot hold the year-0001 one)
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).select(
+        "event_id", "merchant", "_source_file").collect()
     quarantine = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
     expected_bronze = sorted([json.loads(raw)["event_id"] for _, raw, reason in CASES
                               if reason is None] + ["crlf1", "crlf2", "gz1", "gz2"])
@@ -127,6 +131,14 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
     assert got == want  # each line exactly once, its bytes exactly as landed
     assert all(r.raw_line is not None and r._source_file.endswith("catalogue.jsonl")
                for r in quarantine)
+    # raw_line is text any reader decodes (U+FFFD for bytes that are not UTF-8), and both tables
+    # read in delta-rs and pandas, a year-0001 event included
+    assert all(r.raw_line == bytes(r.raw_bytes).decode("utf-8", "replace") for r in quarantine)
+    from deltalake import DeltaTable
+
+    for layer, rows in (("bronze", bronze), ("quarantine", quarantine)):
+        assert len(DeltaTable(str(cfg.paths.table(layer, "transactions"))).to_pandas()) \
+            == len(rows)
 
     # nothing lost: every landed line is in bronze, in quarantine, or in a file that is named
     landed_lines = sum(count_lines(f) for f in folder.iterdir())

@@ -17,9 +17,12 @@ def test_every_way_of_breaking_the_contract_is_found(spark, cfg):
     good = land(cfg, "a.jsonl", [txn("a1", "u", 1), txn("a2", "u", 2), "not json"])
     grown = land(cfg, "b.json", [txn("b1", "u", 3)])
     renamed = land(cfg, "c.jsonl", [txn("c1", "u", 4), txn("c2", "u", 5)])
+    swapped = land(cfg, "e.jsonl", [txn("e1", "u", 8)])
     run_bronze(spark, cfg, "transactions")
     assert account(cfg, "transactions").holds
 
+    # a file replaced under its name by one of as many lines: its new line is never read
+    swapped.write_text(swapped.read_text().replace('"e1"', '"e1-other-event"'))
     # after ingestion: a file grows, a name is reused for new content, a hidden file is left
     with grown.open("a") as handle:
         handle.write('{"event_id": "late-line"}\n')
@@ -36,12 +39,13 @@ def test_every_way_of_breaking_the_contract_is_found(spark, cfg):
     messages = sorted(f.message for f in result.findings)
     assert [m.split(":")[0] for m in messages] == [
         "landing/transactions/.d.jsonl", "landing/transactions/b.json",
-        "landing/transactions/c.jsonl"]
+        "landing/transactions/c.jsonl", "landing/transactions/e.jsonl"]
+    assert "it was replaced after it was read" in messages[3] and "new name" in messages[3]
     assert "never read" in messages[0] and "rename it" in messages[0]
     assert "1 lines were added after it was read (1 of 2 ingested)" in messages[1]
     assert "it holds 1 lines but 2 were ingested from its name" in messages[2]
-    assert result.lines == count_lines(good) + 2 + 1 == 6
-    assert result.ingested == 3 + 1 + 2 == 6 and not result.holds
+    assert result.lines == count_lines(good) + 2 + 1 + 1 == 7
+    assert result.ingested == 3 + 1 + 2 + 1 == 7 and not result.holds
 
 
 def test_line_counting_matches_the_ingestion_reader(spark, tmp_path):
