@@ -14,6 +14,7 @@ import json
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -202,3 +203,43 @@ def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, c
     assert accounting.lines == accounting.ingested == len(bronze) == 5
     assert accounting.refused == 2 * len(refused_names)
     assert not accounting.holds  # refused files and the folder are named, never "healthy"
+
+
+# The reliability doc's bad-input table is rendered from CASES: `PYTHONPATH=tests
+# .venv/bin/python tests/streaming/test_bad_input.py` rewrites it; the test below fails when it
+# is stale.
+DOC = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
+BEGIN = ("<!-- bad-input table: generated from tests/streaming/test_bad_input.py (run it with "
+         "python to update) -->")
+END = "<!-- end of the bad-input table -->"
+FILE_CASES = [
+    ("a ':' , '%', '#', a space or unicode in a file name", "bronze: ingested, lineage names the file"),
+    ("'?', '*', '[', ']', '{', '}' or '\\' in a file name, or a name not UTF-8",
+     "refused: moved to landing/<stream>/_refused/, its lines counted as refused"),
+    ("a symbolic link (to a file outside the landing folder)",
+     "refused: moved aside; what it points to is never read"),
+    ("a sub-folder", "not read: named by the accounting with its files and lines"),
+    ("a file replaced under its name, as many lines", "named by the accounting (size, time)"),
+    ("a file named .gz, .bz2 or .deflate", "read and counted decompressed"),
+    ("a 300-character value in a gold partition column", "gold: written (random file prefixes)"),
+]
+
+
+def render_table() -> str:
+    rows = [f"| {case} | {'bronze' if reason is None else 'quarantine: `' + reason + '`'} |"
+            for case, _, reason in CASES]
+    rows += [f"| {case} | {outcome} |" for case, outcome in FILE_CASES]
+    return "\n".join([BEGIN, "| input | where it ends |", "|---|---|", *rows, END])
+
+
+def test_the_reliability_docs_bad_input_table_is_the_catalogue():
+    text = DOC.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    assert text[start:end] == render_table(), "run: PYTHONPATH=tests .venv/bin/python tests/streaming/test_bad_input.py"
+
+
+if __name__ == "__main__":
+    text = DOC.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    DOC.write_text(text[:start] + render_table() + text[end:])
+    print(f"{DOC}: the bad-input table has {len(CASES) + len(FILE_CASES)} rows")
