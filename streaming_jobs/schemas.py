@@ -23,6 +23,8 @@ Declare your own stream in a module of a job folder (``TIDEMARK_JOBS_PATH``)::
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass
 
@@ -134,6 +136,11 @@ class StreamSchema:
     # MAX_DEPTH deep, the bounds of both settings (a lower max_depth is checked on every line).
     max_line_bytes: int = 8 * 1024 * 1024
     max_depth: int = 999
+    # The largest magnitude a fractional field (double, float, decimal) may hold; a line past it
+    # is quarantined. Reconciliation recomputes sums exactly, as decimal(38, 9) (an
+    # incremental run adds rows in another order than a backfill): 1e18 leaves room for ten
+    # billion such values in one sum. None: no bound (a larger value then fails its recon).
+    max_abs: float | None = 1e18
     # Rules on the typed rows, checked after the schema (`Expectation`): warn, quarantine, fail.
     expectations: tuple[Expectation, ...] = ()
     # Where its events come from: "landing" (JSON lines files) or "kafka" (one JSON object per
@@ -160,6 +167,11 @@ class StreamSchema:
             if seconds is None or seconds < 0:
                 raise ValueError(f"{where}: max_ahead {self.max_ahead!r} is not an interval such "
                                  "as '1 day' or '2 hours' (or None for no bound)")
+        if self.max_abs is not None and (
+                isinstance(self.max_abs, bool) or not isinstance(self.max_abs, (int, float))
+                or not math.isfinite(self.max_abs) or self.max_abs <= 0):
+            raise ValueError(f"{where}: max_abs {self.max_abs!r} is a finite number above 0, "
+                             "or None for no bound")
         for setting, value, bound in (("max_line_bytes", self.max_line_bytes, MAX_LINE_BYTES),
                                       ("max_depth", self.max_depth, MAX_DEPTH)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= bound:

@@ -16,6 +16,8 @@ order):
   boolean written as text), a number field a JSON number (not ``"12"``, ``"NaN"`` or
   ``"Infinity"`` in quotes), a timestamp an ISO-8601 string with its date;
 - the value converts to the field's type (a number that fits, a timestamp that exists);
+- a fractional number is below ``max_abs`` in magnitude (the stream's setting, default 1e18:
+  reconciliation sums them exactly, as ``decimal(38, 9)``);
 - the stream's key columns are not blank;
 - the event time is at most ``max_ahead`` (the stream's setting, default 1 day) after the
   line's ingest time: one far-future event would otherwise move every job's watermark past all
@@ -43,6 +45,7 @@ REASONS = (
     "<field> is a JSON <type>, not a <string|number|boolean|timestamp string>",
     "<field> has no date (a timestamp is an ISO-8601 date and time)",
     "<field> is not a valid <type>",
+    "<field> <value> is beyond ±<max_abs> (the stream's max_abs)",
     "key <field> is blank",
     "<event time> is more than <max_ahead> after its ingest time",
 )
@@ -126,6 +129,12 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) ->
                F.lit(f"{f.name} is not a valid {f.dtype.simpleString()}"))
         for f in schema.fields
     ]
+    fractional = (T.FloatType, T.DoubleType, T.DecimalType)
+    too_large = [] if schema.max_abs is None else [
+        F.when(~(F.abs(F.col(f.name).cast("double")) < schema.max_abs),  # NaN and infinity too
+               F.concat(F.lit(f"{f.name} "), F.col(f.name).cast("string"),
+                        F.lit(f" is beyond ±{schema.max_abs:g} (the stream's max_abs)")))
+        for f in schema.fields if isinstance(f.dtype, fractional)]
     blank_key = [F.when(F.col(k).rlike(BLANK), F.lit(f"key {k} is blank"))
                  for k in schema.key or () if isinstance(schema.field(k).dtype, T.StringType)]
     with_fields = parsed.select("*", *typed)
@@ -153,7 +162,8 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) ->
         .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
     )
     for rule in (F.concat_ws("; ", *json_types), F.concat_ws("; ", *no_date),
-                 F.concat_ws("; ", *bad_type), F.concat_ws("; ", *blank_key)):
+                 F.concat_ws("; ", *bad_type), F.concat_ws("; ", *too_large),
+                 F.concat_ws("; ", *blank_key)):
         reason = reason.when(rule != "", rule)
     if schema.max_ahead is not None:
         seconds = interval_seconds(schema.max_ahead)

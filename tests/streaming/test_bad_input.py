@@ -86,6 +86,15 @@ CASES = [
     ("year 0001 (bronze keeps it; the jobs count it as late)",
      line("ok5", event_time="0001-01-01T00:00:00Z"), None),
     ("a key of invisible characters", line("\u00a0\u200b"), "key event_id is blank"),
+    # reconciliation sums fractional numbers exactly, as decimal(38, 9): one it cannot hold
+    # would keep it red for good
+    ("a huge number", line("x25", amount=1e30),
+     "amount 1.0E30 is beyond ±1e+18 (the stream's max_abs)"),
+    ("the largest double", line("x26", amount=1.7976931348623157e308),
+     "amount 1.7976931348623157E308 is beyond ±1e+18 (the stream's max_abs)"),
+    ("a number past the largest double",
+     with_text("x27", '"amount":10.0', '"amount":1e999'), "amount is not a valid double"),
+    ("a large number within the bound", line("ok6", amount=123456789012.5), None),
     ("nested deeper than the parser goes", with_text(
         "x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
      "nested deeper than 999 levels (the stream's max_depth)"),
