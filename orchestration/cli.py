@@ -199,9 +199,16 @@ def kafka(cfg: TidemarkConfig, action: str) -> int:
 
 def dev(cfg: TidemarkConfig, port: int) -> int:
     """The SQL endpoint, then `dagster dev` (webserver + daemon) on loopback, until Ctrl-C."""
-    from orchestration.live import DagsterDev
+    import signal
+    import threading
+
+    from orchestration.live import DagsterDev, terminated
     from orchestration.services import start_sql_endpoint, stop_sql_endpoint
 
+    if threading.current_thread() is threading.main_thread():
+        # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint, and the broker or cluster
+        # this process started (they stop at its exit) all stop
+        signal.signal(signal.SIGTERM, terminated)
     prepare_dagster_home(cfg)
     spark_on = start_cluster_if_used(cfg)  # TIDEMARK_SPARK_MASTER names the project's cluster
     if spark_on:
@@ -218,7 +225,7 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
         print(f"Dagster UI: http://127.0.0.1:{port} (daemon running; log "
               f"{dagster.log_path}); Ctrl-C to stop", flush=True)
         dagster.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         print("stopping...", flush=True)
     finally:
         dagster.stop()

@@ -292,7 +292,7 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
     started = time.monotonic()
     if threading.current_thread() is threading.main_thread():
         # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint and landing are stopped
-        signal.signal(signal.SIGTERM, _terminated)
+        signal.signal(signal.SIGTERM, terminated)
     env = {"TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
            "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *",
            # retention runs too (with the retention settings of the environment)
@@ -401,7 +401,7 @@ def settle_runs(gql: Graphql, wait_seconds: float, poll: float = 2.0) -> str:
     return text + (f"; still running when Dagster stopped: {', '.join(left)}" if left else "")
 
 
-def _terminated(signum, frame) -> None:
+def terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
