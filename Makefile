@@ -82,8 +82,8 @@ dbt-models: $(INSTALLED)
 dbt: setup
 	$(BIN)/tidemark-dbt $(ARGS)
 
-# Fault injection (RELIABILITY.md): TRIALS kill -9 trials per fault point, results in
-# RELIABILITY.results.json. CI runs two trials (tests/streaming/test_chaos.py).
+# Fault injection (RELIABILITY.md): TRIALS kill -9 trials per fault point, results under
+# the data root (results/chaos.json holds the committed evidence: pass --results to add to it). CI runs two trials (tests/streaming/test_chaos.py).
 TRIALS ?= 20
 SEED ?= 7
 chaos: setup
@@ -102,7 +102,7 @@ bench: setup
 # Where failed_txn_velocity's time goes, one step of the query at a time (BENCHMARKS.md).
 PROFILE_EVENTS ?= 2000000
 bench-velocity-profile: setup
-	$(BIN)/python tests/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS) --results BENCHMARKS.velocity_profile.json
+	$(BIN)/python tests/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS)
 
 # Side by side (BENCHMARKS.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
 # Flink and DuckDB live in an environment of their own, apart from tidemark's pins.
@@ -119,12 +119,12 @@ bench-compare: setup $(BENCH_VENV)/.installed
 
 # The fixed cost of a micro-batch carrying a handful of events, per job and for ingestion.
 bench-batch-cost: setup
-	$(BIN)/python tests/benchmarks/batch_cost.py --results BENCHMARKS.batch_cost.json
+	$(BIN)/python tests/benchmarks/batch_cost.py
 
 # Checkpoint figures at 1,000,000 state rows: commit p50/p99, bytes per batch, SIGKILL to the
 # first commit after a restart (BENCHMARKS.md)
 bench-checkpoint: setup
-	$(BIN)/python tests/benchmarks/checkpoint_cost.py --results BENCHMARKS.checkpoint.json
+	$(BIN)/python tests/benchmarks/checkpoint_cost.py
 
 # The reconciliation benchmark (BENCHMARKS.md): dbt build against the same SQL run plainly.
 RECON_EVENTS ?= 10000000

@@ -60,6 +60,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def default_results(name: str) -> Path:
+    """Where a benchmark, the chaos harness or the soak writes its JSON unless told: the data
+    root's ``results/`` (created). The committed evidence under the checkout's ``results/`` is
+    only ever updated by naming it (``--results results/<name>``)."""
+    folder = TidemarkConfig.from_env().data_root / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 DEFAULT_HOME = CHECKOUT / ".tidemark"
 
 

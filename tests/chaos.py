@@ -3,7 +3,7 @@ restart it, and count what was lost or doubled.
 
     .venv/bin/python tests/chaos.py --trials 20 --seed 7 --budget-minutes 60 \\
         --points incremental,restore.planned,restore.gold,restore.copy,restore.swap,restore.progress \\
-        --results RELIABILITY.results.json
+        --results results/chaos.json
 
 Fault points:
 
@@ -737,7 +737,7 @@ def summarize(results: list[Trial]) -> list[dict]:
 
 
 def merge(sources: list[Path], out: Path) -> list[dict]:
-    """Several runs' results files in one (``RELIABILITY.results.json``): every run with its
+    """Several runs' results files in one (``results/chaos.json``): every run with its
     command, seed and trials, and the summary over all of their trials."""
     runs = []
     for source in sources:
@@ -764,10 +764,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--budget-minutes", type=float, default=None)
     parser.add_argument("--work", default=str(CHECKOUT / ".tidemark" / "chaos"))
-    parser.add_argument("--results", default=str(CHECKOUT / "RELIABILITY.results.json"))
+    parser.add_argument("--results", default=None,
+                        help="where the JSON goes (default: chaos.json in the --work folder; the "
+                             "committed evidence: results/chaos.json, named explicitly)")
     parser.add_argument("--separate-processes", action="store_true",
                         help="every run in a process (and JVM) of its own, not only the killed")
     args = parser.parse_args(argv)
+    args.results = args.results or str(Path(args.work) / "chaos.json")
     points = [p for p in args.points.split(",") if p]
     unknown = [p for p in points if p not in POINTS]
     if unknown:

@@ -293,10 +293,13 @@ def main(argv: list[str] | None = None) -> int:
                              "(catch up, final reconciliation) before its processes are killed")
     parser.add_argument("--port", type=int, default=3311)
     parser.add_argument("--data-root", default=str(CHECKOUT / ".tidemark" / "soak"))
-    parser.add_argument("--results", default=str(CHECKOUT / "RELIABILITY.soak.json"))
+    parser.add_argument("--results", default=None,
+                        help="where the JSON goes (default: soak.json in the --data-root; the "
+                             "committed evidence: results/soak.json, named explicitly)")
     parser.add_argument("--report", action="store_true",
                         help="only print the maintenance runs of an existing soak's data root")
     args = parser.parse_args(argv)
+    args.results = args.results or str(Path(args.data_root) / "soak.json")
     root = Path(args.data_root).resolve()
     if args.report:
         print("\n".join(maintenance_table(maintenance_runs(root))))

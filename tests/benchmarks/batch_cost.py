@@ -36,7 +36,7 @@ from pathlib import Path
 
 from streaming_jobs import ops_tables
 from streaming_jobs.checkpoints import query_name
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.config import TidemarkConfig, default_results
 from streaming_jobs.generator import EPOCH, GeneratorConfig, generate, write_files
 from streaming_jobs.operations.continuous import run_continuous
 from streaming_jobs.registry import get_job, registry
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the data roots")
     parser.add_argument("--profile", action="store_true",
                         help="also time each step inside the foreachBatch functions")
-    parser.add_argument("--results", default="batch_cost.json")
+    parser.add_argument("--results", default=str(default_results("batch_cost.json")),
+                        help="where the JSON goes (default: the data root's results/; the committed evidence: results/batch_cost.json)")
     args = parser.parse_args(argv)
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)

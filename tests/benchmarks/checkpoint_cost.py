@@ -47,7 +47,7 @@ from pathlib import Path
 
 from streaming_jobs import ops_tables
 from streaming_jobs.checkpoints import last_committed_batch, last_planned_batch
-from streaming_jobs.config import CHECKOUT, TidemarkConfig
+from streaming_jobs.config import CHECKOUT, TidemarkConfig, default_results
 from streaming_jobs.generator import EPOCH, GeneratorConfig, generate, write_files
 from streaming_jobs.registry import get_job
 from streaming_jobs.runner import run_bronze, run_job
@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--wave", type=int, default=1000, help="clicks per small wave")
     parser.add_argument("--kills", type=int, default=3)
-    parser.add_argument("--results", default=str(CHECKOUT / "BENCHMARKS.checkpoint.json"))
+    parser.add_argument("--results", default=str(default_results("checkpoint.json")),
+                        help="where the JSON goes (default: the data root's results/; the committed evidence: results/checkpoint.json)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data root")
     args = parser.parse_args(argv)
 

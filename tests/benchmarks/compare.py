@@ -311,9 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", nargs="+", default=["duckdb", "tidemark", "spark", "flink"])
     parser.add_argument("--bench-python",
                         default=str(CHECKOUT / ".tidemark" / "bench-venv" / "bin" / "python"))
-    parser.add_argument("--results", default=str(CHECKOUT / "BENCHMARKS.compare.json"))
+    parser.add_argument("--results", default=None,
+                        help="where the JSON goes (default: the data root's results/; the committed evidence: results/compare.json)")
     parser.add_argument("--keep", action="store_true", help="keep the data and answers")
     args = parser.parse_args(argv)
+    from streaming_jobs.config import default_results
+
+    args.results = args.results or str(default_results("compare.json"))
     if not Path(args.bench_python).exists():
         raise SystemExit(f"compare: {args.bench_python} does not exist; `make bench-compare` "
                          "creates the benchmark's environment (Flink, DuckDB)")
