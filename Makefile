@@ -9,7 +9,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
-.PHONY: setup run test test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(SETUP_DONE)
 
@@ -31,8 +31,12 @@ SOURCE ?= landing
 run: setup
 	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
-test: setup
+test: setup lint
 	$(BIN)/pytest
+
+# ruff (pyproject.toml's [tool.ruff]) over every Python file of the project
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
 
 # The long proofs CI leaves out for time (marker `long`): incremental and composed reconciliation
 # against a backfill, jobs on the project's Spark cluster, the maintenance and full-disk trials,

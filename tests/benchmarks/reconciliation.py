@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f" Setup: generate {phases['generate']:.0f}s, ingest {phases['ingest']:.0f}s, "
            f"stream {phases['stream']:.0f}s." if phases else ""),
         "",
-        f"| run | order | dbt build (s) | plain Spark SQL (s) | ratio dbt / plain "
+        "| run | order | dbt build (s) | plain Spark SQL (s) | ratio dbt / plain "
         "| plain Spark SQL, 1 thread (s) | same recon classes |",
         "|---|---|---:|---:|---:|---:|---|",
     ]

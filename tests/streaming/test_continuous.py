@@ -22,10 +22,10 @@ from streaming_jobs.runner import run_bronze, run_job
 from streaming_jobs import ops_tables
 
 from orchestration.defs.streaming.jobs import continuous_streaming_job as continuous_job
-
-continuous_streaming_job = continuous_job()
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
 from helpers import click, land, txn
+
+continuous_streaming_job = continuous_job()
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
-    import pytest
 
     from orchestration.demo import DEMO_MARKER, reset_demo_root as _reset
     from streaming_jobs.config import TidemarkConfig
