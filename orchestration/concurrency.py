@@ -23,7 +23,7 @@ the savepoint (`savepoints.request`) instead of taking the checkpoint.
 
 from __future__ import annotations
 
-from streaming_jobs.ingestion import query_name
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.registry import registry, streams
 from streaming_jobs.spec import JobSpec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dagster import AssetKey
 
-from streaming_jobs.ingestion import stream_of
+from streaming_jobs.checkpoints import stream_of
 
 STREAM_PROGRESS = AssetKey(["ops", "stream_progress"])
 STREAM_LATE_ROWS = AssetKey(["ops", "stream_late_rows"])

@@ -58,7 +58,7 @@ def continuous(cfg: TidemarkConfig, args) -> int:
 
 
 def health(cfg: TidemarkConfig, args) -> int:
-    from streaming_jobs.ingestion import query_name
+    from streaming_jobs.checkpoints import query_name
     from streaming_jobs.operations.health import CRITICAL, check
     from streaming_jobs.registry import registry, streams
 

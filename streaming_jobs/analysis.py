@@ -53,7 +53,6 @@ from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.spec import JobSpec
 
 WATERMARK_KEY = "spark.watermarkDelayMs"
-POLICIES = ("refuse", "warn")
 
 
 @dataclass(frozen=True)

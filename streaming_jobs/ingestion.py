@@ -22,8 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
-# query_name / stream_of live with the checkpoints (they name them); imported from here too
-from streaming_jobs.checkpoints import BRONZE_QUERY_PREFIX, query_id, query_name, stream_of  # noqa: F401,E501
+from streaming_jobs.checkpoints import query_id, query_name
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.expectations import record, resolve, result_rows, split
 from streaming_jobs.interrupts import stoppable

@@ -22,7 +22,8 @@ from streaming_jobs.checkpoints import (MIN_DELTAS_FOR_SNAPSHOT, STATE_MAINTENAN
                                         last_committed_batch, snapshots_pending)
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer, sink_version_of
-from streaming_jobs.ingestion import bronze_writer, query_name
+from streaming_jobs.ingestion import bronze_writer
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.delta_log import latest_version, rows_written
 from streaming_jobs.failures import record_failure

@@ -54,7 +54,8 @@ from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version, rows_written
 from streaming_jobs.gold import gold_writer, sink_version_of
-from streaming_jobs.ingestion import bronze_writer, query_name, screen_landing
+from streaming_jobs.ingestion import bronze_writer, screen_landing
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.registry import get_job
 from streaming_jobs.operations import savepoints
 from streaming_jobs.failures import record_failure

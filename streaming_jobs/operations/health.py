@@ -160,7 +160,7 @@ def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> lis
 
 def kafka_findings(cfg: TidemarkConfig, query: str) -> list[Finding]:
     """``consumer_lag`` / ``source_unreachable`` for the ingestion query of a Kafka stream."""
-    from streaming_jobs.ingestion import stream_of
+    from streaming_jobs.checkpoints import stream_of
     from streaming_jobs.kafka import TopicMissing, consumer_lag, source_of, topic_of
     from streaming_jobs.registry import streams
 

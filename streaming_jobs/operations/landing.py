@@ -18,7 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.ingestion import REFUSED_DIR, landing_files, landing_refusal, query_name
+from streaming_jobs.ingestion import REFUSED_DIR, landing_files, landing_refusal
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.operations.health import WARNING, Finding
 
 # A hidden (``.``/``_``) file older than this is a file someone forgot to rename.

@@ -59,7 +59,6 @@ from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import commit_actions, commit_versions, latest_version, log_dir
 
 LOG = logging.getLogger("tidemark.retention")
-LANDING_POLICIES = ("archive", "delete", "keep")
 LAYERS = ("bronze", "quarantine", "gold")
 # ops rows pruned beyond the retention age, by the column that dates them, and what else must
 # hold (an alert is pruned only once resolved and both notifications were delivered)
@@ -387,7 +386,8 @@ def _committed_files(checkpoint: Path) -> set[str]:
 
 
 def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) -> None:
-    from streaming_jobs.ingestion import landing_files, query_name
+    from streaming_jobs.ingestion import landing_files
+    from streaming_jobs.checkpoints import query_name
     from streaming_jobs.operations.landing import count_lines
 
     policy = cfg.ops.landing_retention

@@ -22,7 +22,7 @@ from helpers import is_valid_transaction
 from streaming_jobs.checkpoints import last_committed_batch, last_planned_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, publish_files
-from streaming_jobs.ingestion import query_name
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.kafka import (accounting, committed_offsets, consumer_lag, end_offsets,
                                   ensure_topic, publish, topic_of)
 from streaming_jobs.lake import read_table

@@ -7,7 +7,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.ingestion import query_name
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.operations.landing import account
 
 

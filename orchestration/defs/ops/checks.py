@@ -10,7 +10,7 @@ expectation has already stopped its query).
 import dagster as dg
 
 from streaming_jobs.expectations import latest
-from streaming_jobs.ingestion import query_name
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.registry import catalogue
 from streaming_jobs.spec import JobSpec
 

@@ -19,7 +19,7 @@ from streaming_jobs.config import setting_problems
 from streaming_jobs.expectations import latest
 from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
-from streaming_jobs.ingestion import query_name
+from streaming_jobs.checkpoints import query_name
 from streaming_jobs.operations.health import check
 from streaming_jobs.operations.landing import account
 from streaming_jobs.registry import catalogue, registry
