@@ -86,29 +86,29 @@ dbt-models: $(INSTALLED)
 dbt: setup
 	$(BIN)/tidemark-dbt $(ARGS)
 
-# Fault injection (RELIABILITY.md): TRIALS kill -9 trials per fault point, results under
+# Fault injection (docs/reliability.md): TRIALS kill -9 trials per fault point, results under
 # the data root (results/chaos.json holds the committed evidence: pass --results to add to it). CI runs two trials (tests/streaming/test_chaos.py).
 TRIALS ?= 20
 SEED ?= 7
 chaos: setup
 	$(BIN)/python tests/chaos.py --trials $(TRIALS) --seed $(SEED)
 
-# The soak (RELIABILITY.md): `tidemark live` for SOAK_MINUTES with retention on, sampled each minute.
+# The soak (docs/reliability.md): `tidemark live` for SOAK_MINUTES with retention on, sampled each minute.
 SOAK_MINUTES ?= 20
 soak: setup
 	$(BIN)/python tests/soak.py --minutes $(SOAK_MINUTES)
 
-# The sliding-window benchmark (BENCHMARKS.md): EVENTS=200000 for a quick run.
+# The sliding-window benchmark (docs/benchmarks.md): EVENTS=200000 for a quick run.
 EVENTS ?= 2000000
 bench: setup
 	$(BIN)/python tests/benchmarks/sliding_window.py --events $(EVENTS)
 
-# Where failed_txn_velocity's time goes, one step of the query at a time (BENCHMARKS.md).
+# Where failed_txn_velocity's time goes, one step of the query at a time (docs/benchmarks.md).
 PROFILE_EVENTS ?= 2000000
 bench-velocity-profile: setup
 	$(BIN)/python tests/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS)
 
-# Side by side (BENCHMARKS.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
+# Side by side (docs/benchmarks.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
 # Flink and DuckDB live in an environment of their own, apart from tidemark's pins.
 BENCH_VENV := $(CURDIR)/.tidemark/bench-venv
 COMPARE_EVENTS ?= 1000000
@@ -126,16 +126,16 @@ bench-batch-cost: setup
 	$(BIN)/python tests/benchmarks/batch_cost.py
 
 # Checkpoint figures at 1,000,000 state rows: commit p50/p99, bytes per batch, SIGKILL to the
-# first commit after a restart (BENCHMARKS.md)
+# first commit after a restart (docs/benchmarks.md)
 bench-checkpoint: setup
 	$(BIN)/python tests/benchmarks/checkpoint_cost.py
 
-# The reconciliation benchmark (BENCHMARKS.md): dbt build against the same SQL run plainly.
+# The reconciliation benchmark (docs/benchmarks.md): dbt build against the same SQL run plainly.
 RECON_EVENTS ?= 10000000
 bench-recon: setup
 	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS)
 
-# Incremental reconciliation after one more hour against the full one (BENCHMARKS.md): builds
+# Incremental reconciliation after one more hour against the full one (docs/benchmarks.md): builds
 # a lake of RECON_EVENTS over RECON_DAYS days of event time, then times both on it.
 RECON_DAYS ?= 10
 bench-recon-incremental: setup
@@ -143,12 +143,12 @@ bench-recon-incremental: setup
 	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --setup-only | tee .tidemark/bench-recon-setup.log
 	$(BIN)/python tests/benchmarks/incremental_recon.py --data-root "$$(sed -n 's/.*data root kept: //p' .tidemark/bench-recon-setup.log)"
 
-# Full against incremental reconciliation as history grows, at one rate (BENCHMARKS.md):
+# Full against incremental reconciliation as history grows, at one rate (docs/benchmarks.md):
 # RECON_EVENTS over RECON_DAYS days, in 4 steps, each timed in full and after one more hour.
 bench-recon-history: setup
 	$(BIN)/python tests/benchmarks/recon_history.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --steps 4
 
-# Your own jobs reconciled (BENCHMARKS.md): USER_EVENTS readings of a stream of your own over 3
+# Your own jobs reconciled (docs/benchmarks.md): USER_EVENTS readings of a stream of your own over 3
 # days, three jobs, in full, after one more hour, and with nothing new. RESULTS=path to keep it.
 USER_EVENTS ?= 200000
 bench-user-recon: setup
@@ -156,7 +156,7 @@ bench-user-recon: setup
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000
-# Kafka -> bronze -> a stateful job next to the landing path (BENCHMARKS.md).
+# Kafka -> bronze -> a stateful job next to the landing path (docs/benchmarks.md).
 KAFKA_EVENTS ?= 200000
 bench-kafka: setup
 	$(BIN)/python tests/benchmarks/kafka_source.py --events $(KAFKA_EVENTS)

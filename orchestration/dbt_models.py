@@ -136,7 +136,7 @@ def staging_yml(stream: StreamSchema, header: str) -> str:
     checked = [*dict.fromkeys([*(stream.key or ()), stream.event_time]), "bronze_version"]
     described["bronze_version"] = "the Delta version of bronze that added the row"
     columns = [{"name": c, "description": described[c]} for c in checked]
-    # one test for all of them: each test is a statement over bronze (BENCHMARKS.md)
+    # one test for all of them: each test is a statement over bronze (docs/benchmarks.md)
     tests = [{"columns_not_null": {
         "name": f"{model}__not_null",
         "arguments": {"columns": checked},

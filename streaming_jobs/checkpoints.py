@@ -149,7 +149,7 @@ def takes_savepoint_requests(checkpoint: Path) -> bool:
 def clear_temp_files(checkpoint: Path) -> list[str]:
     """Remove the temporary files a writer killed mid-write left in the checkpoint's logs
     (``offsets/.0.<uuid>.tmp``: Spark writes a log file under a hidden name, then renames it).
-    Found by the fault harness (RELIABILITY.md): with one left in ``offsets/`` before the first
+    Found by the fault harness (docs/reliability.md): with one left in ``offsets/`` before the first
     commit, Spark 4.2 refuses to start the query, forever (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY,
     "offsets should be empty on batch 0"). Only the lock's holder writes there, so under the
     lock every such file is a dead writer's. Returns what was removed."""

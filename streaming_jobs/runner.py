@@ -88,7 +88,7 @@ def settle_snapshots(spark: SparkSession, name: str, checkpoint, since: float) -
     The snapshot a commit makes is uploaded by Spark's state store maintenance, in the
     background. An incremental run's process often ends before that (a Dagster run, `tidemark
     run`), and the snapshot is lost: each later run then replays every changelog since the last
-    uploaded snapshot, a cost that grows with the job's history (BENCHMARKS.md, "A new hour's
+    uploaded snapshot, a cost that grows with the job's history (docs/benchmarks.md, "A new hour's
     cost after a long history"). Most runs made no snapshot and do not wait; one that did waits
     for the next maintenance pass (spark.sql.streaming.stateStore.maintenanceInterval, 10 s in
     tidemark). Returns the seconds waited.

@@ -231,10 +231,10 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # RocksDB's memory (block cache, memtables, index and filter blocks) is native, outside
         # the heap: without a bound, every store of every job grows its own and the process's
         # resident set keeps rising in a long continuous run. One shared, bounded budget instead
-        # (RELIABILITY.md, the soak); a job with more state may raise it in TIDEMARK_SPARK_CONF.
+        # (docs/reliability.md, the soak); a job with more state may raise it in TIDEMARK_SPARK_CONF.
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "512",
-        # Spark 4.2's checkpoint hardening that is on by default, pinned (RELIABILITY.md): a
+        # Spark 4.2's checkpoint hardening that is on by default, pinned (docs/reliability.md): a
         # bad state snapshot is skipped and rebuilt from the changelog (counted, and surfaced
         # as the state_repaired finding); every state store must commit, even in foreachBatch;
         # state formats and checkpoint metadata are validated when a query starts.
@@ -274,7 +274,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # Delta rebuilds a table's state from its log (one Spark job per new snapshot: each
         # write, each read of a changed table) with 50 tasks by default. tidemark's logs hold
         # thousands of files at most, and every task pays the same fixed cost: it generates
-        # projections for Delta's whole action schema. One task is the cheapest (BENCHMARKS.md,
+        # projections for Delta's whole action schema. One task is the cheapest (docs/benchmarks.md,
         # "The build's fixed cost"); a table with a very long log may raise it in
         # TIDEMARK_SPARK_CONF.
         "spark.databricks.delta.snapshotPartitions": "1",
@@ -295,7 +295,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
             # Projections, orderings and window frames stay generated code (Spark's default).
             # Interpreting them (spark.sql.codegen.factoryMode=NO_CODEGEN) made a small build
             # faster but a full reconciliation of 5 M events 1.7 times as long: sorts,
-            # joins and windows outside whole-stage code run interpreted (BENCHMARKS.md).
+            # joins and windows outside whole-stage code run interpreted (docs/benchmarks.md).
             "spark.sql.catalogImplementation": "hive",
             "spark.hadoop.javax.jdo.option.ConnectionURL":
                 f"jdbc:derby:;databaseName={paths.dbt / 'metastore_db'};create=true",
@@ -310,7 +310,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
     archive = class_archive(cfg, jars)
     if archive is not None and archive.is_file():
         # The driver JVM maps the classes `tidemark setup` archived (`build_class_archive`)
-        # instead of loading and verifying them again: about 8 s less per start (BENCHMARKS.md).
+        # instead of loading and verifying them again: about 8 s less per start (docs/benchmarks.md).
         # A JVM or class path the archive does not fit ignores it, silently, and loads as before.
         conf["spark.driver.extraJavaOptions"] += (
             f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off")
@@ -426,7 +426,7 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # glibc gives each thread that allocates its own malloc arena (up to 8 per core); with
     # RocksDB's native threads and Netty that is resident memory that is never given back. Two
-    # arenas keep a long-running JVM's resident set level (RELIABILITY.md, the soak).
+    # arenas keep a long-running JVM's resident set level (docs/reliability.md, the soak).
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home

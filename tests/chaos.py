@@ -36,7 +36,7 @@ intervention), and the outcome is compared with an uninterrupted run on the same
 by row: bronze rows lost or duplicated (event, event time, landing file) and gold rows lost or
 duplicated. The runs that are not killed (reference, preparation, recovery) share one
 SparkSession in the harness's process (``--separate-processes`` gives each its own JVM). Each trial works in its own data root under ``--work``. Results go to a JSON
-file; `RELIABILITY.md` shows them.
+file; `docs/reliability.md` shows them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from streaming_jobs.generator import GeneratorConfig, generate
 # shared session, tidemark-dbt, the SQL endpoint, Dagster's run workers: they inherit this
 # environment) interprets projections; whole-stage code generation stays on. The product keeps
 # Spark's default: at 5 M events interpreted sorts and windows made a reconciliation 1.7 times
-# as long (BENCHMARKS.md, "Code generation back on"). The results are the same either way; the
+# as long (docs/benchmarks.md, "Code generation back on"). The results are the same either way; the
 # tests that set TIDEMARK_SPARK_CONF themselves (the cluster, loopback) run generated code, as
 # do the benchmarks and the soak, which are scripts. Spark's default here:
 # TIDEMARK_SPARK_CONF="spark.sql.codegen.factoryMode=FALLBACK" make test.

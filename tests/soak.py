@@ -22,7 +22,7 @@ from outside the processes (nothing here runs inside tidemark), it records:
   every table's Delta log, landing files waiting and archived;
 - ops tables: rows and data files of each.
 
-The samples go to ``--results`` (JSON); a markdown table is printed for RELIABILITY.md.
+The samples go to ``--results`` (JSON); a markdown table is printed for docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   after its stream's schema or the project changed). The bronze staging views read their tables
   by path, so an unchanged view already reads the latest rows. Re-creating one cost a statement
   that has Spark analyze the whole view (its Delta tables' snapshots included) at the head of
-  every build, before any batch model could start (BENCHMARKS.md, "Unchanged views").
+  every build, before any batch model could start (docs/benchmarks.md, "Unchanged views").
   dbt's --full-refresh re-creates every view. Spark stores a view's text from its first token
   on (without the comments before it) and dbt-spark caches it with the relation (`show table
   extended`, the "View Text" line), so the two are compared without their comment lines and

@@ -19,7 +19,7 @@ The watermark follows every transaction, but only FAILED ones are read past it (
 they alone are deduplicated, and FAILED events behind the watermark are dropped, and counted,
 by the deduplication operator, the first stateful operator, so its
 ``numRowsDroppedByWatermark`` counts late FAILED events one per line. Deduplicating every
-transaction first cost 5 times as much for the same answer (BENCHMARKS.md, the profile).
+transaction first cost 5 times as much for the same answer (docs/benchmarks.md, the profile).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def dedup_within_watermark(events: DataFrame, event_time: str, watermark: str,
     watermark and before the deduplication: the watermark still follows every event, while the
     state and the late count hold only the events kept (copies of one event share its fields,
     so which copy is first does not change). A job pays the deduplication of what it reads
-    only: a fifth of the cost for failed_txn_velocity (BENCHMARKS.md, the velocity profile).
+    only: a fifth of the cost for failed_txn_velocity (docs/benchmarks.md, the velocity profile).
     """
     columns = [key] if isinstance(key, str) else list(key)
     timed = events.withWatermark(event_time, watermark)

@@ -19,7 +19,7 @@
    started a SparkSession), the same sensors of that revision are evaluated in a fresh process
    on the same data root (first and second evaluation), for comparison.
 
-It prints markdown tables (paste them into BENCHMARKS.md).
+It prints markdown tables (paste them into docs/benchmarks.md).
 """
 
 from __future__ import annotations

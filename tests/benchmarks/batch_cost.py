@@ -18,7 +18,7 @@ Per query it reports, over the batches that carried input: the batch's wall time
 ``commitOffsets`` the checkpoint's offset and commit files, ``latestOffset`` and
 ``queryPlanning`` the source and the planner) and the state stores' commit time. Goal (issue
 17): under 1 s a batch for every query. It prints a markdown table (paste it into
-BENCHMARKS.md) and writes every batch to ``--results`` (JSON).
+docs/benchmarks.md) and writes every batch to ``--results`` (JSON).
 """
 
 from __future__ import annotations

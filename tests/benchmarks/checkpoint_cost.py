@@ -26,7 +26,7 @@ newest click) passes the click's time.
    that the restarted batch read the offsets the killed one planned and that gold (one row per
    distinct click) holds every landed click exactly once.
 
-It prints markdown tables (BENCHMARKS.md) and writes ``--results`` (JSON).
+It prints markdown tables (docs/benchmarks.md) and writes ``--results`` (JSON).
 """
 
 from __future__ import annotations

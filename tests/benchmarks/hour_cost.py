@@ -11,7 +11,7 @@ new Spark session (the state stores are loaded again from the checkpoints, as a 
 run or `tidemark run` process loads them). For every run and query: its wall time, and for each
 stateful job what loading its state cost (Spark's RocksDB metrics in the run's first batch:
 the changelog files replayed, the load's milliseconds) and the snapshots its checkpoint holds.
-Prints markdown tables for BENCHMARKS.md.
+Prints markdown tables for docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Each is a new ``tidemark-dbt`` process on the session target (a JVM start includ
 dbt's unit tests, as a scheduled run. The code timed is the one ``tidemark-dbt`` imports: set
 ``PYTHONPATH`` to another checkout to time that one (the full run comes first each time, since
 the project's fingerprint differs between checkouts). Prints each run's wall time, its dbt
-node count and every job's scope, and a markdown row for BENCHMARKS.md.
+node count and every job's scope, and a markdown row for docs/benchmarks.md.
 """
 
 from __future__ import annotations

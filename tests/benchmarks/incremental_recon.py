@@ -19,7 +19,7 @@ Each dbt run is a new ``tidemark-dbt`` process. ``--target session`` (the defaul
 its own Spark (a JVM start included, as a scheduled run outside ``tidemark dev`` pays it).
 ``--target endpoint``: through the data root's SQL endpoint, started first and warmed by the
 full run, as a scheduled run in ``tidemark dev`` or ``make live`` meets it. Prints a markdown
-row for BENCHMARKS.md.
+row for docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ with and without ``-XX:SharedArchiveFile`` (the only difference; `streaming_jobs
 3. ``delta``: the first read of a Delta table (``ops/stream_progress``) and a count of it.
 
 The data root is ``TIDEMARK_DATA_ROOT`` (``make setup``'s by default: its ops tables exist).
-Prints each run and a markdown table of the medians for BENCHMARKS.md.
+Prints each run and a markdown table of the medians for docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ one batch) and ``failed_txn_velocity`` (dedup, 24 h window sliding every 5 s, ke
 that bronze. Events per second is lines (records) in / seconds. Rounds alternate the order
 (landing first, then Kafka first) so that neither path always gets the warmer JVM. Both paths
 must give the same bronze row count and the same gold rows, or the benchmark fails. It prints a
-markdown table (paste it into BENCHMARKS.md).
+markdown table (paste it into docs/benchmarks.md).
 """
 
 from __future__ import annotations

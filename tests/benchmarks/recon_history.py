@@ -27,7 +27,7 @@ Spark that stays up, `streaming_jobs.sql_endpoint`) runs the full and incrementa
 last step keeps back two hours, not one: the first is reconciled through the endpoint, then the
 endpoint stops and the second is reconciled on the session target, for the same hour of history
 both ways. The backfill runs on the session target.
-Prints a markdown table for BENCHMARKS.md.
+Prints a markdown table for docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ dbt's dependencies between models and nothing else. Each pair is run ``--repeat`
 order alternates (dbt first, then plain first), because whoever runs first in the fresh JVM
 pays its warm-up. Both must produce the same recon classes per job (checked). The ratio is
 dbt's wall time over plain Spark SQL's. It prints a markdown table (paste it into
-BENCHMARKS.md).
+docs/benchmarks.md).
 """
 
 from __future__ import annotations

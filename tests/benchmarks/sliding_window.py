@@ -20,7 +20,7 @@ expanded back into one row per non-empty window and compared with the built-in r
 State is reported per operator, as the peak over the run's batches: the window state (the
 built-in aggregation's windows, or the panes job's per-user pane arrays: one state row per user
 holding its panes) apart from the deduplication state both share. It prints a markdown table
-(paste it into BENCHMARKS.md).
+(paste it into docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, c
 # The reliability doc's bad-input table is rendered from CASES: `PYTHONPATH=tests
 # .venv/bin/python tests/streaming/test_bad_input.py` rewrites it; the test below fails when it
 # is stale.
-DOC = Path(__file__).resolve().parents[2] / "RELIABILITY.md"
+DOC = Path(__file__).resolve().parents[2] / "docs/reliability.md"
 BEGIN = ("<!-- bad-input table: generated from tests/streaming/test_bad_input.py (run it with "
          "python to update) -->")
 END = "<!-- end of the bad-input table -->"

@@ -77,7 +77,7 @@ def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
 
 def test_a_table_creation_killed_before_its_first_commit_does_not_block_the_next_run(
         spark, cfg, sample):
-    """Found by the fault harness (RELIABILITY.md): a run killed while creating quarantine left
+    """Found by the fault harness (docs/reliability.md): a run killed while creating quarantine left
     ``_delta_log`` with only Delta's temporary file, and every later run failed with
     DELTA_TABLE_NOT_FOUND until someone removed the folder."""
     log = cfg.paths.table("quarantine", "transactions") / "_delta_log"
@@ -93,7 +93,7 @@ def test_a_table_creation_killed_before_its_first_commit_does_not_block_the_next
 
 
 def test_a_log_file_half_written_by_a_killed_run_does_not_block_the_next_run(spark, cfg, sample):
-    """Found by the fault harness (RELIABILITY.md): a continuous run killed while writing
+    """Found by the fault harness (docs/reliability.md): a continuous run killed while writing
     ``offsets/0`` left its hidden temporary file, and Spark 4.2 refused every later start
     ("offsets should be empty on batch 0") until someone removed it."""
     run_bronze(spark, cfg, "transactions")  # nothing landed yet: the checkpoint, no batch

@@ -1,5 +1,5 @@
 """The driver JVM maps the class archive `tidemark setup` built, instead of loading the classes
-again (BENCHMARKS.md, "A JVM's start")."""
+again (docs/benchmarks.md, "A JVM's start")."""
 
 from __future__ import annotations
 
