@@ -196,6 +196,7 @@ def select(*assets: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI: test_add_a_job's new stream and keyed scaffold; make test-long
 def test_streams_without_ids_through_dagster_reconcile_against_independent_answers(
         spark, cfg, sensors_folder):
     jobs = registry()

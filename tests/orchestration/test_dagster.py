@@ -78,11 +78,9 @@ def test_definitions_load_with_assets_checks_and_jobs(cfg):
     assert defs.resolve_schedule_def("maintenance_schedule").cron_schedule == "45 2 * * *"
 
 
-@pytest.mark.slow
-def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, endpoint_cfg, sample,
-                                                                    monkeypatch):
-    # three reconciliations (Dagster's dbt step finds the endpoint): one warm JVM for them
-    cfg = endpoint_cfg
+def _two_waves_through_the_graph(spark, cfg, sample, monkeypatch):
+    """Every stream's two waves: streaming_job, then tidemark_all_job (an incremental
+    reconciliation, the first). Returns (defs, instance, first run, second run, files)."""
     from orchestration.definitions import build_definitions
 
     # reconciliation's days start before the data (late events reach 2025-12-31), so that a
@@ -116,6 +114,15 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, endpoi
         instance=instance, tags=incremental_tags(cfg))
     assert result.success
 
+    return defs, instance, first, result, files
+
+
+@pytest.mark.slow
+def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, endpoint_cfg, sample,
+                                                                    monkeypatch):
+    cfg = endpoint_cfg
+    defs, instance, first, result, files = _two_waves_through_the_graph(spark, cfg, sample,
+                                                                         monkeypatch)
     materialized = {e.event_specific_data.materialization.asset_key.to_user_string()
                     for e in result.get_asset_materialization_events()}
     assert materialized == MATERIALIZED
@@ -193,6 +200,19 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, endpoi
     assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {today}
     assert recon["recomputed_from"] == "all"
 
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(spark, endpoint_cfg, sample,
+                                                                     monkeypatch):
+    # three reconciliations (Dagster's dbt step finds the endpoint): one warm JVM for them
+    cfg = endpoint_cfg
+    defs, instance, first, result, files = _two_waves_through_the_graph(spark, cfg, sample,
+                                                                         monkeypatch)
+    from orchestration.recon_partitions import incremental_tags
+
+    summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     # Partitions chosen by hand (a backfill from the UI): every job with days recomputes from
     # the range's first day at least, though nothing new arrived; so does the profile (keyed
     # state, composed: nothing new changes no user). Days before it are left as they were, so
@@ -249,7 +269,6 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, endpoi
     assert not built & ({f"recon_{job}" for job in before}
                         | {f"int_{job}__batch" for job in before})
     assert {job: rows(f"recon_{job}") for job in before} == before
-
 
 
 def _free_port() -> int:

@@ -41,6 +41,7 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a dev server start: make test-long
 def test_sigterm_stops_tidemark_dev_and_everything_it_started(cfg):
     """SIGTERM to `tidemark dev` left `dagster dev` running."""
     env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),

@@ -224,6 +224,7 @@ def _recon_rows(spark, cfg) -> list[tuple]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI: test_retention's fold; make test-long
 def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row_as_before(
         spark, endpoint_cfg):
     cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)

@@ -29,6 +29,7 @@ def watermark(cfg, job: str):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI: the bad-input catalogue's far-future line; make test-long
 def test_a_far_future_event_is_quarantined_and_moves_no_watermark(spark, cfg, monkeypatch):
     spec = get_job("failed_txn_velocity")
     land(cfg, "w1.jsonl", [txn(f"a{i}", "u1", i) for i in range(1, 31)] + [far_future("x1")])

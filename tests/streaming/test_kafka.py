@@ -86,6 +86,7 @@ def _gold(spark, cfg) -> Counter:
     return Counter(tuple(sorted(r.asDict().items())) for r in rows)
 
 
+@pytest.mark.long  # CI: the other Kafka tests and the kill -9 trials on landing files; make test-long
 def test_exactly_once_into_bronze_and_gold_across_sigkill_mid_batch(spark, kafka_cfg, tmp_path,
                                                                      monkeypatch):
     monkeypatch.setenv("TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", "500")  # many batches

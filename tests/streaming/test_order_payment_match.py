@@ -122,6 +122,7 @@ def test_stream_emits_pairs_at_once_and_unmatched_rows_once_the_bound_passes(spa
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI: test_recon's classes; make test-long
 def test_recon_explains_late_orders_and_payments(spark, cfg):
     stream_both_waves(spark, cfg)
     result = dbt("build", "--select", "+recon_order_payment_match", "+int_late_events")

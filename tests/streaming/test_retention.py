@@ -231,6 +231,7 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
     assert read_table(spark, old).count() == 40  # no row lost
 
 
+@pytest.mark.long  # CI: the other VACUUM tests; make test-long
 def test_vacuum_still_deletes_old_removed_files_when_the_log_starts_after_its_retention(
         spark, cfg):
     """The 90-minute soak's leak: the log had been expired to 40 minutes while VACUUM kept an
