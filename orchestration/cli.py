@@ -23,6 +23,7 @@
     tidemark rebuild JOB       reset a job so its next run streams all of bronze again
     tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
     tidemark generate ...      write landing files (python -m streaming_jobs.generator --help)
+    tidemark settings          every TIDEMARK_* setting with its default (--write: into the docs)
 """
 
 from __future__ import annotations
@@ -301,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     rescale_p.add_argument("job")
     rescale_p.add_argument("partitions", type=int)
     sub.add_parser("check", help="analyse every job without running it (errors name the file)")
+    settings_p = sub.add_parser("settings", help="every TIDEMARK_* setting with its default")
+    settings_p.add_argument("--write", action="store_true",
+                            help="put the table into docs/configuration.md")
     sub.add_parser("maintain", help="retention now: OPTIMIZE, VACUUM, pruning, landing archive")
     rebuild_p = sub.add_parser("rebuild", help="reset a job: checkpoint, gold, savepoints, ops rows")
     rebuild_p.add_argument("job")
@@ -352,6 +356,16 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join([f"tidemark reconciliation (data root {cfg.data_root})",
                              *recon_lines(status)]))
             return 0 if status.clean else 1
+        if args.command == "settings":
+            from streaming_jobs.config import CHECKOUT
+            from streaming_jobs.settings import render, write
+
+            if args.write:
+                doc = CHECKOUT / "docs" / "configuration.md"
+                print(f"{doc}: {'updated' if write(doc) else 'already current'}")
+            else:
+                print(render())
+            return 0
         if args.command == "dev":
             return dev(cfg, args.port)
         if args.command == "sql":

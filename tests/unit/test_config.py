@@ -139,3 +139,24 @@ def test_missing_java_says_what_to_install(monkeypatch, tmp_path):
     java.write_text("")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     assert check_java() == str(java)
+
+
+def test_the_settings_reference_is_generated_from_the_code_and_covers_every_variable():
+    """docs/configuration.md's table is `tidemark settings --write`'s rendering (defaults read
+    from TidemarkConfig), and every TIDEMARK_* variable the code reads is in it or internal."""
+    import re
+
+    from streaming_jobs.config import CHECKOUT
+    from streaming_jobs.settings import BEGIN, END, INTERNAL, SETTINGS, render
+
+    text = (CHECKOUT / "docs" / "configuration.md").read_text()
+    assert text[text.index(BEGIN):text.index(END) + len(END)] == render(), \
+        "run: tidemark settings --write"
+    read = set()
+    for folder in ("streaming_jobs", "orchestration"):
+        for path in (CHECKOUT / folder).rglob("*.py"):
+            read |= set(re.findall(r'"(TIDEMARK_[A-Z0-9_]+)"', path.read_text()))
+    assert read - INTERNAL == {s.name for s in SETTINGS}
+    # a default the table shows is what an empty environment gives
+    assert "| `TIDEMARK_SQL_PORT` | `10000` |" in render()
+    assert "| `TIDEMARK_STALL_SECONDS` | `900` |" in render()
