@@ -95,6 +95,14 @@ CASES = [
     ("a number past the largest double",
      with_text("x27", '"amount":10.0', '"amount":1e999'), "amount is not a valid double"),
     ("a large number within the bound", line("ok6", amount=123456789012.5), None),
+    # copies of one event in one batch: identical ones are all kept (the jobs drop them); of
+    # differing ones bronze keeps the copy whose fields sort first, the same in every replay
+    ("an exact duplicate", line("ok1"), None),
+    ("a copy with another payload (kept: its fields sort first)", line("dup1", merchant="a"),
+     None),
+    ("a copy with another payload (quarantined)", line("dup1", merchant="b"),
+     "duplicate event_id with a different payload (bronze keeps the copy of the batch whose "
+     "fields sort first)"),
     ("nested deeper than the parser goes", with_text(
         "x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
      "nested deeper than 999 levels (the stream's max_depth)"),
@@ -212,6 +220,51 @@ def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, c
     assert accounting.lines == accounting.ingested == len(bronze) == 5
     assert accounting.refused == 2 * len(refused_names)
     assert not accounting.holds  # refused files and the folder are named, never "healthy"
+
+
+
+@pytest.mark.slow
+@pytest.mark.long  # a job and two reconciliations over the catalogue: make test-long
+def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gold_loses_a_row(
+        spark, cfg):
+    """Every kind of bad input, landed, ingested, streamed by a job and reconciled for real:
+    green where both sides agree; red (never "0 compared") once gold lost a row."""
+    import subprocess
+    import sys
+
+    from helpers import dbt
+    from streaming_jobs.registry import get_job
+    from streaming_jobs.runner import run_job
+
+    folder = cfg.paths.landing_dir("transactions")
+    folder.mkdir(parents=True)
+    (folder / "catalogue.jsonl").write_bytes(b"".join(raw + b"\n" for _, raw, _ in CASES))
+    (folder / "f9-2026-01-02T10:00:00.jsonl").write_bytes(line("colon1") + b"\n")
+    run_bronze(spark, cfg, "transactions")
+    spec = get_job("failed_txn_velocity")
+    run_job(spark, cfg, spec)
+
+    def reconcile() -> dict:
+        built = dbt("build", "--exclude-resource-type", "unit_test", "--select",
+                    f"+recon_{spec.name}", "recon_summary")
+        summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).where(
+            f"job = '{spec.name}'").orderBy("reconciled_at").collect()
+        return {"code": built.returncode, "out": built.stdout[-3000:], "last": summary[-1]}
+
+    green = reconcile()
+    assert green["code"] == 0, green["out"]
+    assert green["last"].rows_compared > 0 and green["last"].unexplained_rows == 0
+
+    # gold loses a row: the reconciliation is red, compares rows, and tidemark recon says so
+    gold = cfg.paths.table("gold", spec.name)
+    spark.sql(f"DELETE FROM delta.`{gold}` WHERE user_id = 'u1' AND window_end = "
+              f"(SELECT max(window_end) FROM delta.`{gold}`)")
+    red = reconcile()
+    assert red["code"] != 0  # the blocking check failed
+    recon = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "recon"],
+                           capture_output=True, text=True)
+    assert recon.returncode == 1, recon.stdout
+    assert spec.name in recon.stdout.splitlines()[-1] and "unexplained" in recon.stdout
 
 
 # The reliability doc's bad-input table is rendered from CASES: `PYTHONPATH=tests
