@@ -33,8 +33,11 @@ final as (
         ts,
         num_input_rows,
         watermark,
-        -- Spark drops a row as late against the previous batch's watermark (SPARK-40925)
-        lag(watermark) over (partition by query_id order by batch_id) as late_threshold,
+        -- Spark drops a row as late against the previous batch's watermark (SPARK-40925); a
+        -- checkpoint's batch 0 against the epoch, so an event dated before 1970 (year 0001)
+        -- in the very first batch is late too
+        coalesce(lag(watermark) over (partition by query_id order by batch_id),
+                 if(batch_id = 0, timestamp'1970-01-01 00:00:00', null)) as late_threshold,
         rows_dropped_by_watermark,
         source_version_from,
         source_version_to,

@@ -240,27 +240,36 @@ def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gol
     folder.mkdir(parents=True)
     (folder / "catalogue.jsonl").write_bytes(b"".join(raw + b"\n" for _, raw, _ in CASES))
     (folder / "f9-2026-01-02T10:00:00.jsonl").write_bytes(line("colon1") + b"\n")
-    run_bronze(spark, cfg, "transactions")
     spec = get_job("failed_txn_velocity")
+    run_bronze(spark, cfg, "transactions")
     run_job(spark, cfg, spec)
+    # the next wave, two days later: its watermark closes the first day's windows into gold
+    (folder / "next.jsonl").write_bytes(
+        line("w2a", event_time="2026-01-03T00:00:00Z") + b"\n"
+        + line("w2b", event_time="2026-01-03T00:00:30Z") + b"\n")
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, spec)
+    gold = cfg.paths.table("gold", spec.name)
+    assert read_table(spark, gold).count() > 0
 
-    def reconcile() -> dict:
-        built = dbt("build", "--exclude-resource-type", "unit_test", "--select",
-                    f"+recon_{spec.name}", "recon_summary")
-        summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).where(
-            f"job = '{spec.name}'").orderBy("reconciled_at").collect()
-        return {"code": built.returncode, "out": built.stdout[-3000:], "last": summary[-1]}
+    def reconcile(*extra):
+        return dbt("build", "--exclude-resource-type", "unit_test", *extra)
+
+    def latest():
+        return read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).where(
+            f"job = '{spec.name}'").orderBy("reconciled_at").collect()[-1]
 
     green = reconcile()
-    assert green["code"] == 0, green["out"]
-    assert green["last"].rows_compared > 0 and green["last"].unexplained_rows == 0
+    assert green.returncode == 0, green.stdout[-3000:] + green.stderr[-2000:]
+    assert latest().rows_compared > 0 and latest().unexplained_rows == 0
 
     # gold loses a row: the reconciliation is red, compares rows, and tidemark recon says so
-    gold = cfg.paths.table("gold", spec.name)
-    spark.sql(f"DELETE FROM delta.`{gold}` WHERE user_id = 'u1' AND window_end = "
-              f"(SELECT max(window_end) FROM delta.`{gold}`)")
-    red = reconcile()
-    assert red["code"] != 0  # the blocking check failed
+    last = spark.sql(f"SELECT cast(max(window_end) AS string) FROM delta.`{gold}`").first()[0]
+    spark.sql(f"DELETE FROM delta.`{gold}` WHERE window_end = timestamp'{last}'")
+    # (in full: an incremental run looks at what the stream wrote since the last one, and a
+    # change made to gold outside the stream is not seen there yet)
+    red = reconcile("--full")
+    assert red.returncode != 0, red.stdout[-3000:]  # the blocking check failed
     recon = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "recon"],
                            capture_output=True, text=True)
     assert recon.returncode == 1, recon.stdout
