@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
+from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, DagsterInstance
 
 from helpers import write_wave
 from streaming_jobs.generator import GeneratorConfig, generate
@@ -445,6 +445,12 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
         defs=defs, instance=instance, evaluation_time=now, cursor=after_recon.cursor)
     assert after_incremental.get_num_requested(recon) == 1
     assert after_incremental.get_requested_partitions(recon) == {today}
+    # ...with its dbt tests, in the same run: automation requests assets, and without their
+    # checks a clean reconciliation left every recon asset's badge at "0/5 Passed"
+    requested_checks = {r.key.name for r in after_incremental.results
+                        if isinstance(r.key, AssetCheckKey) and r.true_subset.size}
+    checks_of_recon = {c.name for c in graph.asset_check_keys if c.asset_key == recon}
+    assert len(checks_of_recon) == 5 and checks_of_recon <= requested_checks
 
 
 

@@ -61,8 +61,18 @@ def reconcile_on_update() -> dg.AutomationCondition:
     ).with_label("reconcile_on_update")
 
 
+def with_its_asset() -> dg.AutomationCondition:
+    """A check's condition: requested whenever the asset it checks is, in the same run."""
+    ac = dg.AutomationCondition
+    return ac.any_deps_match(ac.will_be_requested()).with_label("with_its_asset")
+
+
 class TidemarkTranslator(DagsterDbtTranslator):
     """Model keys mirror the dbt layers: staging/<model>, batch/<model>, recon/<model>."""
+
+    def __init__(self, partitions_def: dg.PartitionsDefinition | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.partitions_def = partitions_def
 
     def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> dg.AssetKey:
         if dbt_resource_props["resource_type"] == "model":
@@ -82,6 +92,16 @@ class TidemarkTranslator(DagsterDbtTranslator):
         return reconcile_on_update().ignore(
             dg.AssetSelection.keys(keys.STREAM_PROGRESS, keys.STREAM_LATE_ROWS))
 
+    def get_asset_check_spec(self, asset_spec, manifest, unique_id, project):
+        # A dbt test runs in the run that builds its model. Automation requests assets only,
+        # so without this a reconciliation it launched built the recon tables without their
+        # tests, and each recon asset's check badge read "0/5 Passed" after a clean run.
+        spec = super().get_asset_check_spec(asset_spec, manifest, unique_id, project)
+        if spec is None:
+            return None
+        return spec._replace(automation_condition=with_its_asset(),
+                             partitions_def=self.partitions_def)
+
 
 def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
     manifest = ensure_manifest(cfg)  # first: it writes the data root's copy of the project
@@ -90,7 +110,7 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
     daily = partitions_def(cfg)
 
     @dbt_assets(manifest=manifest, project=dbt_project(cfg), name="tidemark_dbt",
-                dagster_dbt_translator=TidemarkTranslator(), partitions_def=daily)
+                dagster_dbt_translator=TidemarkTranslator(daily), partitions_def=daily)
     def tidemark_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource,
                      tidemark: TidemarkResource):
         run_cfg = tidemark.config()
