@@ -46,8 +46,8 @@ import json
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import (StatsUnknown, earliest_new_event,  # noqa: F401
-                                     ingest_batch_floor)
+from streaming_jobs.delta_log import (StatsUnknown, changed_outside_its_writer,  # noqa: F401
+                                     earliest_new_event, ingest_batch_floor)
 from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.registry import stream_schema
 from streaming_jobs.spec import JobSpec
@@ -102,6 +102,7 @@ def last_reconciled(rows: list[dict]) -> dict[str, dict]:
         if (row["reconciled_at"], row["invocation_id"]) != newest[row["job"]]:
             continue
         job = out.setdefault(row["job"], {"query_id": row["query_id"],
+                                          "reconciled_at": row["reconciled_at"],
                                           "fingerprint": row["fingerprint"],
                                           "open_from": row["open_from"],
                                           "batch_id": row.get("batch_id"), "versions": {}})
@@ -153,6 +154,10 @@ def batch_ran_since(last: dict, batch_now: int | None) -> bool:
     return last.get("batch_id") is None or batch_now is None or batch_now != last["batch_id"]
 
 
+def _aware(moment: dt.datetime) -> dt.datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+
+
 def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[str, int],
               query_id: str | None, print_: str, batch_now: int | None = None) -> str:
     """The first day to recompute for one job, or raise NeedsFull."""
@@ -166,6 +171,12 @@ def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[s
         name = f"int_{spec.name}__batch" if kind == "batch" else f"recon_{spec.name}"
         if not (cfg.paths.dbt_table(kind, name) / "_delta_log").is_dir():
             raise NeedsFull(f"table {kind}.{name} is missing")
+    # rows deleted or changed in gold by hand are no new event: only a full run sees them
+    if last.get("reconciled_at") is not None:
+        changed = changed_outside_its_writer(cfg.paths.table("gold", spec.name),
+                                             _aware(last["reconciled_at"]))
+        if changed:
+            raise NeedsFull(f"its gold table changed outside its stream ({changed})")
     earliest = None
     for source in spec.sources:
         after = last["versions"].get(source)

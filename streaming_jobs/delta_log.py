@@ -69,6 +69,28 @@ def rows_written(table: Path, after: int) -> tuple[int, int]:
     return total, newest
 
 
+def changed_outside_its_writer(table: Path, since: dt.datetime) -> str | None:
+    """The newest commit after ``since`` that changed the table's rows without a streaming
+    writer's transaction marker (a DELETE, UPDATE, RESTORE or write by hand), described; None
+    when there is none. A job's own commits (the Delta sink, its idempotent MERGE) carry a
+    ``txn`` action; OPTIMIZE and VACUUM change no data (``dataChange`` false, or no file)."""
+    since_ms = since.timestamp() * 1000
+    for version in reversed(commit_versions(table)):
+        actions = commit_actions(table, version)
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if info.get("timestamp", 0) <= since_ms:
+            return None  # every later one was checked
+        if any("txn" in a for a in actions):
+            continue
+        changed = [a for a in actions for kind in ("add", "remove")
+                   if kind in a and a[kind].get("dataChange", True)]
+        if changed:
+            when = dt.datetime.fromtimestamp(info.get("timestamp", 0) / 1000, dt.timezone.utc)
+            return (f"version {version}, {info.get('operation', 'a commit')} at "
+                    f"{when:%Y-%m-%d %H:%M:%S} UTC")
+    return None
+
+
 def txn_of(table: Path, version: int, app_id: str) -> int | None:
     """The batch id ``app_id`` recorded in commit ``version``, if that commit has its marker."""
     for action in commit_actions(table, version):

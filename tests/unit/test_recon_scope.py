@@ -122,6 +122,7 @@ def test_positions_are_the_newest_versions_read_and_the_newest_run_recorded():
          "reconciled_at": t2},
     ]
     assert last_reconciled(rows) == {"j": {"query_id": "q", "fingerprint": "f",
+                                           "reconciled_at": t2,
                                            "open_from": dt.date(2026, 2, 28), "batch_id": None,
                                            "versions": {"orders": 9, "payments": 2}}}
 
@@ -148,3 +149,30 @@ def test_only_the_jobs_nothing_reached_are_left_out():
     assert left_out(variables) == ["int_b__batch", "recon_b", "int_d__batch", "recon_d"]
     assert left_out({"recon_from": {"a": None}}) == []
     assert left_out({"jobs": {}}) == []
+
+
+
+def test_a_change_to_gold_made_outside_its_stream_is_found(tmp_path):
+    """A DELETE by hand in gold is no new event: an incremental reconciliation found nothing
+    new and left the job out, clean. Commits without a streaming writer's txn marker that
+    change rows are found; the writer's own, and ones that change no row, are not."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    from streaming_jobs.delta_log import changed_outside_its_writer
+
+    table = tmp_path / "gold"
+    rows = pa.table({"k": [1, 2, 3]})
+    marked = CommitProperties(app_transactions=[Transaction("query-1", 0)])
+    write_deltalake(str(table), rows, commit_properties=marked)  # the stream's first batch
+    before = dt.datetime.now(UTC)
+    write_deltalake(str(table), pa.table({"k": [4]}), mode="append", commit_properties=(
+        CommitProperties(app_transactions=[Transaction("query-1", 1)])))  # its next batch
+    DeltaTable(str(table)).optimize.compact()  # no row changes
+    assert changed_outside_its_writer(table, before) is None
+    DeltaTable(str(table)).delete("k = 2")  # by hand
+    found = changed_outside_its_writer(table, before)
+    assert found is not None and found.startswith("version 3, DELETE at ")
+    # a change before the last reconciliation is history: that run saw it
+    assert changed_outside_its_writer(table, dt.datetime.now(UTC) + dt.timedelta(seconds=1)) \
+        is None
