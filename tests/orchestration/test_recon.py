@@ -21,6 +21,7 @@ def built_messages(cfg) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # three builds: make test-long (CI keeps the injected faults and the whole graph's classes)
 def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     cfg = endpoint_cfg  # three builds: one warm JVM for them (conftest)
     reported_late, _ = scenarios.run_waves(spark, cfg)

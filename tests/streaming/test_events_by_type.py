@@ -6,6 +6,8 @@ import json
 from collections import Counter
 from datetime import date
 
+import pytest
+
 from helpers import click, land
 from streaming_jobs.registry import get_job
 from streaming_jobs.lake import read_table
@@ -22,6 +24,7 @@ def wave_clicks(wave: int) -> list[dict]:
     return events + [dict(events[0])]
 
 
+@pytest.mark.long  # make test-long (CI keeps the job's any-value test and its catalogue run)
 def test_clicks_land_once_in_their_partition_with_one_file_per_partition_per_batch(spark, cfg):
     spec = get_job("events_by_type")
     late = [click("late", "u9", 1300, 1.0)]  # behind the watermark once wave 0 is streamed

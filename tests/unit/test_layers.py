@@ -25,7 +25,7 @@ LAYERS = [
     ("base", ["streaming_jobs.config", "streaming_jobs.intervals", "streaming_jobs.schemas",
               "streaming_jobs.spec", "streaming_jobs.delta_log", "streaming_jobs.checkpoints",
               "streaming_jobs.validation", "streaming_jobs.stateful", "streaming_jobs.processes",
-              "streaming_jobs.interrupts"]),
+              "streaming_jobs.interrupts", "streaming_jobs.settings"]),
     ("storage", ["streaming_jobs.ops_tables", "streaming_jobs.spark", "streaming_jobs.lake",
                  "streaming_jobs.failures", "streaming_jobs.jobs", "streaming_jobs.sql_jobs",
                  "streaming_jobs.registry", "streaming_jobs.generator",
