@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
@@ -138,7 +137,6 @@ class BronzeBatchWriter:
         self.quarantine = paths.table("quarantine", schema.name)
         self.checkpoint = paths.checkpoint(query_name(schema.name))
         self.written: dict[int, tuple[int, int]] = {}
-        self.held: list[DataFrame] = []  # frames cached while a batch is written
         ensure_table(spark, self.bronze, bronze_schema(schema), ROW_TRACKING)
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
         add_missing_columns(spark, self.bronze, bronze_schema(schema))  # older data roots
@@ -167,9 +165,6 @@ class BronzeBatchWriter:
             bad = parsed.where(F.col("_reason").isNotNull())
             if failed is not None:
                 bad = bad.unionByName(failed)
-            good, conflicting = self._conflicts(good)
-            if conflicting is not None:
-                bad = bad.unionByName(conflicting)
             # raw_line is text every reader can decode (bytes that are not UTF-8 become U+FFFD:
             # delta-rs refused the column); raw_bytes keeps them exactly
             bad = bad.select(F.make_valid_utf8(F.col(LINE)).alias("raw_line"),
@@ -193,35 +188,6 @@ class BronzeBatchWriter:
             self.written[batch_id] = written
         finally:
             parsed.unpersist()
-            for frame in self.held:
-                frame.unpersist()
-            self.held.clear()
-
-    def _conflicts(self, good: DataFrame) -> tuple[DataFrame, DataFrame | None]:
-        """(rows kept, copies that conflict with them, or None for a stream without a key).
-
-        Copies of one event (equal dedup keys) in one batch whose fields differ: the stream's
-        deduplication would keep whichever it met first and the batch recomputation another, so
-        the rows of one key would disagree for good. Bronze keeps the copy whose fields sort
-        first (as JSON text), the same in every replay, and quarantine the others with the
-        reason, so the difference is on record. Copies in different batches need no choice:
-        both sides keep the earlier batch's.
-        """
-        key = self.schema.key
-        if not key:
-            return good, None
-        payload = F.to_json(F.struct(*[F.col(c) for c in self.schema.field_names]))
-        first = F.min(payload).over(Window.partitionBy(*key))
-        marked = good.withColumn("_first_payload", first).withColumn(
-            "_conflict", payload != F.col("_first_payload")).persist()
-        self.held.append(marked)
-        names = ", ".join(key)
-        kept = marked.where(~F.col("_conflict")).drop("_first_payload", "_conflict")
-        conflicting = marked.where(F.col("_conflict")).drop("_first_payload", "_conflict") \
-            .withColumn("_reason", F.lit(
-                f"duplicate {names} with a different payload (bronze keeps the copy of the "
-                "batch whose fields sort first)"))
-        return kept, conflicting
 
 
 def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,
