@@ -165,6 +165,9 @@ class BronzeBatchWriter:
             bad = parsed.where(F.col("_reason").isNotNull())
             if failed is not None:
                 bad = bad.unionByName(failed)
+            good, conflicting, kept_rows = self._conflicts(good)
+            if conflicting is not None:
+                bad = bad.unionByName(conflicting)
             # raw_line is text every reader can decode (bytes that are not UTF-8 become U+FFFD:
             # delta-rs refused the column); raw_bytes keeps them exactly
             bad = bad.select(F.make_valid_utf8(F.col(LINE)).alias("raw_line"),
@@ -177,7 +180,7 @@ class BronzeBatchWriter:
             app_id = f"tidemark.bronze.{identity}"
             record(self.cfg, result_rows(query_name(self.schema.name), identity, batch_id,
                                          self.schema.expectations, found))
-            written = (good.count(), bad.count())  # on the cached rows
+            written = (kept_rows, bad.count())  # on the cached rows
             # A layer gets no commit for a batch with none of its rows: an empty commit costs a
             # Delta transaction, about what a small write costs (most batches of a continuous
             # run have no bad line). The batch's rows decide it, so a replay decides the same.
@@ -188,6 +191,44 @@ class BronzeBatchWriter:
             self.written[batch_id] = written
         finally:
             parsed.unpersist()
+
+    def _conflicts(self, good: DataFrame) -> tuple[DataFrame, DataFrame | None, int]:
+        """(rows bronze keeps, copies that conflict with them or None, how many rows are kept).
+
+        Copies of one event (equal dedup keys) in one batch whose fields differ: the stream's
+        deduplication would keep whichever it met first and the batch recomputation another, so
+        the rows of one key would disagree for good. Bronze keeps the copies whose fields sort
+        first (as JSON text), the same in every replay, and quarantines the others with the
+        reason, so the difference is on record. Copies in different batches need no choice:
+        both sides keep the earlier batch's.
+
+        One aggregation per batch counts the rows and the keys in conflict (it replaces the
+        plain count). Only a batch with a conflict reads further: the few keys in conflict are
+        joined to its rows as a broadcast, so bronze's write keeps the scan's partitions (a
+        window over the batch shuffled it, and the shuffle's empty partitions left an empty
+        parquet file outside the table's log).
+        """
+        key = self.schema.key
+        if not key:
+            return good, None, good.count()
+        payload = F.to_json(F.struct(*[F.col(c) for c in self.schema.field_names]))
+        per_key = good.groupBy(*key).agg(F.count(F.lit(1)).alias("_rows"),
+                                         F.min(payload).alias("_first"),
+                                         F.max(payload).alias("_last"))
+        totals = per_key.agg(F.sum("_rows").alias("rows"),
+                             F.count_if(F.col("_first") != F.col("_last")).alias("clashes"))
+        rows, clashes = totals.collect()[0]
+        if not clashes:
+            return good, None, rows or 0
+        first = per_key.where(F.col("_first") != F.col("_last")).select(*key, "_first")
+        marked = good.join(F.broadcast(first), on=list(key), how="left").withColumn(
+            "_conflict", F.col("_first").isNotNull() & (payload != F.col("_first")))
+        kept = marked.where(~F.col("_conflict")).drop("_first", "_conflict")
+        names = ", ".join(key)
+        conflicting = marked.where(F.col("_conflict")).drop("_first", "_conflict").withColumn(
+            "_reason", F.lit(f"duplicate {names} with a different payload (bronze keeps the "
+                             "copy of the batch whose fields sort first)"))
+        return kept, conflicting, kept.count()
 
 
 def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,

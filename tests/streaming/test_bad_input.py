@@ -95,8 +95,14 @@ CASES = [
     ("a number past the largest double",
      with_text("x27", '"amount":10.0', '"amount":1e999'), "amount is not a valid double"),
     ("a large number within the bound", line("ok6", amount=123456789012.5), None),
-    # copies of one event: identical ones are all kept in bronze (the jobs drop them)
+    # copies of one event in one batch: identical ones are all kept (the jobs drop them); of
+    # differing ones bronze keeps the copy whose fields sort first, the same in every replay
     ("an exact duplicate", line("ok1"), None),
+    ("a copy with another payload (kept: its fields sort first)", line("dup1", merchant="a"),
+     None),
+    ("a copy with another payload (quarantined)", line("dup1", merchant="b"),
+     "duplicate event_id with a different payload (bronze keeps the copy of the batch whose "
+     "fields sort first)"),
     ("nested deeper than the parser goes", with_text(
         "x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
      "nested deeper than 999 levels (the stream's max_depth)"),
