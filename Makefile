@@ -91,78 +91,78 @@ dbt: setup
 TRIALS ?= 20
 SEED ?= 7
 chaos: setup
-	$(BIN)/python tests/chaos.py --trials $(TRIALS) --seed $(SEED)
+	$(BIN)/python tools/chaos.py --trials $(TRIALS) --seed $(SEED)
 
 # The soak (docs/reliability.md): `tidemark live` for SOAK_MINUTES with retention on, sampled each minute.
 SOAK_MINUTES ?= 20
 soak: setup
-	$(BIN)/python tests/soak.py --minutes $(SOAK_MINUTES)
+	$(BIN)/python tools/soak.py --minutes $(SOAK_MINUTES)
 
 # The sliding-window benchmark (docs/benchmarks.md): EVENTS=200000 for a quick run.
 EVENTS ?= 2000000
 bench: setup
-	$(BIN)/python tests/benchmarks/sliding_window.py --events $(EVENTS)
+	$(BIN)/python tools/benchmarks/sliding_window.py --events $(EVENTS)
 
 # Where failed_txn_velocity's time goes, one step of the query at a time (docs/benchmarks.md).
 PROFILE_EVENTS ?= 2000000
 bench-velocity-profile: setup
-	$(BIN)/python tests/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS)
+	$(BIN)/python tools/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS)
 
 # Side by side (docs/benchmarks.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
 # Flink and DuckDB live in an environment of their own, apart from tidemark's pins.
 BENCH_VENV := $(CURDIR)/.tidemark/bench-venv
 COMPARE_EVENTS ?= 1000000
-$(BENCH_VENV)/.installed: tests/benchmarks/compare-requirements.txt
+$(BENCH_VENV)/.installed: tools/benchmarks/compare-requirements.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip==25.3
-	$(BENCH_VENV)/bin/pip install --quiet -r tests/benchmarks/compare-requirements.txt
+	$(BENCH_VENV)/bin/pip install --quiet -r tools/benchmarks/compare-requirements.txt
 	touch $@
 
 bench-compare: setup $(BENCH_VENV)/.installed
-	$(BIN)/python tests/benchmarks/compare.py --events $(COMPARE_EVENTS)
+	$(BIN)/python tools/benchmarks/compare.py --events $(COMPARE_EVENTS)
 
 # The fixed cost of a micro-batch carrying a handful of events, per job and for ingestion.
 bench-batch-cost: setup
-	$(BIN)/python tests/benchmarks/batch_cost.py
+	$(BIN)/python tools/benchmarks/batch_cost.py
 
 # Checkpoint figures at 1,000,000 state rows: commit p50/p99, bytes per batch, SIGKILL to the
 # first commit after a restart (docs/benchmarks.md)
 bench-checkpoint: setup
-	$(BIN)/python tests/benchmarks/checkpoint_cost.py
+	$(BIN)/python tools/benchmarks/checkpoint_cost.py
 
 # The reconciliation benchmark (docs/benchmarks.md): dbt build against the same SQL run plainly.
 RECON_EVENTS ?= 10000000
 bench-recon: setup
-	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS)
+	$(BIN)/python tools/benchmarks/reconciliation.py --events $(RECON_EVENTS)
 
 # Incremental reconciliation after one more hour against the full one (docs/benchmarks.md): builds
 # a lake of RECON_EVENTS over RECON_DAYS days of event time, then times both on it.
 RECON_DAYS ?= 10
 bench-recon-incremental: setup
 	@mkdir -p .tidemark
-	$(BIN)/python tests/benchmarks/reconciliation.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --setup-only | tee .tidemark/bench-recon-setup.log
-	$(BIN)/python tests/benchmarks/incremental_recon.py --data-root "$$(sed -n 's/.*data root kept: //p' .tidemark/bench-recon-setup.log)"
+	$(BIN)/python tools/benchmarks/reconciliation.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --setup-only | tee .tidemark/bench-recon-setup.log
+	$(BIN)/python tools/benchmarks/incremental_recon.py --data-root "$$(sed -n 's/.*data root kept: //p' .tidemark/bench-recon-setup.log)"
 
 # Full against incremental reconciliation as history grows, at one rate (docs/benchmarks.md):
 # RECON_EVENTS over RECON_DAYS days, in 4 steps, each timed in full and after one more hour.
 bench-recon-history: setup
-	$(BIN)/python tests/benchmarks/recon_history.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --steps 4
+	$(BIN)/python tools/benchmarks/recon_history.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --steps 4
 
 # Your own jobs reconciled (docs/benchmarks.md): USER_EVENTS readings of a stream of your own over 3
 # days, three jobs, in full, after one more hour, and with nothing new. RESULTS=path to keep it.
 USER_EVENTS ?= 200000
 bench-user-recon: setup
-	$(BIN)/python tests/benchmarks/user_recon.py --events $(USER_EVENTS) $(if $(RESULTS),--results $(RESULTS))
+	$(BIN)/python tools/benchmarks/user_recon.py --events $(USER_EVENTS) $(if $(RESULTS),--results $(RESULTS))
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000
 # Kafka -> bronze -> a stateful job next to the landing path (docs/benchmarks.md).
 KAFKA_EVENTS ?= 200000
 bench-kafka: setup
-	$(BIN)/python tests/benchmarks/kafka_source.py --events $(KAFKA_EVENTS)
+	$(BIN)/python tools/benchmarks/kafka_source.py --events $(KAFKA_EVENTS)
 
 bench-live: setup
-	$(BIN)/python tests/benchmarks/always_on.py --events $(LIVE_EVENTS)
+	$(BIN)/python tools/benchmarks/always_on.py --events $(LIVE_EVENTS)
 
 clean:
 	rm -rf .tidemark/data

@@ -1,7 +1,7 @@
 """Fault injection: kill tidemark with SIGKILL at random instants and at named fault points,
 restart it, and count what was lost or doubled.
 
-    .venv/bin/python tests/chaos.py --trials 20 --seed 7 --budget-minutes 60 \\
+    .venv/bin/python tools/chaos.py --trials 20 --seed 7 --budget-minutes 60 \\
         --points incremental,restore.planned,restore.gold,restore.copy,restore.swap,restore.progress \\
         --results results/chaos.json
 
@@ -753,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
         return worker(argv[1], argv[2])
-    if argv[:1] == ["merge"]:  # tests/chaos.py merge OUT IN [IN ...]
+    if argv[:1] == ["merge"]:  # tools/chaos.py merge OUT IN [IN ...]
         for row in merge([Path(a) for a in argv[2:]], Path(argv[1])):
             print(row)
         return 0
@@ -784,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(results: list[Trial]) -> None:  # after every trial: a run cut short keeps them
         Path(args.results).write_text(json.dumps({
-            "command": "tests/chaos.py " + " ".join(argv), "seed": args.seed,
+            "command": "tools/chaos.py " + " ".join(argv), "seed": args.seed,
             "summary": summarize(results), "trials": [asdict(t) for t in results]}, indent=1))
 
     results = run_trials(points, args.trials, args.seed, Path(args.work), args.events,

@@ -1,7 +1,7 @@
 """Soak: the always-on setup for a bounded time with retention on, sampled every minute.
 
-    make soak SOAK_MINUTES=20             # = .venv/bin/python tests/soak.py --minutes 20
-    .venv/bin/python tests/soak.py --minutes 60 --rate 10 --recon-every 10 --results out.json
+    make soak SOAK_MINUTES=20             # = .venv/bin/python tools/soak.py --minutes 20
+    .venv/bin/python tools/soak.py --minutes 60 --rate 10 --recon-every 10 --results out.json
 
 It runs ``tidemark live`` (landing at a steady rate, the continuous run hosting every job,
 reconciliation, savepoints, sensors, the SQL endpoint, Dagster's daemon) on a data root of its
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sample failed: {exc!r}", flush=True)
             continue
         print(table(samples)[-1], flush=True)
-        Path(args.results).write_text(json.dumps({"command": "tests/soak.py " + " ".join(
+        Path(args.results).write_text(json.dumps({"command": "tools/soak.py " + " ".join(
             argv if argv is not None else sys.argv[1:]), "samples": samples}, indent=1))
     if live.poll() is None:  # it did not stop by itself in time: its whole process group goes
         print(f"tidemark live still stopping after {args.shutdown_minutes:g} min; stopped")
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(samples)))
     runs = maintenance_runs(root)
     print("\n".join(maintenance_table(runs)))
-    Path(args.results).write_text(json.dumps({"command": "tests/soak.py " + " ".join(
+    Path(args.results).write_text(json.dumps({"command": "tools/soak.py " + " ".join(
         argv if argv is not None else sys.argv[1:]), "samples": samples,
         "maintenance_runs": runs}, indent=1))
     print(f"tidemark live exited {live.returncode}; its output: {log.name}")

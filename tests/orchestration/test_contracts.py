@@ -69,14 +69,15 @@ def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):
 
 
 def test_dg_loads_and_checks_the_definitions_folder(cfg):
-    """Dagster's own project tooling (dg) reads the same code location: `dg check defs`."""
+    """Dagster's own project tooling (dg) reads the same code location: `dg list defs`."""
     from streaming_jobs.config import CHECKOUT
 
     dg = str(Path(sys.executable).with_name("dg"))
     env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root), "NO_COLOR": "1"}
-    checked = subprocess.run([dg, "check", "defs", "--use-active-venv"], cwd=CHECKOUT, env=env,
-                             capture_output=True, text=True, timeout=600)
-    assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
+    # `dg list defs` loads the code location through dg's project settings (it fails when the
+    # definitions do not load) and lists them. `dg check defs` loads it once more through a
+    # workspace and checks component YAML, of which the project has none: about 30 s of CI for
+    # no other finding, so the test runs one load, not two
     listed = subprocess.run([dg, "list", "defs", "--json"], cwd=CHECKOUT,
                             env=env, capture_output=True, text=True, timeout=600)
     assert listed.returncode == 0, (listed.stdout + listed.stderr)[-3000:]

@@ -1,4 +1,4 @@
-"""A few trials of the fault-injection harness (`tests/chaos.py`; the long runs are a command,
+"""A few trials of the fault-injection harness (`tools/chaos.py`; the long runs are a command,
 their results in docs/reliability.md): SIGKILL at a random instant of an incremental run, and a
 restore killed right after its swap, and alert delivery killed at a random instant. Each
 recovery must need nobody and end with exactly the bronze and gold rows of an uninterrupted

@@ -1,8 +1,8 @@
 """Benchmark: what always-on costs: sensor ticks, and a scheduled reconciliation's wall time.
 
     make bench-live                              # 2,000,000 events
-    .venv/bin/python tests/benchmarks/always_on.py --events 10000000 --keep
-    .venv/bin/python tests/benchmarks/always_on.py --data-root <kept root>   # measure again
+    .venv/bin/python tools/benchmarks/always_on.py --events 10000000 --keep
+    .venv/bin/python tools/benchmarks/always_on.py --data-root <kept root>   # measure again
 
 1. A data root: ``--events`` events over the five demo streams, landed in waves, ingested and
    streamed by every job (as `tidemark run` does), or ``--data-root`` to reuse one.
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(CHECKOUT / "tests" / "benchmarks"))
+sys.path.insert(0, str(CHECKOUT / "tools" / "benchmarks"))
 
 
 def free_port() -> int:
@@ -123,7 +123,7 @@ def baseline_sensors(root: Path, revision: str) -> dict:
         env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root), "PYTHONPATH": str(work)}
         result = subprocess.run([sys.executable, "-c", BASELINE_PROBE], env=env, cwd=work,
                                 capture_output=True, text=True, timeout=1800)
-        line = next((l for l in result.stdout.splitlines() if l.startswith("PROBE ")), None)
+        line = next((s for s in result.stdout.splitlines() if s.startswith("PROBE ")), None)
         if line is None:
             return {"error": (result.stdout + result.stderr)[-1500:]}
         return json.loads(line.removeprefix("PROBE "))

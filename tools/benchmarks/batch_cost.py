@@ -1,7 +1,7 @@
 """Benchmark: the fixed cost of a micro-batch, per job and for ingestion (issue 17).
 
     make bench-batch-cost                                              # every job, 12 waves
-    .venv/bin/python tests/benchmarks/batch_cost.py --jobs events_by_type --waves 4   # quick
+    .venv/bin/python tools/benchmarks/batch_cost.py --jobs events_by_type --waves 4   # quick
 
 A continuous run at a low rate lives on this cost: each micro-batch carries a handful of
 events, so what a batch costs whatever it carries decides how many events a second a query
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{job}: {args.waves} waves of {args.events} events per stream", flush=True)
         rows.extend(measure(spark, base, job, args))
     Path(args.results).write_text(json.dumps({
-        "command": "tests/benchmarks/batch_cost.py " + " ".join(argv or []),
+        "command": "tools/benchmarks/batch_cost.py " + " ".join(argv or []),
         "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
         "seconds": round(time.monotonic() - started), "batches": rows,
         "steps": timer.seconds}, indent=1))

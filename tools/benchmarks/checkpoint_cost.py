@@ -1,7 +1,7 @@
 """Benchmark: what checkpointing costs a job holding 1,000,000 rows of state.
 
-    make bench-checkpoint    # = .venv/bin/python tests/benchmarks/checkpoint_cost.py
-    .venv/bin/python tests/benchmarks/checkpoint_cost.py --state-rows 200000 --batches 10 --kills 1
+    make bench-checkpoint    # = .venv/bin/python tools/benchmarks/checkpoint_cost.py
+    .venv/bin/python tools/benchmarks/checkpoint_cost.py --state-rows 200000 --batches 10 --kills 1
 
 The job is ``events_by_type`` (RocksDB state with changelog checkpointing, as tidemark runs every
 job). Its state is its deduplication: every click id until the watermark (10 minutes behind the

@@ -1,7 +1,7 @@
 """Benchmark side by side: the same queries on the same generated data, one run, four engines.
 
     make bench-compare                                   # 1,000,000 events per stream
-    .venv/bin/python tests/benchmarks/compare.py --events 100000 --queries tumbling session
+    .venv/bin/python tools/benchmarks/compare.py --events 100000 --queries tumbling session
 
 Engines (each query in a process of its own, so its wall time and peak memory are its own):
 
@@ -19,7 +19,7 @@ Engines (each query in a process of its own, so its wall time and peak memory ar
   watermark (`compare_queries.py`).
 
 Flink and DuckDB run from the benchmark's own environment (``.tidemark/bench-venv``, made by
-``make bench-compare`` from ``tests/benchmarks/compare-requirements.txt``), so their
+``make bench-compare`` from ``tools/benchmarks/compare-requirements.txt``), so their
 dependencies never meet tidemark's pins. The data is generated without late or malformed
 events (every engine must give the same answer), with the generator's 1 % duplicates.
 

@@ -1,7 +1,7 @@
 """Benchmark: what one more hour costs to ingest and stream, after a short or a long history.
 
-    .venv/bin/python tests/benchmarks/hour_cost.py --events 2000000 --days 10 --runs 6
-    .venv/bin/python tests/benchmarks/hour_cost.py --events 2000000 --days 10 --history-hours 24
+    .venv/bin/python tools/benchmarks/hour_cost.py --events 2000000 --days 10 --runs 6
+    .venv/bin/python tools/benchmarks/hour_cost.py --events 2000000 --days 10 --history-hours 24
 
 The five demo streams' events (``--events`` in all) spread over ``--days`` days of event time,
 generated into hourly files (file k: the k-th hour of event time of every stream). The first

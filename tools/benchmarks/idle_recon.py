@@ -1,7 +1,7 @@
 """Benchmark: what a scheduled reconciliation costs when nothing new arrived since the last one.
 
-    .venv/bin/python tests/benchmarks/reconciliation.py --events 20000 --days 2 --setup-only
-    .venv/bin/python tests/benchmarks/idle_recon.py --data-root <the root it kept> --runs 2
+    .venv/bin/python tools/benchmarks/reconciliation.py --events 20000 --days 2 --setup-only
+    .venv/bin/python tools/benchmarks/idle_recon.py --data-root <the root it kept> --runs 2
 
 On a data root that ``reconciliation.py --setup-only`` built (every job has streamed), as an
 hourly schedule meets a quiet hour:
@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     root = args.data_root.resolve()
     if not (root / "lake").is_dir():
-        raise SystemExit(f"{root} has no lake: build one with tests/benchmarks/reconciliation.py "
+        raise SystemExit(f"{root} has no lake: build one with tools/benchmarks/reconciliation.py "
                          "--setup-only and pass the root it kept")
     code = os.environ.get("PYTHONPATH") or "this checkout"
     full, full_nodes, _ = timed_build(root, "--full")

@@ -1,7 +1,7 @@
 """Benchmark: an incremental reconciliation after one more hour of events, against a full one.
 
-    .venv/bin/python tests/benchmarks/reconciliation.py --events 10000000 --days 10 --setup-only
-    .venv/bin/python tests/benchmarks/incremental_recon.py --data-root <the root it kept>
+    .venv/bin/python tools/benchmarks/reconciliation.py --events 10000000 --days 10 --setup-only
+    .venv/bin/python tools/benchmarks/incremental_recon.py --data-root <the root it kept>
 
 On a data root that ``reconciliation.py --setup-only --days D`` built (the five demo streams
 spread over D days of event time, ingested and streamed by every job), as a schedule would:

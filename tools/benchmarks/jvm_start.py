@@ -1,6 +1,6 @@
 """Benchmark: a driver JVM's start with and without the class archive `tidemark setup` builds.
 
-    .venv/bin/python tests/benchmarks/jvm_start.py --runs 3
+    .venv/bin/python tools/benchmarks/jvm_start.py --runs 3
 
 What every ``tidemark-dbt`` invocation on the session target and every Dagster run process
 pay before their first statement, in a new process each time, alternating

@@ -1,7 +1,7 @@
 """Benchmark: Kafka -> bronze -> a stateful job, next to the landing-file path, same events.
 
     make bench-kafka                                            # 200,000 transactions, 2 rounds
-    .venv/bin/python tests/benchmarks/kafka_source.py --events 50000 --rounds 1   # quick
+    .venv/bin/python tools/benchmarks/kafka_source.py --events 50000 --rounds 1   # quick
 
 One process, one SparkSession (``local[2]``), the project's own broker (KRaft, 127.0.0.1) in a
 JVM of its own. The same generated transactions go:

@@ -1,6 +1,6 @@
 """Benchmark: what Spark's driver spends planning each dbt model, in a new JVM and a warm one.
 
-    .venv/bin/python tests/benchmarks/plan_cost.py --data-root <a root dbt has built> --rounds 2
+    .venv/bin/python tools/benchmarks/plan_cost.py --data-root <a root dbt has built> --rounds 2
 
 Reads the models dbt compiled last under the data root (``dbt/target/compiled``), and for each
 one has a SparkSession (streaming_jobs.spark's, with the data root's metastore) parse, analyze,

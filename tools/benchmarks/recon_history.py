@@ -1,7 +1,7 @@
 """Benchmark: how full and incremental reconciliation grow with the length of history.
 
     make bench-recon-history                # 10,000,000 events over 10 days, 4 steps
-    .venv/bin/python tests/benchmarks/recon_history.py --events 10000000 --days 10 --steps 4
+    .venv/bin/python tools/benchmarks/recon_history.py --events 10000000 --days 10 --steps 4
 
 One rate for every row: the five demo streams' events (``--events`` in all) spread evenly over
 ``--days`` days of event time, generated once into hourly files (file k: the k-th hour of event

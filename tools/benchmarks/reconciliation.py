@@ -1,7 +1,7 @@
 """Benchmark: the whole reconciliation through dbt against the same SQL run plainly in Spark.
 
     make bench-recon                      # 10,000,000 bronze events, 4 waves
-    .venv/bin/python tests/benchmarks/reconciliation.py --events 400000   # quick
+    .venv/bin/python tools/benchmarks/reconciliation.py --events 400000   # quick
 
 It lands ``--events`` events (split evenly over the five demo streams) in waves, ingests each
 wave into bronze and streams every registered job over it (as `tidemark run` does), so the gold
@@ -83,7 +83,7 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
 
 def dbt_build(cfg, threads: int) -> tuple[float, float, int]:
     """One full `dbt build` (every day of every job) in this process: wall seconds, seconds in
-    node SQL, nodes run. The incremental one: tests/benchmarks/incremental_recon.py."""
+    node SQL, nodes run. The incremental one: tools/benchmarks/incremental_recon.py."""
     from orchestration.dbt_cli import main as dbt_main
 
     t0 = time.monotonic()

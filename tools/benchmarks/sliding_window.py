@@ -1,7 +1,7 @@
 """Benchmark: failed_txn_velocity's pane-based sliding window against Spark's built-in window().
 
     make bench                 # 2,000,000 transactions, 5 waves (about 15 minutes on 2 cores)
-    .venv/bin/python tests/benchmarks/sliding_window.py --events 200000 --waves 2   # quick
+    .venv/bin/python tools/benchmarks/sliding_window.py --events 200000 --waves 2   # quick
 
 On the same bronze data, in one process (one SparkSession, `local[2]`), it runs:
 

@@ -1,7 +1,7 @@
 """Benchmark: reconciling your own jobs, in full and after one more wave.
 
-    .venv/bin/python tests/benchmarks/user_recon.py --events 200000 --days 3
-    .venv/bin/python tests/benchmarks/user_recon.py --events 200000 --results results/user_recon.json
+    .venv/bin/python tools/benchmarks/user_recon.py --events 200000 --days 3
+    .venv/bin/python tools/benchmarks/user_recon.py --events 200000 --results results/user_recon.json
 
 A stream of your own (``meters``, as ``tidemark new stream`` writes it) and three jobs over it,
 as ``tidemark new job`` writes them: a SQL job of 5-minute windows, a SQL job of 10-minute
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     events = sum(len(w) for w in waves)
     figures = {
         "date": datetime.now().strftime("%Y-%m-%d"),
-        "command": "tests/benchmarks/user_recon.py " + " ".join(argv or sys.argv[1:]),
+        "command": "tools/benchmarks/user_recon.py " + " ".join(argv or sys.argv[1:]),
         "events": events, "days": args.days, "jobs": list(JOBS),
         "streamed_seconds": round(streamed_s, 1), "wave_streamed_seconds": round(wave_s, 1),
         "first_reconciliation_seconds": round(first_s, 1),

@@ -1,7 +1,7 @@
 """Profile: where failed_txn_velocity's time goes, step by step, on the same bronze rows.
 
     make bench-velocity-profile                                   # 2,000,000 transactions
-    .venv/bin/python tests/benchmarks/velocity_profile.py --events 200000     # quick
+    .venv/bin/python tools/benchmarks/velocity_profile.py --events 200000     # quick
 
 One data root, one SparkSession (`local[2]`), the events ingested into bronze once (one wave).
 Then each step below runs as a query of its own over all of bronze, as tidemark runs a job
