@@ -34,9 +34,11 @@ run: setup
 test: setup lint
 	$(BIN)/pytest
 
-# ruff (pyproject.toml's [tool.ruff]) over every Python file of the project
+# ruff (pyproject.toml's [tool.ruff]) over every Python file of the project: its lint rules and
+# its formatter (`ruff format .` formats the tree)
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The long proofs CI leaves out for time (marker `long`): incremental and composed reconciliation
 # against a backfill, jobs on the project's Spark cluster, the maintenance and full-disk trials,

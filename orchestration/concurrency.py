@@ -72,6 +72,9 @@ def run_in_flight(instance, job_name: str | None = None, tags: dict | None = Non
     from dagster import DagsterRunStatus, RunsFilter
 
     records = instance.get_run_records(
-        filters=RunsFilter(job_name=job_name, tags=tags,
-                           statuses=[DagsterRunStatus(s) for s in IN_FLIGHT]), limit=1)
+        filters=RunsFilter(
+            job_name=job_name, tags=tags, statuses=[DagsterRunStatus(s) for s in IN_FLIGHT]
+        ),
+        limit=1,
+    )
     return records[0].dagster_run if records else None

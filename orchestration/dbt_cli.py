@@ -43,15 +43,32 @@ from streaming_jobs.config import TidemarkConfig
 from orchestration.dbt_vars import dbt_vars
 
 # Commands that run SQL need Spark; parse, ls, clean, debug do not.
-NEEDS_SPARK = {"build", "run", "test", "seed", "snapshot", "show", "compile", "docs", "run-operation"}
+NEEDS_SPARK = {
+    "build",
+    "run",
+    "test",
+    "seed",
+    "snapshot",
+    "show",
+    "compile",
+    "docs",
+    "run-operation",
+}
 TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
 MISSING_TABLES_WAIT_SECONDS = 60.0
 # Commands that read the manifest, which tidemark-dbt parses first when a session warms up
 # (not `docs`: `docs serve` needs no manifest, and `docs generate` keeps its own parse)
 PARSE_FIRST = NEEDS_SPARK - {"docs"}
 # Options that change what `dbt parse` makes of the project (the rest only select or run)
-VALUED_PARSE_OPTIONS = {"--target", "-t", "--profile", "--profiles-dir", "--project-dir",
-                        "--target-path", "--vars"}
+VALUED_PARSE_OPTIONS = {
+    "--target",
+    "-t",
+    "--profile",
+    "--profiles-dir",
+    "--project-dir",
+    "--target-path",
+    "--vars",
+}
 PARSE_FLAGS = {"--partial-parse", "--no-partial-parse"}
 # Commands whose nodes a run leaves out for jobs nothing new reached (`recon_scope.left_out`)
 SELECTS_MODELS = {"build", "run", "test"}
@@ -59,8 +76,14 @@ SELECTS_MODELS = {"build", "run", "test"}
 # recomputes. dbt parses the whole project again whenever --vars change (7 s or more of a
 # build), so they reach the models in the environment instead (macros/run_vars.sql reads them
 # while the run runs), and --vars keep what changes only with the jobs.
-RUN_VARS = ("progress_version", "gold_versions", "recon_from", "recon_positions",
-            "recon_reasons", "recon_full")
+RUN_VARS = (
+    "progress_version",
+    "gold_versions",
+    "recon_from",
+    "recon_positions",
+    "recon_reasons",
+    "recon_full",
+)
 RUN_VARS_ENV = "TIDEMARK_DBT_RUN_VARS"
 
 
@@ -68,7 +91,7 @@ def with_vars(args: list[str], variables: dict) -> list[str]:
     command_at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
     if command_at is None or args[command_at] not in TAKES_VARS or "--vars" in args:
         return args
-    return [*args[:command_at + 1], "--vars", json.dumps(variables), *args[command_at + 1:]]
+    return [*args[: command_at + 1], "--vars", json.dumps(variables), *args[command_at + 1 :]]
 
 
 def with_excluded(args: list[str], models: list[str]) -> list[str]:
@@ -87,8 +110,10 @@ def choose_target(cfg: TidemarkConfig, wanted: str) -> tuple[str, object]:
 
     endpoint = discover(cfg) if wanted in ("auto", "endpoint") else None
     if wanted == "endpoint" and endpoint is None:
-        raise SystemExit("tidemark-dbt: TIDEMARK_DBT_TARGET=endpoint but no SQL endpoint runs "
-                         f"for {cfg.data_root}; start it with 'tidemark sql start'")
+        raise SystemExit(
+            "tidemark-dbt: TIDEMARK_DBT_TARGET=endpoint but no SQL endpoint runs "
+            f"for {cfg.data_root}; start it with 'tidemark sql start'"
+        )
     return ("endpoint", endpoint) if endpoint else ("session", None)
 
 
@@ -100,9 +125,11 @@ def _wait_for_lake(cfg: TidemarkConfig) -> None:
     while (absent := missing(cfg)) and time.monotonic() < deadline:
         time.sleep(1.0)
     if absent:
-        raise SystemExit(f"tidemark-dbt: lake tables {', '.join(absent)} do not exist and the "
-                         "SQL endpoint did not create them; see its log under "
-                         f"{cfg.paths.logs}")
+        raise SystemExit(
+            f"tidemark-dbt: lake tables {', '.join(absent)} do not exist and the "
+            "SQL endpoint did not create them; see its log under "
+            f"{cfg.paths.logs}"
+        )
 
 
 def split_run_vars(args: list[str]) -> tuple[list[str], dict]:
@@ -114,7 +141,7 @@ def split_run_vars(args: list[str]) -> tuple[list[str], dict]:
     at = args.index("--vars") + 1
     values = yaml.safe_load(args[at]) or {}
     own = {key: values.pop(key) for key in RUN_VARS if key in values}
-    return [*args[:at], json.dumps(values), *args[at + 1:]], own
+    return [*args[:at], json.dumps(values), *args[at + 1 :]], own
 
 
 def parse_args(args: list[str], target_path: str | None = None) -> list[str]:
@@ -125,7 +152,7 @@ def parse_args(args: list[str], target_path: str | None = None) -> list[str]:
     for i, arg in enumerate(args):
         name = arg.split("=", 1)[0]
         if name in VALUED_PARSE_OPTIONS:
-            out += [arg] if "=" in arg else args[i:i + 2]
+            out += [arg] if "=" in arg else args[i : i + 2]
         elif arg in PARSE_FLAGS:
             out.append(arg)
     if target_path and not any(a.split("=", 1)[0] == "--target-path" for a in out):
@@ -140,8 +167,9 @@ class SessionWarmup:
 
     def __init__(self, cfg: TidemarkConfig):
         self.cfg, self.error = cfg, None
-        self.thread = threading.Thread(target=self._run, name="tidemark-session-warmup",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name="tidemark-session-warmup", daemon=True
+        )
         self.thread.start()
 
     def _run(self) -> None:
@@ -198,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             args = [*args, "--target", target]
         if endpoint is not None:
             os.environ["TIDEMARK_SQL_HOST"], os.environ["TIDEMARK_SQL_PORT"] = (
-                endpoint.host, str(endpoint.port))
+                endpoint.host,
+                str(endpoint.port),
+            )
             _wait_for_lake(cfg)
         else:
             from streaming_jobs import ops_tables

@@ -30,11 +30,16 @@ def job_vars(jobs: dict) -> dict:
     """
     out = {}
     for name, spec in jobs.items():
-        params = {"source": spec.source, "tolerance": spec.tolerance, "keys": list(spec.keys),
-                  "warn_share": spec.recon_warn_share,
-                  "measures": list(spec.measures), "event_time": spec.event_time,
-                  # each source stream with its own event-time column (lateness replay)
-                  "sources": {s: stream_schema(s).event_time for s in spec.sources}}
+        params = {
+            "source": spec.source,
+            "tolerance": spec.tolerance,
+            "keys": list(spec.keys),
+            "warn_share": spec.recon_warn_share,
+            "measures": list(spec.measures),
+            "event_time": spec.event_time,
+            # each source stream with its own event-time column (lateness replay)
+            "sources": {s: stream_schema(s).event_time for s in spec.sources},
+        }
         if spec.reads:
             # the only rows of its source the job reads, and so counts late (lateness replay)
             params["reads"] = {spec.source: spec.reads}
@@ -42,7 +47,8 @@ def job_vars(jobs: dict) -> dict:
         for key, value in {**spec.params, **{k: v for k, v in bounds.items() if v}}.items():
             seconds = interval_seconds(value) if isinstance(value, str) else None
             params[f"{key}_seconds" if seconds is not None else key] = (
-                seconds if seconds is not None else value)
+                seconds if seconds is not None else value
+            )
         if spec.recon_partition:
             # incremental reconciliation by day (orchestration/recon_scope.py): hand-written
             # recon models, and generated ones of windowed jobs (macros/batch_by_basis.sql)
@@ -59,7 +65,8 @@ def job_vars(jobs: dict) -> dict:
             params["source_keys"] = {s: list(key) for s, key in dedup.items()}
             params["source_columns"] = {
                 s: [f for f in stream_schema(s).field_names if f not in dedup[s]]
-                for s in spec.sources}
+                for s in spec.sources
+            }
         out[name] = params
     return out
 
@@ -73,13 +80,20 @@ def last_batches(progress_rows: list[dict]) -> dict[str, dict]:
     newest: dict[str, dict] = {}
     for row in progress_rows:
         job = row["job"]
-        if job not in newest or (row["ts"], row["batch_id"]) > (newest[job]["ts"],
-                                                                newest[job]["batch_id"]):
+        if job not in newest or (row["ts"], row["batch_id"]) > (
+            newest[job]["ts"],
+            newest[job]["batch_id"],
+        ):
             newest[job] = row
     out = {}
     for job, last in newest.items():
-        lineage = [r for r in progress_rows if r["job"] == job
-                   and r["query_id"] == last["query_id"] and r["sink_version"] is not None]
+        lineage = [
+            r
+            for r in progress_rows
+            if r["job"] == job
+            and r["query_id"] == last["query_id"]
+            and r["sink_version"] is not None
+        ]
         if lineage:
             out[job] = max(lineage, key=lambda r: (r["batch_id"], r["sink_version"]))
     return out
@@ -93,13 +107,17 @@ def read_progress(cfg: TidemarkConfig, jobs: dict) -> tuple[int | None, list[dic
     if version is None:
         return None, []
     return version, ops_tables.read(
-        cfg, "stream_progress", as_of=version,
+        cfg,
+        "stream_progress",
+        as_of=version,
         where=f"job in ({', '.join(map(ops_tables.literal, jobs))})" if jobs else "false",
-        columns=["job", "query_id", "batch_id", "ts", "sink_version", "source_versions"])
+        columns=["job", "query_id", "batch_id", "ts", "sink_version", "source_versions"],
+    )
 
 
-def position_vars(cfg: TidemarkConfig, jobs: dict,
-                  progress: tuple[int | None, list[dict]] | None = None) -> dict:
+def position_vars(
+    cfg: TidemarkConfig, jobs: dict, progress: tuple[int | None, list[dict]] | None = None
+) -> dict:
     """The streams' committed position, pinned for one dbt invocation (see the module doc);
     ``progress``: what `read_progress` returned (read here when not given)."""
     from streaming_jobs.checkpoints import query_id
@@ -126,8 +144,12 @@ def position_vars(cfg: TidemarkConfig, jobs: dict,
         if last is None or last["query_id"] != current:
             # no batch of this checkpoint recorded yet: gold as it was before its first batch
             last = {"batch_id": -1, "sink_version": -1}
-        pinned = version_as_of_batch(cfg.paths.table("gold", job), sink_app_id(spec, current),
-                                     last["batch_id"], last["sink_version"])
+        pinned = version_as_of_batch(
+            cfg.paths.table("gold", job),
+            sink_app_id(spec, current),
+            last["batch_id"],
+            last["sink_version"],
+        )
         if pinned >= 0:
             gold[job] = pinned
     return {"progress_version": version, "gold_versions": gold}
@@ -141,8 +163,9 @@ def text_measures(types: dict[str, dict[str, str]], jobs: dict[str, JobSpec]) ->
     job -> column -> Delta type name). The recon compares those for exact equality."""
     out = {}
     for job, columns in types.items():
-        text = [m for m in jobs[job].measures
-                if m in columns and not columns[m].startswith(NUMERIC)]
+        text = [
+            m for m in jobs[job].measures if m in columns and not columns[m].startswith(NUMERIC)
+        ]
         if text:
             out[job] = text
     return out
@@ -163,8 +186,12 @@ def gold_types(cfg: TidemarkConfig, jobs: dict) -> dict[str, dict[str, str]]:
     return out
 
 
-def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None,
-             full: bool = False, partitions_from: str | None = None) -> dict:
+def dbt_vars(
+    jobs: dict[str, JobSpec],
+    cfg: TidemarkConfig | None = None,
+    full: bool = False,
+    partitions_from: str | None = None,
+) -> dict:
     """Every var: the jobs, and with ``cfg`` the pinned position of the streams, the measures
     that are not numbers and the days each job's reconciliation recomputes (all with
     ``full``: a backfill; from ``partitions_from`` at least: the first day of the run's
@@ -177,8 +204,11 @@ def dbt_vars(jobs: dict[str, JobSpec], cfg: TidemarkConfig | None = None,
         progress = read_progress(cfg, jobs)
         out.update(position_vars(cfg, jobs, progress))
         # from the same rows: the run's positions are the pinned version's
-        out.update(recon_scope_vars(cfg, jobs, out["jobs"], run_project_dir(cfg),
-                                    progress[1], full, partitions_from))
+        out.update(
+            recon_scope_vars(
+                cfg, jobs, out["jobs"], run_project_dir(cfg), progress[1], full, partitions_from
+            )
+        )
         out["text_measures"] = text_measures(gold_types(cfg, jobs), jobs)
         out["watermark_ahead_seconds"] = int(cfg.ops.watermark_ahead_seconds)
     return out

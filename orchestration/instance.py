@@ -25,8 +25,12 @@ def dagster_yaml(cfg: TidemarkConfig) -> str:
         # conflicts is limited, see orchestration/concurrency.py.
         "concurrency": {"runs": run_limits(all_queries(), cfg.ops.max_concurrent_runs)},
         # A run that never starts or never finishes cancelling is failed, not left hanging.
-        "run_monitoring": {"enabled": True, "start_timeout_seconds": 300,
-                           "cancel_timeout_seconds": 300, "poll_interval_seconds": 30},
+        "run_monitoring": {
+            "enabled": True,
+            "start_timeout_seconds": 300,
+            "cancel_timeout_seconds": 300,
+            "poll_interval_seconds": 30,
+        },
     }
     return f"{HEADER}\n" + yaml.safe_dump(settings, sort_keys=False)
 

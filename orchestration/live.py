@@ -65,8 +65,13 @@ class DagsterDev:
 
     def __init__(self, cfg: TidemarkConfig, port: int, env: dict[str, str] | None = None) -> None:
         self.cfg, self.port = cfg, port
-        self.env = {**DAEMON_ENV, **os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-                    "DAGSTER_HOME": str(cfg.paths.dagster_home), **(env or {})}
+        self.env = {
+            **DAEMON_ENV,
+            **os.environ,
+            "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+            "DAGSTER_HOME": str(cfg.paths.dagster_home),
+            **(env or {}),
+        }
         self.log_path = cfg.paths.logs / "dagster.log"
         self.proc: subprocess.Popen | None = None
 
@@ -81,19 +86,28 @@ class DagsterDev:
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
                 [dagster, "dev", "-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"],
-                cwd=CHECKOUT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                cwd=CHECKOUT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         client = Graphql(self.url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise LiveError(f"dagster dev exited while starting (code {self.proc.returncode});"
-                                f" see {self.log_path}")
+                raise LiveError(
+                    f"dagster dev exited while starting (code {self.proc.returncode});"
+                    f" see {self.log_path}"
+                )
             if client.location_loaded():
                 return client
             time.sleep(1.0)
-        raise LiveError(f"the Dagster webserver did not load the code location within "
-                        f"{timeout:.0f}s; see {self.log_path}")
+        raise LiveError(
+            f"the Dagster webserver did not load the code location within "
+            f"{timeout:.0f}s; see {self.log_path}"
+        )
 
     def wait(self) -> None:
         if self.proc is not None:
@@ -118,8 +132,9 @@ class Graphql:
 
     def query(self, text: str, variables: dict | None = None) -> dict:
         body = json.dumps({"query": text, "variables": variables or {}}).encode()
-        request = urllib.request.Request(self.endpoint, data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.endpoint, data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=60) as answer:
             reply = json.loads(answer.read())
         if reply.get("errors"):
@@ -128,56 +143,81 @@ class Graphql:
 
     def location_loaded(self) -> bool:
         try:
-            data = self.query("{ workspaceOrError { ... on Workspace { locationEntries { name "
-                              "loadStatus locationOrLoadError { __typename } } } } }")
+            data = self.query(
+                "{ workspaceOrError { ... on Workspace { locationEntries { name "
+                "loadStatus locationOrLoadError { __typename } } } } }"
+            )
         except (OSError, urllib.error.URLError, LiveError, ValueError):
             return False
         entries = data["workspaceOrError"].get("locationEntries") or []
         return bool(entries) and all(
             e["loadStatus"] == "LOADED"
-            and e["locationOrLoadError"]["__typename"] == "RepositoryLocation" for e in entries)
+            and e["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+            for e in entries
+        )
 
     def repository(self) -> dict:
-        data = self.query("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
-                          "location { name } } } } }")
+        data = self.query(
+            "{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
+            "location { name } } } } }"
+        )
         repo = data["repositoriesOrError"]["nodes"][0]
-        return {"repositoryLocationName": repo["location"]["name"],
-                "repositoryName": repo["name"]}
+        return {"repositoryLocationName": repo["location"]["name"], "repositoryName": repo["name"]}
 
     def selector(self, job: str) -> dict:
-        data = self.query("{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
-                          "location { name } jobs { name } } } } }")
+        data = self.query(
+            "{ repositoriesOrError { ... on RepositoryConnection { nodes { name "
+            "location { name } jobs { name } } } } }"
+        )
         for repo in data["repositoriesOrError"]["nodes"]:
             if job in {j["name"] for j in repo["jobs"]}:
-                return {"repositoryLocationName": repo["location"]["name"],
-                        "repositoryName": repo["name"], "jobName": job}
+                return {
+                    "repositoryLocationName": repo["location"]["name"],
+                    "repositoryName": repo["name"],
+                    "jobName": job,
+                }
         raise LiveError(f"job {job} is not in the loaded code location")
 
-    def launch(self, job: str, run_config: dict | None = None,
-               tags: dict[str, str] | None = None,
-               assets: list[list[str]] | None = None) -> str:
+    def launch(
+        self,
+        job: str,
+        run_config: dict | None = None,
+        tags: dict[str, str] | None = None,
+        assets: list[list[str]] | None = None,
+    ) -> str:
         """Launch ``job`` (of its assets, only ``assets`` when given: "Materialize selected"
         in the UI); its run id."""
         selector = self.selector(job)
         if assets is not None:
-            selector = {**selector, "assetSelection": [{"path": list(a)} for a in assets],
-                        "assetCheckSelection": []}
+            selector = {
+                **selector,
+                "assetSelection": [{"path": list(a)} for a in assets],
+                "assetCheckSelection": [],
+            }
         data = self.query(
             """mutation Launch($params: ExecutionParams!) { launchRun(executionParams: $params) {
                  __typename ... on LaunchRunSuccess { run { runId } }
                  ... on PythonError { message } ... on RunConfigValidationInvalid {
                  errors { message } } ... on InvalidSubsetError { message } } }""",
-            {"params": {"selector": selector, "runConfigData": run_config or {},
-                        "executionMetadata": {"tags": [{"key": k, "value": v}
-                                                       for k, v in (tags or {}).items()]}}})
+            {
+                "params": {
+                    "selector": selector,
+                    "runConfigData": run_config or {},
+                    "executionMetadata": {
+                        "tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]
+                    },
+                }
+            },
+        )
         result = data["launchRun"]
         if result["__typename"] != "LaunchRunSuccess":
             raise LiveError(f"launching {job} failed: {json.dumps(result)[:1000]}")
         return result["run"]["runId"]
 
     def status(self, run_id: str) -> str:
-        data = self.query("query S($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
-                          {"id": run_id})
+        data = self.query(
+            "query S($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }", {"id": run_id}
+        )
         return data["runOrError"]["status"]
 
     def runs(self, job: str | None = None, limit: int = 100) -> list[dict]:
@@ -185,7 +225,8 @@ class Graphql:
             "query R($filter: RunsFilter, $limit: Int) { runsOrError(filter: $filter, "
             "limit: $limit) { ... on Runs { results { runId jobName status startTime endTime "
             "tags { key value } } } } }",
-            {"filter": {"pipelineName": job} if job else {}, "limit": limit})
+            {"filter": {"pipelineName": job} if job else {}, "limit": limit},
+        )
         return data["runsOrError"]["results"]
 
     def in_flight(self) -> list[dict]:
@@ -193,12 +234,14 @@ class Graphql:
         data = self.query(
             "query F($filter: RunsFilter) { runsOrError(filter: $filter) { ... on Runs { "
             "results { runId jobName status } } } }",
-            {"filter": {"statuses": list(IN_FLIGHT)}})
+            {"filter": {"statuses": list(IN_FLIGHT)}},
+        )
         return data["runsOrError"]["results"]
 
     def terminate(self, run_id: str) -> None:
-        self.query("mutation T($id: String!) { terminateRun(runId: $id) { __typename } }",
-                   {"id": run_id})
+        self.query(
+            "mutation T($id: String!) { terminateRun(runId: $id) { __typename } }", {"id": run_id}
+        )
 
     def wait(self, run_id: str, states=TERMINAL, timeout: float = 900.0) -> str:
         deadline = time.monotonic() + timeout
@@ -216,21 +259,28 @@ class Graphql:
             data = self.query(
                 """mutation On($selector: ScheduleSelector!) { startSchedule(scheduleSelector:
                      $selector) { __typename ... on ScheduleStateResult { scheduleState { status
-                     } } ... on PythonError { message } } }""", {"selector": selector})
+                     } } ... on PythonError { message } } }""",
+                {"selector": selector},
+            )
             result = data["startSchedule"]
         else:
             state = self.query(
                 """query S($selector: ScheduleSelector!) { scheduleOrError(scheduleSelector:
                      $selector) { ... on Schedule { scheduleState { id } } } }""",
-                {"selector": selector})["scheduleOrError"]["scheduleState"]
+                {"selector": selector},
+            )["scheduleOrError"]["scheduleState"]
             data = self.query(
                 """mutation Off($id: String) { stopRunningSchedule(id: $id) { __typename
                      ... on ScheduleStateResult { scheduleState { status } }
-                     ... on PythonError { message } } }""", {"id": state["id"]})
+                     ... on PythonError { message } } }""",
+                {"id": state["id"]},
+            )
             result = data["stopRunningSchedule"]
         if result["__typename"] != "ScheduleStateResult":
-            raise LiveError(f"turning {schedule} {'on' if running else 'off'} failed: "
-                            f"{json.dumps(result)[:1000]}")
+            raise LiveError(
+                f"turning {schedule} {'on' if running else 'off'} failed: "
+                f"{json.dumps(result)[:1000]}"
+            )
         return result["scheduleState"]["status"]
 
     def sensor_ticks(self, sensor: str, limit: int = 20) -> list[dict]:
@@ -239,7 +289,8 @@ class Graphql:
             """query Ticks($selector: SensorSelector!, $limit: Int) { sensorOrError(
                  sensorSelector: $selector) { ... on Sensor { sensorState { ticks(limit: $limit) {
                  status timestamp endTimestamp error { message } } } } } }""",
-            {"selector": {**self.repository(), "sensorName": sensor}, "limit": limit})
+            {"selector": {**self.repository(), "sensorName": sensor}, "limit": limit},
+        )
         return data["sensorOrError"]["sensorState"]["ticks"]
 
 
@@ -248,8 +299,9 @@ class Landing(threading.Thread):
     each the next stretch of event time (``rate * every`` events at the stream's rate), so that
     the streams stay in step in event time."""
 
-    def __init__(self, cfg: TidemarkConfig, rate: float, minutes: float, every: float = 5.0,
-                 seed: int = 7) -> None:
+    def __init__(
+        self, cfg: TidemarkConfig, rate: float, minutes: float, every: float = 5.0, seed: int = 7
+    ) -> None:
         super().__init__(daemon=True, name="tidemark-landing")
         from streaming_jobs.generator import GeneratorConfig, generate_by_time
 
@@ -260,9 +312,14 @@ class Landing(threading.Thread):
         per_file = max(1, int(rate * every))
         self.samples = []
         for stream in DEMO_STREAMS:
-            gen = GeneratorConfig(stream=stream, events=per_file * self.ticks, files=self.ticks,
-                                  seed=seed, rate=DEMO_RATES.get(stream, 2.0),
-                                  file_prefix=f"live-{seed}")
+            gen = GeneratorConfig(
+                stream=stream,
+                events=per_file * self.ticks,
+                files=self.ticks,
+                seed=seed,
+                rate=DEMO_RATES.get(stream, 2.0),
+                file_prefix=f"live-{seed}",
+            )
             # each file is the next stretch of event time that holds ``per_file`` events at
             # the stream's rate: payments (fewer than their orders) keep pace with the orders
             self.samples.append((gen, generate_by_time(gen, per_file / gen.rate)))
@@ -280,24 +337,36 @@ class Landing(threading.Thread):
                 return
 
 
-def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port: int = 3000,
-         recon_every_minutes: int = 2, out=print) -> int:
+def live(
+    cfg: TidemarkConfig,
+    *,
+    minutes: float = 5.0,
+    rate: float = 40.0,
+    port: int = 3000,
+    recon_every_minutes: int = 2,
+    out=print,
+) -> int:
     """Run the always-on setup for ``minutes``, stop cleanly, print the summary; see the doc."""
     from streaming_jobs.spark import get_spark
 
-    from orchestration.services import (start_cluster_if_used, start_kafka_if_used,
-                                        start_sql_endpoint, stop_sql_endpoint)
+    from orchestration.services import (
+        start_cluster_if_used,
+        start_kafka_if_used,
+        start_sql_endpoint,
+        stop_sql_endpoint,
+    )
     from orchestration.summary import collect, render
 
     started = time.monotonic()
     if threading.current_thread() is threading.main_thread():
         # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint and landing are stopped
         signal.signal(signal.SIGTERM, terminated)
-    env = {"TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
-           "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *",
-           # retention runs too (with the retention settings of the environment)
-           "TIDEMARK_MAINTENANCE_CRON": os.environ.get("TIDEMARK_MAINTENANCE_CRON",
-                                                       "*/5 * * * *")}
+    env = {
+        "TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
+        "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *",
+        # retention runs too (with the retention settings of the environment)
+        "TIDEMARK_MAINTENANCE_CRON": os.environ.get("TIDEMARK_MAINTENANCE_CRON", "*/5 * * * *"),
+    }
     out(f"tidemark live: {minutes:g} min on {cfg.data_root}; full logs in {cfg.paths.logs}")
     cluster = start_cluster_if_used(cfg)
     if cluster:
@@ -315,12 +384,25 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
         gql = dagster.start()
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
         landing.start()
-        continuous = gql.launch(CONTINUOUS_JOB, {"ops": {"run_continuously": {
-            "config": {"trigger_seconds": TRIGGER_SECONDS, "flush_seconds": 15.0,
-                       "heartbeat_seconds": 15.0}}}})
-        out(f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
+        continuous = gql.launch(
+            CONTINUOUS_JOB,
+            {
+                "ops": {
+                    "run_continuously": {
+                        "config": {
+                            "trigger_seconds": TRIGGER_SECONDS,
+                            "flush_seconds": 15.0,
+                            "heartbeat_seconds": 15.0,
+                        }
+                    }
+                }
+            },
+        )
+        out(
+            f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
             f"per stream (payments fewer, in step with their orders); reconciliation every "
-            f"{recon_every_minutes} min")
+            f"{recon_every_minutes} min"
+        )
         deadline = started + minutes * 60
         restarts = 0
         while time.monotonic() < deadline:
@@ -330,24 +412,32 @@ def live(cfg: TidemarkConfig, *, minutes: float = 5.0, rate: float = 40.0, port:
             if ended in TERMINAL:
                 # producers do not stop when a consumer fails: landing goes on while
                 # streaming_restart_sensor starts the run again (with its backoff)
-                wait = cfg.ops.restart_backoff_seconds * 2 ** restarts + 120.0
+                wait = cfg.ops.restart_backoff_seconds * 2**restarts + 120.0
                 successor = _successor(gql, continuous, timeout=wait)
                 if successor is None:
-                    out(f"  the continuous run {continuous[:8]} ended ({ended}) and was not "
-                        f"started again within {wait:.0f}s; see the Dagster UI")
-                    failures.append(f"the continuous run {continuous[:8]} ended ({ended}) and "
-                                    "was not restarted")
+                    out(
+                        f"  the continuous run {continuous[:8]} ended ({ended}) and was not "
+                        f"started again within {wait:.0f}s; see the Dagster UI"
+                    )
+                    failures.append(
+                        f"the continuous run {continuous[:8]} ended ({ended}) and was not restarted"
+                    )
                     break
                 restarts += 1
-                out(f"  continuous run {continuous[:8]} ended ({ended}); "
-                    f"streaming_restart_sensor started {successor[:8]} (restart {restarts})")
+                out(
+                    f"  continuous run {continuous[:8]} ended ({ended}); "
+                    f"streaming_restart_sensor started {successor[:8]} (restart {restarts})"
+                )
                 continuous = successor
         landing.stop_event.set()
         landing.join()
-        out(f"  landing stopped: {landing.landed:,} lines landed; waiting for every query to "
-            "catch up")
-        caught_up = wait_caught_up(hosted_assets(), since=time.time(), timeout=600,
-                                   trigger_seconds=TRIGGER_SECONDS)
+        out(
+            f"  landing stopped: {landing.landed:,} lines landed; waiting for every query to "
+            "catch up"
+        )
+        caught_up = wait_caught_up(
+            hosted_assets(), since=time.time(), timeout=600, trigger_seconds=TRIGGER_SECONDS
+        )
         out(f"  every query caught up: {'yes' if caught_up else 'NO (timed out)'}")
         if not caught_up:
             failures.append("the queries did not catch up with the landed data within 600 s")
@@ -396,8 +486,10 @@ def settle_runs(gql: Graphql, wait_seconds: float, poll: float = 2.0) -> str:
             pass  # said below: still not ended
     left = [f"{r['jobName']} {r['runId'][:8]}" for r in gql.in_flight()]
     text = "runs in flight at the stop: " + (
-        "none" if not running else f"{len(canceled)} terminated through Dagster (CANCELED): "
-        + ", ".join(canceled))
+        "none"
+        if not running
+        else f"{len(canceled)} terminated through Dagster (CANCELED): " + ", ".join(canceled)
+    )
     return text + (f"; still running when Dagster stopped: {', '.join(left)}" if left else "")
 
 
@@ -427,12 +519,15 @@ def hosted_assets() -> list:
 
     specs = registry().values()
     streams = sorted({s for spec in specs for s in spec.sources})
-    return [*(AssetKey(["bronze", s]) for s in streams), *(AssetKey(["gold", spec.name])
-                                                           for spec in specs)]
+    return [
+        *(AssetKey(["bronze", s]) for s in streams),
+        *(AssetKey(["gold", spec.name]) for spec in specs),
+    ]
 
 
-def wait_caught_up(keys, since: float, timeout: float, trigger_seconds: float,
-                   instance=None) -> bool:
+def wait_caught_up(
+    keys, since: float, timeout: float, trigger_seconds: float, instance=None
+) -> bool:
     """Until every query has read all that reached its source before ``since`` (nothing lands
     after it): each asset's latest continuous report says it read no new row and its source
     has nothing waiting (`orchestration.metadata.IDLE`): judged by data, not by batches, since
@@ -453,9 +548,12 @@ def wait_caught_up(keys, since: float, timeout: float, trigger_seconds: float,
 
     def all_caught_up(after: float) -> bool:
         events = [instance.get_latest_materialization_event(k) for k in keys]
-        return all(e is not None and e.timestamp > after
-                   and (e.asset_materialization.description or "").endswith(IDLE)
-                   for e in events)
+        return all(
+            e is not None
+            and e.timestamp > after
+            and (e.asset_materialization.description or "").endswith(IDLE)
+            for e in events
+        )
 
     for _ in range(2):
         while not all_caught_up(since + trigger_seconds):
@@ -473,8 +571,10 @@ def _status_line(cfg, gql: Graphql, continuous: str, landing: Landing, started: 
     recon = [r["status"] for r in runs if r["jobName"] == "reconciliation_job"]
     saves = [r["status"] for r in runs if r["jobName"] == "savepoint_job"]
     elapsed = time.monotonic() - started
-    return (f"t+{elapsed / 60:4.1f}m  landed {landing.landed:,} | continuous "
-            f"{gql.status(continuous)} | reconciliations {recon.count('SUCCESS')} ok, "
-            f"{recon.count('FAILURE')} failed, {len(recon) - recon.count('SUCCESS') - recon.count('FAILURE')} "
-            f"other | savepoint runs {saves.count('SUCCESS')} ok | open alerts "
-            f"{len(alerts.open_alerts(cfg))}")
+    return (
+        f"t+{elapsed / 60:4.1f}m  landed {landing.landed:,} | continuous "
+        f"{gql.status(continuous)} | reconciliations {recon.count('SUCCESS')} ok, "
+        f"{recon.count('FAILURE')} failed, {len(recon) - recon.count('SUCCESS') - recon.count('FAILURE')} "
+        f"other | savepoint runs {saves.count('SUCCESS')} ok | open alerts "
+        f"{len(alerts.open_alerts(cfg))}"
+    )

@@ -30,8 +30,9 @@ IDLE = ", 0 rows read, caught up"
 
 
 def continuous_description(run_id: str, new_batches: int, new_rows: int, caught_up: bool) -> str:
-    return (f"continuous run {run_id[:8]}: {new_batches} new batches, {new_rows:,} rows read"
-            + (", caught up" if caught_up else ""))
+    return f"continuous run {run_id[:8]}: {new_batches} new batches, {new_rows:,} rows read" + (
+        ", caught up" if caught_up else ""
+    )
 
 
 def run_metadata(metrics: RunMetrics, table_path: str) -> dict:
@@ -51,14 +52,18 @@ def run_metadata(metrics: RunMetrics, table_path: str) -> dict:
         "late_rows_dropped": MetadataValue.int(metrics.late_rows_dropped),
         "state_size": MetadataValue.text(
             f"{metrics.state_rows:,} rows, {readable_bytes(metrics.state_memory_bytes)} in "
-            f"memory, {readable_bytes(metrics.state_disk_bytes)} on disk"),
-        "watermark": MetadataValue.text(str(metrics.watermark) if metrics.watermark
-                                        else "none yet"),
-        **({"watermark_lag_seconds": MetadataValue.float(round(lag, 1))} if lag is not None
-           else {}),
+            f"memory, {readable_bytes(metrics.state_disk_bytes)} on disk"
+        ),
+        "watermark": MetadataValue.text(
+            str(metrics.watermark) if metrics.watermark else "none yet"
+        ),
+        **(
+            {"watermark_lag_seconds": MetadataValue.float(round(lag, 1))} if lag is not None else {}
+        ),
         "batches": MetadataValue.int(metrics.batches),
         "checkpoint_batch_id": MetadataValue.int(
-            -1 if metrics.checkpoint_batch_id is None else metrics.checkpoint_batch_id),
+            -1 if metrics.checkpoint_batch_id is None else metrics.checkpoint_batch_id
+        ),
         "duration_seconds": MetadataValue.float(metrics.duration_seconds),
     }
 
@@ -73,10 +78,14 @@ def state_markdown(spark, cfg, job: str) -> str:
         return f"state could not be read: {type(exc).__name__}: {str(exc)[:300]}"
     if not operators:
         return "no state (stateless, or not run yet)"
-    lines = ["| operator | store / variables | rows | partitions | batches | largest keys (bytes) |",
-             "|---|---|---:|---:|---|---|"]
+    lines = [
+        "| operator | store / variables | rows | partitions | batches | largest keys (bytes) |",
+        "|---|---|---:|---:|---|---|",
+    ]
     for op in operators:
         keys = "<br>".join(f"`{k}` ({b:,})" for k, b in op.largest)
-        lines.append(f"| {op.operator_id} {op.operator} | {', '.join(op.variables) or op.store} "
-                     f"| {op.rows:,} | {op.partitions} | {op.min_batch}..{op.max_batch} | {keys} |")
+        lines.append(
+            f"| {op.operator_id} {op.operator} | {', '.join(op.variables) or op.store} "
+            f"| {op.rows:,} | {op.partitions} | {op.min_batch}..{op.max_batch} | {keys} |"
+        )
     return "\n".join(lines)

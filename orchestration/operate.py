@@ -7,8 +7,20 @@ import sys
 
 from streaming_jobs.config import TidemarkConfig
 
-OPERATIONS = ("continuous", "health", "state", "alerts", "savepoint", "restore", "rescale",
-              "check", "rebuild", "materialize", "new", "maintain")
+OPERATIONS = (
+    "continuous",
+    "health",
+    "state",
+    "alerts",
+    "savepoint",
+    "restore",
+    "rescale",
+    "check",
+    "rebuild",
+    "materialize",
+    "new",
+    "maintain",
+)
 
 
 class OperationError(RuntimeError):
@@ -37,22 +49,38 @@ def continuous(cfg: TidemarkConfig, args) -> int:
     names = [j for j in args.jobs.split(",") if j] or list(registry())
     specs = [_known(n) for n in names]
     streams = sorted({s for spec in specs for s in spec.sources})
-    print(f"continuous: {', '.join(names)} (ingesting {', '.join(streams)}), trigger "
-          f"{args.trigger:g}s; Ctrl-C or SIGTERM stops cleanly at the next batch boundary "
-          "(a second one aborts)", flush=True)
+    print(
+        f"continuous: {', '.join(names)} (ingesting {', '.join(streams)}), trigger "
+        f"{args.trigger:g}s; Ctrl-C or SIGTERM stops cleanly at the next batch boundary "
+        "(a second one aborts)",
+        flush=True,
+    )
     try:
-        result = run_continuous(_spark(cfg), cfg, streams=streams, jobs=names,
-                                trigger_seconds=args.trigger, max_seconds=args.max_seconds,
-                                holder="tidemark continuous (command line)")
+        result = run_continuous(
+            _spark(cfg),
+            cfg,
+            streams=streams,
+            jobs=names,
+            trigger_seconds=args.trigger,
+            max_seconds=args.max_seconds,
+            holder="tidemark continuous (command line)",
+        )
     except KeyboardInterrupt:
-        print("continuous: aborted by a second signal; each query's batch in flight, if any, is "
-              "replayed by its next run (nothing lost or doubled)")
+        print(
+            "continuous: aborted by a second signal; each query's batch in flight, if any, is "
+            "replayed by its next run (nothing lost or doubled)"
+        )
         return 130
     for name, m in result.metrics.items():
-        print(f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
-              f"{m.late_rows_dropped:,} late dropped")
-    waited = (f"; waited {result.snapshot_wait_seconds:.1f}s for state snapshots to upload"
-              if result.snapshot_wait_seconds >= 0.25 else "")
+        print(
+            f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
+            f"{m.late_rows_dropped:,} late dropped"
+        )
+    waited = (
+        f"; waited {result.snapshot_wait_seconds:.1f}s for state snapshots to upload"
+        if result.snapshot_wait_seconds >= 0.25
+        else ""
+    )
     print(f"continuous: stopped ({result.stopped_by}){waited}")
     return 0
 
@@ -64,7 +92,8 @@ def health(cfg: TidemarkConfig, args) -> int:
 
     critical = 0
     queries = [(query_name(s), ()) for s in streams()] + [
-        (spec.name, spec.sources) for spec in registry().values()]
+        (spec.name, spec.sources) for spec in registry().values()
+    ]
     for query, sources in queries:
         findings = check(cfg, query, sources)
         print(f"{query}: {'healthy' if not findings else ''}")
@@ -83,21 +112,27 @@ def state(cfg: TidemarkConfig, args) -> int:
     spark = _spark(cfg)
     operators = inspect(spark, cfg, spec.name, top=args.top)
     if not operators:
-        print(f"{spec.name}: no state in {cfg.paths.checkpoint(spec.name)} (never ran, or stateless)")
+        print(
+            f"{spec.name}: no state in {cfg.paths.checkpoint(spec.name)} (never ran, or stateless)"
+        )
         return 0
     for op in operators:
-        print(f"{spec.name} operator {op.operator_id} {op.operator} (store {op.store}"
-              + (f", variables {', '.join(op.variables)}" if op.variables else "")
-              + f"): {op.rows:,} rows, {op.partitions} partitions, batches "
-                f"{op.min_batch}..{op.max_batch}")
+        print(
+            f"{spec.name} operator {op.operator_id} {op.operator} (store {op.store}"
+            + (f", variables {', '.join(op.variables)}" if op.variables else "")
+            + f"): {op.rows:,} rows, {op.partitions} partitions, batches "
+            f"{op.min_batch}..{op.max_batch}"
+        )
         for key, size in op.largest:
             print(f"    {size:>10,} bytes  {key}")
     readings = history(cfg, spec.name, last=1)
     if readings:
         r = readings[-1]
-        print(f"latest reading (batch {r.batch_id}, {r.ts}): {r.rows:,} rows, "
-              f"{r.memory_bytes:,} bytes memory, {r.disk_bytes:,} bytes on disk; thresholds "
-              f"warn {spec.thresholds.warn_rows:,} / critical {spec.thresholds.critical_rows:,} rows")
+        print(
+            f"latest reading (batch {r.batch_id}, {r.ts}): {r.rows:,} rows, "
+            f"{r.memory_bytes:,} bytes memory, {r.disk_bytes:,} bytes on disk; thresholds "
+            f"warn {spec.thresholds.warn_rows:,} / critical {spec.thresholds.critical_rows:,} rows"
+        )
     return 0
 
 
@@ -113,8 +148,10 @@ def alerts(cfg: TidemarkConfig, args) -> int:
     for r in rows[-50:]:
         state_ = "resolved" if r["resolved_at"] else "OPEN"
         pending = sink.owed(r)
-        print(f"{r['last_seen']} {state_:8} [{r['severity']}] {r['alert_id']}: {r['message']}"
-              + (f"  (pending: {pending}; {r['last_error'] or 'not sent yet'})" if pending else ""))
+        print(
+            f"{r['last_seen']} {state_:8} [{r['severity']}] {r['alert_id']}: {r['message']}"
+            + (f"  (pending: {pending}; {r['last_error'] or 'not sent yet'})" if pending else "")
+        )
     return 0
 
 
@@ -125,8 +162,9 @@ def savepoint(cfg: TidemarkConfig, args) -> int:
     if not args.all and not args.job:
         raise OperationError("tidemark savepoint: name a job, or --all")
     names = list(registry()) if args.all else [_known(args.job).name]
-    results = savepoints.take_all(cfg, names, keep=cfg.ops.savepoints_keep,
-                                  holder="tidemark savepoint (command line)")
+    results = savepoints.take_all(
+        cfg, names, keep=cfg.ops.savepoints_keep, holder="tidemark savepoint (command line)"
+    )
     for name, p in results.items():
         if not isinstance(p, savepoints.Savepoint):
             if not args.all:
@@ -143,18 +181,26 @@ def restore(cfg: TidemarkConfig, args) -> int:
     spec = _known(args.job)
     chosen = None
     if args.savepoint:
-        chosen = next((p for p in savepoints.savepoints(cfg, spec.name)
-                       if p.path.name == args.savepoint), None)
+        chosen = next(
+            (p for p in savepoints.savepoints(cfg, spec.name) if p.path.name == args.savepoint),
+            None,
+        )
         if chosen is None:
-            raise OperationError(f"{spec.name} has no savepoint {args.savepoint!r}; "
-                                 f"see {cfg.paths.savepoints / spec.name}")
+            raise OperationError(
+                f"{spec.name} has no savepoint {args.savepoint!r}; "
+                f"see {cfg.paths.savepoints / spec.name}"
+            )
     try:
-        p = savepoints.restore(_spark(cfg), cfg, spec.name, chosen,
-                               holder="tidemark restore (command line)")
+        p = savepoints.restore(
+            _spark(cfg), cfg, spec.name, chosen, holder="tidemark restore (command line)"
+        )
     except (savepoints.SavepointError, RuntimeError) as exc:
         raise OperationError(str(exc)) from None
-    print(json.dumps({"restored": str(p.path), "batch_id": p.batch_id,
-                      "gold_version": p.gold_version}))
+    print(
+        json.dumps(
+            {"restored": str(p.path), "batch_id": p.batch_id, "gold_version": p.gold_version}
+        )
+    )
     print(f"next: run {spec.name} (make run, the Dagster UI, or tidemark continuous) to catch up")
     return 0
 
@@ -164,12 +210,15 @@ def rescale(cfg: TidemarkConfig, args) -> int:
 
     spec = _known(args.job)
     try:
-        p = run_rescale(_spark(cfg), cfg, spec.name, args.partitions,
-                        holder="tidemark rescale (command line)")
+        p = run_rescale(
+            _spark(cfg), cfg, spec.name, args.partitions, holder="tidemark rescale (command line)"
+        )
     except (RescaleError, RuntimeError) as exc:
         raise OperationError(str(exc)) from None
-    print(f"{spec.name}: state repartitioned into {args.partitions} partitions "
-          f"(savepoint {p.path.name} taken first)")
+    print(
+        f"{spec.name}: state repartitioned into {args.partitions} partitions "
+        f"(savepoint {p.path.name} taken first)"
+    )
     return 0
 
 
@@ -185,8 +234,10 @@ def check(cfg: TidemarkConfig, args) -> int:
     for finding in findings:
         print(finding)
     errors = sum(f.level == "error" for f in findings) + len(found.problems)
-    print(f"tidemark check: {len(found.jobs)} jobs, {errors} errors, "
-          f"{sum(f.level == 'warning' for f in findings)} warnings")
+    print(
+        f"tidemark check: {len(found.jobs)} jobs, {errors} errors, "
+        f"{sum(f.level == 'warning' for f in findings)} warnings"
+    )
     return 1 if errors else 0
 
 
@@ -200,10 +251,12 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
         removed = reset(cfg, spec.name, force=getattr(args, "force", False))
     except (CheckpointBusy, RebuildRefused) as exc:
         raise OperationError(str(exc)) from None
-    print(f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
-          f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
-          f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
-          "(tidemark materialize --select ...) streams all of bronze again")
+    print(
+        f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
+        f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
+        f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
+        "(tidemark materialize --select ...) streams all of bronze again"
+    )
     return 0
 
 
@@ -224,26 +277,36 @@ def materialize(cfg: TidemarkConfig, args) -> int:
     try:
         keys = dg.AssetSelection.from_string(args.select).resolve(graph)
     except Exception as exc:  # noqa: BLE001 - Dagster's parse errors vary in type
-        raise OperationError(f"--select {args.select!r}: {exc}. Examples: 'key:gold/my_job', "
-                             "'+key:gold/my_job' (with what it reads), 'group:streaming'") from None
+        raise OperationError(
+            f"--select {args.select!r}: {exc}. Examples: 'key:gold/my_job', "
+            "'+key:gold/my_job' (with what it reads), 'group:streaming'"
+        ) from None
     if not keys:
-        raise OperationError(f"--select {args.select!r} matches no asset; list them with "
-                             "'dg list defs' or see the Dagster UI")
+        raise OperationError(
+            f"--select {args.select!r} matches no asset; list them with "
+            "'dg list defs' or see the Dagster UI"
+        )
     partitioned = {k for k in keys if graph.get(k).partitions_def is not None}
     tags = {}
     if partitioned:
         # reconciliation's days: the ones asked for (at least), else an incremental run
-        tags = (chosen_tags(args.partition) if args.partition else incremental_tags(cfg))
-        print(f"reconciliation partitions: {args.partition or 'today (incremental)'}",
-              flush=True)
+        tags = chosen_tags(args.partition) if args.partition else incremental_tags(cfg)
+        print(f"reconciliation partitions: {args.partition or 'today (incremental)'}", flush=True)
     elif args.partition:
-        raise OperationError(f"--partition {args.partition}: --select {args.select!r} has no "
-                             "partitioned asset (only reconciliation's dbt models have days)")
-    print(f"materializing {len(keys)} assets: "
-          f"{', '.join(sorted(k.to_user_string() for k in keys))}", flush=True)
+        raise OperationError(
+            f"--partition {args.partition}: --select {args.select!r} has no "
+            "partitioned asset (only reconciliation's dbt models have days)"
+        )
+    print(
+        f"materializing {len(keys)} assets: {', '.join(sorted(k.to_user_string() for k in keys))}",
+        flush=True,
+    )
     result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
-        asset_selection=list(keys), instance=dg.DagsterInstance.get(), raise_on_error=False,
-        tags=tags)
+        asset_selection=list(keys),
+        instance=dg.DagsterInstance.get(),
+        raise_on_error=False,
+        tags=tags,
+    )
     print(f"run {result.run_id}: {'success' if result.success else 'FAILED (see the Dagster UI)'}")
     return 0 if result.success else 1
 
@@ -254,10 +317,16 @@ def new(cfg: TidemarkConfig, args) -> int:
 
     try:
         if args.keyed and not args.python:
-            raise ValueError("tidemark new job --keyed: keyed state is a Python job; add "
-                             "--python")
-        path = scaffold(args.kind, args.name, folder=args.folder, source=args.source,
-                        sql=not args.python, keyed=args.keyed, key=args.key)
+            raise ValueError("tidemark new job --keyed: keyed state is a Python job; add --python")
+        path = scaffold(
+            args.kind,
+            args.name,
+            folder=args.folder,
+            source=args.source,
+            sql=not args.python,
+            keyed=args.keyed,
+            key=args.key,
+        )
     except (ValueError, FileExistsError) as exc:
         raise OperationError(str(exc)) from None
     print(f"wrote {path}; add its folder to TIDEMARK_JOBS_PATH, then run 'tidemark check'")
@@ -270,9 +339,11 @@ def maintain(cfg: TidemarkConfig, args) -> int:
 
     report = retention.maintain(_spark(cfg), cfg)
     print("\n".join(retention.table(report)))
-    print(f"{len(report.steps)} steps in {report.seconds:.1f} s, "
-          f"{report.total('bytes_freed') / 1e6:.1f} MB freed, "
-          f"{report.total('rows_removed'):,} ops rows pruned")
+    print(
+        f"{len(report.steps)} steps in {report.seconds:.1f} s, "
+        f"{report.total('bytes_freed') / 1e6:.1f} MB freed, "
+        f"{report.total('rows_removed'):,} ops rows pruned"
+    )
     for step in report.failed:
         print(f"FAILED {step.target}: {step.detail}", file=sys.stderr)
     return 1 if report.failed else 0

@@ -64,9 +64,19 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
     now = now or datetime.now(timezone.utc)
     jobs = registry()
     progress = ops_tables.read(
-        cfg, "stream_progress", columns=["job", "batch_id", "ts", "watermark", "state_rows",
-                                         "state_memory_bytes", "state_disk_bytes"],
-        where=f"job in ({', '.join(map(ops_tables.literal, jobs))})" if jobs else "false")
+        cfg,
+        "stream_progress",
+        columns=[
+            "job",
+            "batch_id",
+            "ts",
+            "watermark",
+            "state_rows",
+            "state_memory_bytes",
+            "state_disk_bytes",
+        ],
+        where=f"job in ({', '.join(map(ops_tables.literal, jobs))})" if jobs else "false",
+    )
     last = _latest_by_job(progress, lambda r: (r["ts"], r["batch_id"]))
     reconciled = recon_runs.status(cfg)
     recon = reconciled.jobs
@@ -74,8 +84,11 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
     open_rows = alerts.open_alerts(cfg)
     for row in open_rows:
         open_by_job[row["job"]] = open_by_job.get(row["job"], 0) + 1
-    lines = ["| job | state | watermark | watermark lag | last batch | batch age | reconciled | "
-             "unexplained | open alerts |", "|---|---:|---|---:|---:|---:|---|---:|---:|"]
+    lines = [
+        "| job | state | watermark | watermark lag | last batch | batch age | reconciled | "
+        "unexplained | open alerts |",
+        "|---|---:|---|---:|---:|---:|---|---:|---:|",
+    ]
     batch_ages, lags = [], []
     for name in jobs:
         row, rec = last.get(name, {}), recon.get(name, {})
@@ -83,25 +96,32 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
         batch_age, lag = _age(now, row.get("ts")), _age(now, watermark)
         batch_ages += [batch_age] if batch_age is not None else []
         lags += [lag] if lag is not None else []
-        state = (f"{row['state_rows']:,} rows, "
-                 f"{readable_bytes(max(row['state_memory_bytes'] or 0, row['state_disk_bytes'] or 0))}"
-                 if row else "never ran")
+        state = (
+            f"{row['state_rows']:,} rows, "
+            f"{readable_bytes(max(row['state_memory_bytes'] or 0, row['state_disk_bytes'] or 0))}"
+            if row
+            else "never ran"
+        )
         lines.append(
             f"| {name} | {state} | {watermark or ('none yet' if row else '-')} | "
             f"{_duration(lag)} | {row.get('batch_id', '-')} | {_duration(batch_age)} | "
             f"{_reconciled(rec)} | "
             f"{'-' if rec.get('unexplained_rows') is None else rec['unexplained_rows']} | "
-            f"{open_by_job.get(name, 0)} |")
+            f"{open_by_job.get(name, 0)} |"
+        )
     totals = {
         "job_count": len(jobs),
         "state_rows": sum((r["state_rows"] or 0) for r in last.values()),
         "open_alerts": len(open_rows),
     }
     if reconciled.ran:  # before the first reconciliation there is nothing to count, not 0
-        totals.update(unexplained_rows=reconciled.unexplained,
-                      rows_compared=reconciled.compared,
-                      reconciliation_failed_jobs=sum(r["status"] != recon_runs.PASSED
-                                                     for r in recon.values()))
+        totals.update(
+            unexplained_rows=reconciled.unexplained,
+            rows_compared=reconciled.compared,
+            reconciliation_failed_jobs=sum(
+                r["status"] != recon_runs.PASSED for r in recon.values()
+            ),
+        )
     # (no batch or no watermark yet: nothing to plot, rather than a false 0)
     if batch_ages:
         totals["max_batch_age_seconds"] = max(batch_ages)
@@ -121,24 +141,47 @@ def _reconciled(row: dict) -> str:
 
 def ops_observations(cfg: TidemarkConfig) -> list[dg.AssetObservation]:
     table, totals = overview(cfg)
-    numeric = {k: (dg.MetadataValue.float(round(v, 1)) if isinstance(v, float)
-                   else dg.MetadataValue.int(v)) for k, v in totals.items()}
-    events = [dg.AssetObservation(asset_key=keys.OVERVIEW, metadata={
-        "jobs": dg.MetadataValue.md(table), **numeric})]
+    numeric = {
+        k: (
+            dg.MetadataValue.float(round(v, 1)) if isinstance(v, float) else dg.MetadataValue.int(v)
+        )
+        for k, v in totals.items()
+    }
+    events = [
+        dg.AssetObservation(
+            asset_key=keys.OVERVIEW, metadata={"jobs": dg.MetadataValue.md(table), **numeric}
+        )
+    ]
     incidents = alerts.load(cfg)
     for key, name, extra in (
-            (keys.STREAM_PROGRESS, "stream_progress", {}),
-            (keys.STREAM_FAILURES, "stream_failures", {}),
-            (keys.ALERTS, "alerts", {
-                "open_alerts": dg.MetadataValue.int(sum(r["resolved_at"] is None
-                                                        for r in incidents)),
+        (keys.STREAM_PROGRESS, "stream_progress", {}),
+        (keys.STREAM_FAILURES, "stream_failures", {}),
+        (
+            keys.ALERTS,
+            "alerts",
+            {
+                "open_alerts": dg.MetadataValue.int(
+                    sum(r["resolved_at"] is None for r in incidents)
+                ),
                 "notifications_pending": dg.MetadataValue.int(
-                    sum(alerts.owed(r) is not None for r in incidents))})):
+                    sum(alerts.owed(r) is not None for r in incidents)
+                ),
+            },
+        ),
+    ):
         version = ops_tables.version(cfg, name)
         if version is None:
             continue
         rows = len(ops_tables.read(cfg, name, columns=["job"]))
-        events.append(dg.AssetObservation(asset_key=key, metadata={
-            "rows": dg.MetadataValue.int(rows), "delta_version": dg.MetadataValue.int(version),
-            "table_path": dg.MetadataValue.path(str(ops_tables.path(cfg, name))), **extra}))
+        events.append(
+            dg.AssetObservation(
+                asset_key=key,
+                metadata={
+                    "rows": dg.MetadataValue.int(rows),
+                    "delta_version": dg.MetadataValue.int(version),
+                    "table_path": dg.MetadataValue.path(str(ops_tables.path(cfg, name))),
+                    **extra,
+                },
+            )
+        )
     return events

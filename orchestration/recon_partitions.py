@@ -42,8 +42,9 @@ PARTITION = "dagster/partition"
 def partitions_def(cfg: TidemarkConfig) -> dg.DailyPartitionsDefinition:
     """Days of event time from ``TIDEMARK_RECON_START_DATE`` to today (UTC) included: today's
     events are reconciled while the day runs."""
-    return dg.DailyPartitionsDefinition(start_date=cfg.recon_start_date, timezone="UTC",
-                                        end_offset=1)
+    return dg.DailyPartitionsDefinition(
+        start_date=cfg.recon_start_date, timezone="UTC", end_offset=1
+    )
 
 
 def run_scope(mode: str | None, range_start: str | None, first: str) -> tuple[bool, str | None]:
@@ -62,8 +63,10 @@ def latest_partition(cfg: TidemarkConfig) -> str:
     """Today's partition (UTC): the label of an incremental run."""
     last = partitions_def(cfg).get_last_partition_key()
     if last is None:
-        raise ConfigError(f"TIDEMARK_RECON_START_DATE={cfg.recon_start_date} is after today "
-                          "(UTC): reconciliation has no partition to run; set an earlier day")
+        raise ConfigError(
+            f"TIDEMARK_RECON_START_DATE={cfg.recon_start_date} is after today "
+            "(UTC): reconciliation has no partition to run; set an earlier day"
+        )
     return last
 
 

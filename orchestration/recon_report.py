@@ -13,6 +13,7 @@ from dagster import MetadataValue
 
 from streaming_jobs.config import TidemarkConfig
 
+
 def _classes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The recon classes, from their one list: dbt_project.yml's var ``recon_classes``."""
     import yaml
@@ -20,8 +21,10 @@ def _classes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     from orchestration.project import DBT_PROJECT_DIR
 
     declared = yaml.safe_load((DBT_PROJECT_DIR / "dbt_project.yml").read_text())["vars"]
-    return (tuple(declared["recon_classes"]["explained"]),
-            tuple(declared["recon_classes"]["unexplained"]))
+    return (
+        tuple(declared["recon_classes"]["explained"]),
+        tuple(declared["recon_classes"]["unexplained"]),
+    )
 
 
 EXPLAINED, UNEXPLAINED = _classes()
@@ -51,7 +54,9 @@ def recon_metadata(counts: dict[str, int]) -> dict[str, MetadataValue]:
     lines = ["| class | rows | share | explained |", "|---|---:|---:|---|"]
     for c in RECON_CLASSES:
         share = counts[c] / compared if compared else 0.0
-        lines.append(f"| {c} | {counts[c]:,} | {share:.1%} | {'no' if c in UNEXPLAINED else 'yes'} |")
+        lines.append(
+            f"| {c} | {counts[c]:,} | {share:.1%} | {'no' if c in UNEXPLAINED else 'yes'} |"
+        )
     return {
         "rows_compared": MetadataValue.int(compared),
         "unexplained_rows": MetadataValue.int(unexplained),
@@ -71,17 +76,23 @@ def summary_metadata(cfg: TidemarkConfig) -> dict[str, MetadataValue]:
     # this run's rows: one invocation id per dbt invocation, the newest reconciled
     newest = max(rows, key=lambda r: r["reconciled_at"])["invocation_id"]
     latest = sorted((r for r in rows if r["invocation_id"] == newest), key=lambda r: r["job"])
-    lines = ["| job | compared | match | window_open | late_dropped | unexplained | "
-             "late events (replayed / reported) |", "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| job | compared | match | window_open | late_dropped | unexplained | "
+        "late events (replayed / reported) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in latest:
-        lines.append(f"| {r['job']} | {r['rows_compared']:,} | {r['match_rows']:,} | "
-                     f"{r['window_open_rows']:,} | {r['late_dropped_rows']:,} | "
-                     f"{r['unexplained_rows']:,} | {late_events(r, ' / ')} |")
+        lines.append(
+            f"| {r['job']} | {r['rows_compared']:,} | {r['match_rows']:,} | "
+            f"{r['window_open_rows']:,} | {r['late_dropped_rows']:,} | "
+            f"{r['unexplained_rows']:,} | {late_events(r, ' / ')} |"
+        )
     compared = sum(r["rows_compared"] for r in latest)
     unexplained = sum(r["unexplained_rows"] for r in latest)
     return {
-        "reconciliation": MetadataValue.text(f"{compared:,} rows compared, {unexplained:,} "
-                                             "unexplained"),
+        "reconciliation": MetadataValue.text(
+            f"{compared:,} rows compared, {unexplained:,} unexplained"
+        ),
         "rows_compared": MetadataValue.int(compared),
         "unexplained_rows": MetadataValue.int(unexplained),
         "jobs_reconciled": MetadataValue.int(len(latest)),
@@ -98,18 +109,23 @@ def run_metadata(status) -> dict[str, MetadataValue]:
     lines = ["| job | status | compared | unexplained | failed checks |", "|---|---|---:|---:|---|"]
     for row in sorted(status.latest_run, key=lambda r: r["job"] or ""):
         compared, unexplained = row["rows_compared"], row["unexplained_rows"]
-        lines.append(f"| {row['job'] or '(run)'} | {row['status']} | "
-                     f"{'-' if compared is None else f'{compared:,}'} | "
-                     f"{'-' if unexplained is None else f'{unexplained:,}'} | "
-                     f"{'; '.join(row['failed_checks'] or []) or row['message'] or ''} |")
+        lines.append(
+            f"| {row['job'] or '(run)'} | {row['status']} | "
+            f"{'-' if compared is None else f'{compared:,}'} | "
+            f"{'-' if unexplained is None else f'{unexplained:,}'} | "
+            f"{'; '.join(row['failed_checks'] or []) or row['message'] or ''} |"
+        )
     return {
         "reconciliation": MetadataValue.text(
-            ("FAILED: " + " | ".join(problems)) if problems else
-            f"{status.compared:,} rows compared, 0 unexplained"),
+            ("FAILED: " + " | ".join(problems))
+            if problems
+            else f"{status.compared:,} rows compared, 0 unexplained"
+        ),
         "run_status": MetadataValue.text(status.run_status),
         "rows_compared": MetadataValue.int(status.compared),
         "unexplained_rows": MetadataValue.int(status.unexplained),
-        "jobs_failed": MetadataValue.int(sum(r["job"] is not None and r["status"] != "passed"
-                                             for r in status.latest_run)),
+        "jobs_failed": MetadataValue.int(
+            sum(r["job"] is not None and r["status"] != "passed" for r in status.latest_run)
+        ),
         "per_job": MetadataValue.md("\n".join(lines)),
     }

@@ -56,17 +56,26 @@ def _late_events(cfg: TidemarkConfig) -> dict[str, dict]:
     return {r["job"]: r for r in rows}
 
 
-def rows_from_results(cfg: TidemarkConfig, results: list, jobs: set[str], run_key: str,
-                      started_at: datetime, finished_at: datetime,
-                      dagster_run_id: str | None = None) -> list[dict]:
+def rows_from_results(
+    cfg: TidemarkConfig,
+    results: list,
+    jobs: set[str],
+    run_key: str,
+    started_at: datetime,
+    finished_at: datetime,
+    dagster_run_id: str | None = None,
+) -> list[dict]:
     """The ``recon_runs`` rows of one dbt invocation, from its node results ([] when it built
     no recon model: a staging-only or test-only invocation is not a reconciliation)."""
     from orchestration.recon_report import UNEXPLAINED, recon_counts
 
-    models = {job: r for r in results
-              if getattr(r.node, "resource_type", None) is not None
-              and str(getattr(r.node.resource_type, "value", r.node.resource_type)) == "model"
-              and (job := _job_of_model(r.node.unique_id, jobs))}
+    models = {
+        job: r
+        for r in results
+        if getattr(r.node, "resource_type", None) is not None
+        and str(getattr(r.node.resource_type, "value", r.node.resource_type)) == "model"
+        and (job := _job_of_model(r.node.unique_id, jobs))
+    }
     if not models:
         return []
     failed_checks: dict[str, list[str]] = {job: [] for job in models}
@@ -82,28 +91,43 @@ def rows_from_results(cfg: TidemarkConfig, results: list, jobs: set[str], run_ke
         job = _job_of_model(attached, jobs) if attached else None
         if job in failed_checks and _severity(node) == "error":
             count = getattr(r, "failures", None)
-            failed_checks[job].append(f"{name}: {count:,} rows" if status == "fail" and count
-                                      is not None else f"{name}: {status} ({r.message})")
+            failed_checks[job].append(
+                f"{name}: {count:,} rows"
+                if status == "fail" and count is not None
+                else f"{name}: {status} ({r.message})"
+            )
     late = _late_events(cfg)
     rows = []
     for job, result in sorted(models.items()):
-        row = {"run_key": run_key, "job": job, "started_at": started_at,
-               "finished_at": finished_at, "dagster_run_id": dagster_run_id,
-               "failed_checks": failed_checks[job]}
+        row = {
+            "run_key": run_key,
+            "job": job,
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "dagster_run_id": dagster_run_id,
+            "failed_checks": failed_checks[job],
+        }
         if _status(result) == "success":
             counts = recon_counts(cfg, job)
-            row.update(status=FAILED if failed_checks[job] else PASSED,
-                       rows_compared=sum(counts.values()),
-                       unexplained_rows=sum(counts[c] for c in UNEXPLAINED),
-                       class_rows=counts)
+            row.update(
+                status=FAILED if failed_checks[job] else PASSED,
+                rows_compared=sum(counts.values()),
+                unexplained_rows=sum(counts[c] for c in UNEXPLAINED),
+                class_rows=counts,
+            )
             replay = late.get(job)
             if replay:
-                row.update(late_events_replayed=replay.get("late_events_replayed"),
-                           late_events_reported=replay.get("late_events_reported"),
-                           late_events_report_lost=replay.get("late_events_report_lost"))
+                row.update(
+                    late_events_replayed=replay.get("late_events_replayed"),
+                    late_events_reported=replay.get("late_events_reported"),
+                    late_events_report_lost=replay.get("late_events_report_lost"),
+                )
         else:
-            why = ("an upstream node failed: " + ", ".join(failures[:5])) if failures else (
-                result.message or _status(result))
+            why = (
+                ("an upstream node failed: " + ", ".join(failures[:5]))
+                if failures
+                else (result.message or _status(result))
+            )
             row.update(status=NOT_BUILT, message=f"recon_{job} {_status(result)}: {why}")
         rows.append(row)
     run_status = PASSED if all(r["status"] == PASSED for r in rows) and not failures else FAILED
@@ -116,13 +140,29 @@ def record(cfg: TidemarkConfig, rows: list[dict]) -> None:
     ops_tables.append(cfg, TABLE, rows)
 
 
-def record_error(cfg: TidemarkConfig, run_key: str, started_at: datetime, message: str,
-                 dagster_run_id: str | None = None) -> None:
+def record_error(
+    cfg: TidemarkConfig,
+    run_key: str,
+    started_at: datetime,
+    message: str,
+    dagster_run_id: str | None = None,
+) -> None:
     """A reconciliation that failed before dbt ran any node (a compile error, a lost endpoint)."""
-    record(cfg, [{"run_key": run_key, "job": None, "started_at": started_at,
-                  "finished_at": datetime.now(timezone.utc), "run_status": ERROR,
-                  "status": ERROR, "message": message[:2000],
-                  "dagster_run_id": dagster_run_id}])
+    record(
+        cfg,
+        [
+            {
+                "run_key": run_key,
+                "job": None,
+                "started_at": started_at,
+                "finished_at": datetime.now(timezone.utc),
+                "run_status": ERROR,
+                "status": ERROR,
+                "message": message[:2000],
+                "dagster_run_id": dagster_run_id,
+            }
+        ],
+    )
 
 
 def record_outcome(cfg: TidemarkConfig, result, started_at: datetime) -> None:
@@ -134,10 +174,12 @@ def record_outcome(cfg: TidemarkConfig, result, started_at: datetime) -> None:
     try:
         _record_invocation(cfg, result, started_at)
     except Exception as exc:  # noqa: BLE001 - the build's own outcome must not be masked
-        print(f"tidemark-dbt: this reconciliation's outcome could not be recorded in "
-              f"{ops_tables.path(cfg, TABLE)} ({exc}); `tidemark recon` will show the run "
-              "before it. Fix the cause (disk full? permissions?) and reconcile again.",
-              file=sys.stderr)
+        print(
+            f"tidemark-dbt: this reconciliation's outcome could not be recorded in "
+            f"{ops_tables.path(cfg, TABLE)} ({exc}); `tidemark recon` will show the run "
+            "before it. Fix the cause (disk full? permissions?) and reconcile again.",
+            file=sys.stderr,
+        )
 
 
 def _record_invocation(cfg: TidemarkConfig, result, started_at: datetime) -> None:
@@ -148,19 +190,32 @@ def _record_invocation(cfg: TidemarkConfig, result, started_at: datetime) -> Non
     dagster_run_id = os.environ.get("TIDEMARK_DAGSTER_RUN_ID")
     if result is None:
         error = sys.exc_info()[1]
-        record_error(cfg, _invocation_id(), started_at,
-                     f"tidemark-dbt stopped before dbt ran: {error!r}", dagster_run_id)
+        record_error(
+            cfg,
+            _invocation_id(),
+            started_at,
+            f"tidemark-dbt stopped before dbt ran: {error!r}",
+            dagster_run_id,
+        )
         return
     executed = getattr(result, "result", None)
     results = list(getattr(executed, "results", None) or [])
     run_key = _invocation_id()
     if not results and not result.success:
         why = result.exception or "dbt could not parse or compile the project (see its log)"
-        record_error(cfg, run_key, started_at, f"dbt failed before running any model: {why}",
-                     dagster_run_id)
+        record_error(
+            cfg, run_key, started_at, f"dbt failed before running any model: {why}", dagster_run_id
+        )
         return
-    rows = rows_from_results(cfg, results, set(reconciled_jobs()), run_key, started_at,
-                             datetime.now(timezone.utc), dagster_run_id)
+    rows = rows_from_results(
+        cfg,
+        results,
+        set(reconciled_jobs()),
+        run_key,
+        started_at,
+        datetime.now(timezone.utc),
+        dagster_run_id,
+    )
     if result.exception is not None:
         for row in rows:
             row["run_status"] = ERROR
@@ -180,6 +235,7 @@ def _invocation_id() -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------
+
 
 @dataclass
 class ReconStatus:
@@ -215,16 +271,21 @@ class ReconStatus:
         out = []
         for row in self.latest_run:
             if row["job"] is None:
-                out.append(f"the latest reconciliation ({row['finished_at']:%Y-%m-%d %H:%M:%S}) "
-                           f"failed before reconciling any job: {row['message']}")
+                out.append(
+                    f"the latest reconciliation ({row['finished_at']:%Y-%m-%d %H:%M:%S}) "
+                    f"failed before reconciling any job: {row['message']}"
+                )
         for job, row in sorted(self.jobs.items()):
             if row["status"] == NOT_BUILT:
-                out.append(f"{job}: not reconciled in the run of {row['finished_at']:%H:%M:%S} "
-                           f"({row['message']})")
+                out.append(
+                    f"{job}: not reconciled in the run of {row['finished_at']:%H:%M:%S} "
+                    f"({row['message']})"
+                )
             elif row["status"] != PASSED or row["unexplained_rows"]:
                 checks = "; ".join(row["failed_checks"] or []) or "no failed check recorded"
-                out.append(f"{job}: {row['unexplained_rows']:,} unexplained rows "
-                           f"(failed checks: {checks})")
+                out.append(
+                    f"{job}: {row['unexplained_rows']:,} unexplained rows (failed checks: {checks})"
+                )
         return out
 
     @property

@@ -46,8 +46,12 @@ import json
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import (StatsUnknown, changed_outside_its_writer,  # noqa: F401
-                                     earliest_new_event, ingest_batch_floor)
+from streaming_jobs.delta_log import (
+    StatsUnknown,
+    changed_outside_its_writer,  # noqa: F401
+    earliest_new_event,
+    ingest_batch_floor,
+)
 from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.registry import stream_schema
 from streaming_jobs.spec import JobSpec
@@ -60,8 +64,13 @@ def fingerprint(project: Path, job_params: dict) -> str:
     """A hash of the dbt project's SQL and settings and of the job's parameters: a change to
     either makes the next reconciliation of the job a full one."""
     digest = hashlib.sha256(json.dumps(job_params, sort_keys=True, default=str).encode())
-    for path in sorted([*project.glob("models/**/*.sql"), *project.glob("macros/**/*.sql"),
-                        project / "dbt_project.yml"]):
+    for path in sorted(
+        [
+            *project.glob("models/**/*.sql"),
+            *project.glob("macros/**/*.sql"),
+            project / "dbt_project.yml",
+        ]
+    ):
         if path.is_file():
             digest.update(path.relative_to(project).as_posix().encode())
             digest.update(path.read_bytes())
@@ -76,16 +85,20 @@ def positions_now(progress_rows: list[dict]) -> dict[str, dict[str, int]]:
             if read.get("version_to") is None:
                 continue
             sources = out.setdefault(row["job"], {})
-            sources[read["source_table"]] = max(sources.get(read["source_table"], -1),
-                                                int(read["version_to"]))
+            sources[read["source_table"]] = max(
+                sources.get(read["source_table"], -1), int(read["version_to"])
+            )
     return out
 
 
 def last_batch(progress_rows: list[dict], job: str, query_id: str | None) -> int | None:
     """The newest batch id the job's current query (``query_id``) recorded (pure); None
     before its first."""
-    ids = [int(r["batch_id"]) for r in progress_rows
-           if r["job"] == job and r.get("query_id") == query_id and r.get("batch_id") is not None]
+    ids = [
+        int(r["batch_id"])
+        for r in progress_rows
+        if r["job"] == job and r.get("query_id") == query_id and r.get("batch_id") is not None
+    ]
     return max(ids) if ids else None
 
 
@@ -101,11 +114,17 @@ def last_reconciled(rows: list[dict]) -> dict[str, dict]:
     for row in rows:
         if (row["reconciled_at"], row["invocation_id"]) != newest[row["job"]]:
             continue
-        job = out.setdefault(row["job"], {"query_id": row["query_id"],
-                                          "reconciled_at": row["reconciled_at"],
-                                          "fingerprint": row["fingerprint"],
-                                          "open_from": row["open_from"],
-                                          "batch_id": row.get("batch_id"), "versions": {}})
+        job = out.setdefault(
+            row["job"],
+            {
+                "query_id": row["query_id"],
+                "reconciled_at": row["reconciled_at"],
+                "fingerprint": row["fingerprint"],
+                "open_from": row["open_from"],
+                "batch_id": row.get("batch_id"),
+                "versions": {},
+            },
+        )
         job["versions"][row["source"]] = int(row["version_to"])
     return out
 
@@ -115,8 +134,12 @@ def last_reconciled(rows: list[dict]) -> dict[str, dict]:
 NeedsFull = StatsUnknown
 
 
-def first_day(spec: JobSpec, earliest: dt.datetime | None, open_from: dt.date | None,
-              chain_start: dt.datetime | None) -> str:
+def first_day(
+    spec: JobSpec,
+    earliest: dt.datetime | None,
+    open_from: dt.date | None,
+    chain_start: dt.datetime | None,
+) -> str:
     """The first day to recompute (pure): the day a new event can change, or that still held
     open rows, or that a session it extends began on."""
     days = []
@@ -132,7 +155,9 @@ def first_day(spec: JobSpec, earliest: dt.datetime | None, open_from: dt.date | 
     return min(days).isoformat() if days else NOTHING_NEW
 
 
-def session_start_reached(cfg: TidemarkConfig, job: str, earliest: dt.datetime) -> dt.datetime | None:
+def session_start_reached(
+    cfg: TidemarkConfig, job: str, earliest: dt.datetime
+) -> dt.datetime | None:
     """The start of the earliest session last reconciled that ends at or after ``earliest``
     (a new click at or after it may extend or merge it), from the job's batch table."""
     from deltalake import DeltaTable, QueryBuilder
@@ -140,8 +165,11 @@ def session_start_reached(cfg: TidemarkConfig, job: str, earliest: dt.datetime) 
 
     table = DeltaTable(str(cfg.paths.dbt_table("batch", f"int_{job}__batch")))
     at = earliest.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    rows = pa.table(QueryBuilder().register("t", table).execute(
-        f"select min(window_start) as start from t where window_end >= '{at}'")).to_pylist()
+    rows = pa.table(
+        QueryBuilder()
+        .register("t", table)
+        .execute(f"select min(window_start) as start from t where window_end >= '{at}'")
+    ).to_pylist()
     start = rows[0]["start"] if rows else None
     if start is not None and start.tzinfo is None:
         start = start.replace(tzinfo=dt.timezone.utc)
@@ -158,8 +186,15 @@ def _aware(moment: dt.datetime) -> dt.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
 
 
-def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[str, int],
-              query_id: str | None, print_: str, batch_now: int | None = None) -> str:
+def job_scope(
+    cfg: TidemarkConfig,
+    spec: JobSpec,
+    last: dict | None,
+    now: dict[str, int],
+    query_id: str | None,
+    print_: str,
+    batch_now: int | None = None,
+) -> str:
     """The first day to recompute for one job, or raise NeedsFull."""
     if last is None:
         raise NeedsFull("first reconciliation")
@@ -173,8 +208,9 @@ def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[s
             raise NeedsFull(f"table {kind}.{name} is missing")
     # rows deleted or changed in gold by hand are no new event: only a full run sees them
     if last.get("reconciled_at") is not None:
-        changed = changed_outside_its_writer(cfg.paths.table("gold", spec.name),
-                                             _aware(last["reconciled_at"]))
+        changed = changed_outside_its_writer(
+            cfg.paths.table("gold", spec.name), _aware(last["reconciled_at"])
+        )
         if changed:
             raise NeedsFull(f"its gold table changed outside its stream ({changed})")
     earliest = None
@@ -187,8 +223,11 @@ def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[s
         found = earliest_new_event(cfg.paths.table("bronze", source), after, upto, column)
         if found is not None and (earliest is None or found < earliest):
             earliest = found
-    chain = (session_start_reached(cfg, spec.name, earliest)
-             if spec.recon_chain and earliest is not None else None)
+    chain = (
+        session_start_reached(cfg, spec.name, earliest)
+        if spec.recon_chain and earliest is not None
+        else None
+    )
     # windows open last time can only have closed in a batch the stream ran since
     open_from = last["open_from"] if batch_ran_since(last, batch_now) else None
     if isinstance(open_from, dt.datetime):
@@ -196,9 +235,15 @@ def job_scope(cfg: TidemarkConfig, spec: JobSpec, last: dict | None, now: dict[s
     return first_day(spec, earliest, open_from, chain)
 
 
-def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: dict,
-                     project: Path, progress_rows: list[dict], full: bool = False,
-                     partitions_from: str | None = None) -> dict:
+def recon_scope_vars(
+    cfg: TidemarkConfig,
+    jobs: dict[str, JobSpec],
+    job_params: dict,
+    project: Path,
+    progress_rows: list[dict],
+    full: bool = False,
+    partitions_from: str | None = None,
+) -> dict:
     """``recon_from`` (job -> first day, or None: in full) and ``recon_positions`` (the rows
     ``recon_positions`` records when the run succeeds), with the reason per job.
     ``progress_rows``: the progress table's rows as of the version pinned for the invocation
@@ -216,12 +261,21 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
         last = recorded.get(name)
         batch_now = last_batch(progress_rows, name, current)
         for source in spec.sources:
-            position = {"job": name, "source": source,
-                        "version_to": now.get(name, {}).get(source, -1),
-                        "query_id": current or "", "fingerprint": print_,
-                        "batch_id": batch_now}
-            if (not full and last and last["query_id"] == (current or "")
-                    and last["fingerprint"] == print_ and source in last["versions"]):
+            position = {
+                "job": name,
+                "source": source,
+                "version_to": now.get(name, {}).get(source, -1),
+                "query_id": current or "",
+                "fingerprint": print_,
+                "batch_id": batch_now,
+            }
+            if (
+                not full
+                and last
+                and last["query_id"] == (current or "")
+                and last["fingerprint"] == print_
+                and source in last["versions"]
+            ):
                 # the lateness replay counts only rows past last time's position: the files
                 # before it need not be read (int_late_events_by_source)
                 after = last["versions"][source]
@@ -235,22 +289,29 @@ def recon_scope_vars(cfg: TidemarkConfig, jobs: dict[str, JobSpec], job_params: 
             scope[name], reasons[name] = None, "in full: a backfill was asked for"
             continue
         try:
-            scope[name] = job_scope(cfg, spec, last, now.get(name, {}),
-                                    current or "", print_, batch_now)
+            scope[name] = job_scope(
+                cfg, spec, last, now.get(name, {}), current or "", print_, batch_now
+            )
             if not by_day and scope[name] != NOTHING_NEW:
                 # something new reached a job without days: all of it again
                 scope[name], reasons[name] = None, f"in full: {whole_reason(spec)}"
                 continue
-            reasons[name] = ("nothing new since the last reconciliation: left out of this run"
-                             if scope[name] == NOTHING_NEW
-                             else f"from {scope[name]}")
+            reasons[name] = (
+                "nothing new since the last reconciliation: left out of this run"
+                if scope[name] == NOTHING_NEW
+                else f"from {scope[name]}"
+            )
             if partitions_from is not None and partitions_from < scope[name]:
                 scope[name] = partitions_from
                 reasons[name] = f"from {partitions_from}: the run's partitions"
         except NeedsFull as why:
             scope[name], reasons[name] = None, f"in full: {why}"
-    return {"recon_from": scope, "recon_positions": positions, "recon_reasons": reasons,
-            "recon_full": full}
+    return {
+        "recon_from": scope,
+        "recon_positions": positions,
+        "recon_reasons": reasons,
+        "recon_full": full,
+    }
 
 
 def whole_reason(spec: JobSpec) -> str:
@@ -266,8 +327,12 @@ def left_out(variables: dict) -> list[str]:
     """The models a run leaves out (pure, from what `recon_scope_vars` returned): the batch
     and recon models of every job nothing reached (``NOTHING_NEW``). dbt leaves their tests
     out with them; the shared models (staging, lateness, positions, summary) still run."""
-    return [model for job, day in sorted(variables.get("recon_from", {}).items())
-            if day == NOTHING_NEW for model in (f"int_{job}__batch", f"recon_{job}")]
+    return [
+        model
+        for job, day in sorted(variables.get("recon_from", {}).items())
+        if day == NOTHING_NEW
+        for model in (f"int_{job}__batch", f"recon_{job}")
+    ]
 
 
 def read_positions(cfg: TidemarkConfig) -> list[dict]:

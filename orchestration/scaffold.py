@@ -46,7 +46,7 @@ STREAM = StreamSchema(
 )
 '''
 
-SQL_JOB = '''-- {name}: events of {source} per 5-minute window (edit this line: it is the job's description).
+SQL_JOB = """-- {name}: events of {source} per 5-minute window (edit this line: it is the job's description).
 --
 -- Header keys (docs/jobs.md lists every one):
 --   source      the stream read as `events` (and by its own name)          required
@@ -68,7 +68,7 @@ select
     count(*) as events
 from events
 group by window({event_time}, '5 minutes')
-'''
+"""
 
 PY_JOB = '''"""{name}: events of {source} per 5-minute window (edit: the first line is the description).
 
@@ -282,15 +282,22 @@ def keyed_column(stream, wanted: str | None) -> str:
     names = stream.field_names
     if wanted:
         if wanted not in names:
-            raise ValueError(f"--key {wanted}: stream {stream.name} has no such field (it has "
-                             f"{', '.join(names)})")
+            raise ValueError(
+                f"--key {wanted}: stream {stream.name} has no such field (it has "
+                f"{', '.join(names)})"
+            )
         return wanted
     for field in stream.fields:
-        if (isinstance(field.dtype, T.StringType) and field.name != stream.event_time
-                and field.name not in stream.dedup_key):
+        if (
+            isinstance(field.dtype, T.StringType)
+            and field.name != stream.event_time
+            and field.name not in stream.dedup_key
+        ):
             return field.name
-    raise ValueError(f"stream {stream.name} has no text field to group by besides its key: name "
-                     "one with --key COLUMN")
+    raise ValueError(
+        f"stream {stream.name} has no text field to group by besides its key: name "
+        "one with --key COLUMN"
+    )
 
 
 def target_folder(folder: str | None) -> Path:
@@ -300,12 +307,21 @@ def target_folder(folder: str | None) -> Path:
     return configured[0] if configured else Path("jobs")
 
 
-def scaffold(kind: str, name: str, *, folder: str | None = None, source: str | None = None,
-             sql: bool = True, keyed: bool = False, key: str | None = None) -> Path:
+def scaffold(
+    kind: str,
+    name: str,
+    *,
+    folder: str | None = None,
+    source: str | None = None,
+    sql: bool = True,
+    keyed: bool = False,
+    key: str | None = None,
+) -> Path:
     """Write the file; returns its path. Refuses to overwrite."""
     if not NAME.match(name):
-        raise ValueError(f"{name!r}: a name is lower case letters, digits and _, starting with a "
-                         "letter")
+        raise ValueError(
+            f"{name!r}: a name is lower case letters, digits and _, starting with a letter"
+        )
     out = target_folder(folder)
     if kind == "stream":
         path, text = out / f"{name}.py", STREAM.format(name=name)
@@ -317,9 +333,11 @@ def scaffold(kind: str, name: str, *, folder: str | None = None, source: str | N
         try:
             stream = stream_schema(source)
         except KeyError as exc:
-            raise ValueError(f"tidemark new job {name}: {exc.args[0]} To start one, run "
-                             f"'tidemark new stream {source}' and add its folder to "
-                             "TIDEMARK_JOBS_PATH.") from None
+            raise ValueError(
+                f"tidemark new job {name}: {exc.args[0]} To start one, run "
+                f"'tidemark new stream {source}' and add its folder to "
+                "TIDEMARK_JOBS_PATH."
+            ) from None
         values = {"name": name, "source": source, "event_time": stream.event_time}
         path = out / f"{name}.{'sql' if sql and not keyed else 'py'}"
         if keyed:

@@ -30,8 +30,9 @@ def _tail(path, lines: int = 25) -> str:
         return "(no log)"
 
 
-def start_sql_endpoint(cfg: TidemarkConfig, timeout: float = 300.0, *,
-                       owned: bool = True) -> Endpoint:
+def start_sql_endpoint(
+    cfg: TidemarkConfig, timeout: float = 300.0, *, owned: bool = True
+) -> Endpoint:
     """Start the data root's SQL endpoint unless it runs; return its address once it answers.
 
     ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests);
@@ -42,25 +43,38 @@ def start_sql_endpoint(cfg: TidemarkConfig, timeout: float = 300.0, *,
         return found
     cfg.paths.logs.mkdir(parents=True, exist_ok=True)
     log_path = cfg.paths.logs / "sql_endpoint.log"
-    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-           "TIDEMARK_SQL_PORT": str(cfg.sql.port),
-           "TIDEMARK_SQL_OWNER_PID": str(os.getpid()) if owned else ""}
+    env = {
+        **os.environ,
+        "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+        "TIDEMARK_SQL_PORT": str(cfg.sql.port),
+        "TIDEMARK_SQL_OWNER_PID": str(os.getpid()) if owned else "",
+    }
     with open(log_path, "a") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streaming_jobs.sql_endpoint"], env=env,
-                                cwd=CHECKOUT, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streaming_jobs.sql_endpoint"],
+            env=env,
+            cwd=CHECKOUT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = discover(cfg)
         if found:
             return found
         if proc.poll() is not None:
-            raise ServiceError(f"the SQL endpoint exited while starting (code {proc.returncode})"
-                               f"; its log {log_path} ends with:\n{_tail(log_path)}")
+            raise ServiceError(
+                f"the SQL endpoint exited while starting (code {proc.returncode})"
+                f"; its log {log_path} ends with:\n{_tail(log_path)}"
+            )
         time.sleep(0.5)
     proc.terminate()
-    raise ServiceError(f"the SQL endpoint did not answer on 127.0.0.1:{cfg.sql.port} within "
-                       f"{timeout:.0f}s; see {log_path}")
+    raise ServiceError(
+        f"the SQL endpoint did not answer on 127.0.0.1:{cfg.sql.port} within "
+        f"{timeout:.0f}s; see {log_path}"
+    )
 
 
 def _gone(pid: int) -> bool:
@@ -118,5 +132,7 @@ def start_cluster_if_used(cfg: TidemarkConfig) -> str | None:
     if cfg.spark.master != spark_cluster.master_url(cfg):
         return None
     found = spark_cluster.discover(cfg) or spark_cluster.start(cfg)
-    return (f"the project's Spark cluster {found.master} ({found.workers} workers, UI "
-            f"{found.ui}; logs {cfg.paths.logs}/spark-*.log)")
+    return (
+        f"the project's Spark cluster {found.master} ({found.workers} workers, UI "
+        f"{found.ui}; logs {cfg.paths.logs}/spark-*.log)"
+    )

@@ -71,6 +71,7 @@ class Finding:
 
 # -- the plan, through py4j ---------------------------------------------------------------------
 
+
 def _seq(scala_seq) -> list:
     return [scala_seq.apply(i) for i in range(scala_seq.size())]
 
@@ -96,7 +97,8 @@ def _attribute_set(jvm, attributes: list):
     for a in attributes:
         buffer.add(a)
     return jvm.org.apache.spark.sql.catalyst.expressions.AttributeSet.apply(
-        jvm.scala.jdk.javaapi.CollectionConverters.asScala(buffer))
+        jvm.scala.jdk.javaapi.CollectionConverters.asScala(buffer)
+    )
 
 
 def _join_side_bounded(jvm, join, side: str) -> bool:
@@ -112,12 +114,15 @@ def _join_side_bounded(jvm, join, side: str) -> bool:
     # any event watermark will do: the question is only whether a bound exists at all
     # (a number above 2**31 travels through py4j as a Long, as Option[Long] needs)
     bound = helper.getStateValueWatermark(
-        _attribute_set(jvm, _seq(this.output())), _attribute_set(jvm, other_marked),
-        condition, jvm.scala.Some(10 ** 12))
+        _attribute_set(jvm, _seq(this.output())),
+        _attribute_set(jvm, other_marked),
+        condition,
+        jvm.scala.Some(10**12),
+    )
     return not bound.isEmpty()
 
 
-PROBE_WATERMARK_MS = 10 ** 12  # any event watermark: only its difference to the output counts
+PROBE_WATERMARK_MS = 10**12  # any event watermark: only its difference to the output counts
 
 
 def _join_delay_ms(jvm, join) -> int:
@@ -132,7 +137,9 @@ def _join_delay_ms(jvm, join) -> int:
         bound = helper.getStateValueWatermark(
             _attribute_set(jvm, _seq(this.output())),
             _attribute_set(jvm, [a for a in _seq(other.output()) if _watermarked(a)]),
-            condition, jvm.scala.Some(PROBE_WATERMARK_MS))
+            condition,
+            jvm.scala.Some(PROBE_WATERMARK_MS),
+        )
         if bound.isEmpty():
             return 0
         marks.append(int(bound.get()))
@@ -182,13 +189,15 @@ def unbounded_operators(jvm, plan) -> list[str]:
                     "session_window(...)) or the event time itself, which the watermark closes; "
                     "for a latest value per key, keep it in keyed state with a TTL in a Python "
                     "job (tidemark new job NAME --python --keyed, docs/python-jobs.md); or "
-                    "accept the growth with unbounded_state: warn")
+                    "accept the growth with unbounded_state: warn"
+                )
         elif kind == "Deduplicate":
             keys = _seq(node.keys())
             if not any(_watermarked(a) for e in keys for a in _references(e)):
                 problems.append(
                     f"the deduplication on ({_names(keys)}) keeps every key forever: use "
-                    "dropDuplicatesWithinWatermark, or include the event time in its columns")
+                    "dropDuplicatesWithinWatermark, or include the event time in its columns"
+                )
         elif kind == "Join" and all(c.isStreaming() for c in _children(node)):
             for side in ("left", "right"):
                 if not _join_side_bounded(jvm, node, side):
@@ -196,20 +205,24 @@ def unbounded_operators(jvm, plan) -> list[str]:
                         f"the stream-stream join ({node.joinType().toString()}) never evicts "
                         f"its {side} side's state: add a time bound between the two event "
                         "times to the join condition (e.g. p.payment_time between o.order_time "
-                        "and o.order_time + interval 1 hour), or join on a window of both")
+                        "and o.order_time + interval 1 hour), or join on a window of both"
+                    )
         elif kind.startswith("FlatMapGroups") and "WithState" in kind:
             if "NoTimeout" in node.timeout().toString():
                 problems.append(
                     f"the keyed state ({kind}) has no timeout: pass timeoutConf "
                     "(GroupStateTimeout.EventTimeTimeout) and remove each key's state when it "
-                    "times out, as a TTL")
+                    "times out, as a TTL"
+                )
     return problems
 
 
 # -- one job ------------------------------------------------------------------------------------
 
-def _empty_sources(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchema],
-                   scratch: Path) -> list[DataFrame]:
+
+def _empty_sources(
+    spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchema], scratch: Path
+) -> list[DataFrame]:
     frames = []
     for name in spec.sources:
         folder = scratch / name
@@ -236,8 +249,13 @@ def _first_line(exc: Exception) -> str:
     return text.split("\nJVM stacktrace")[0].split(";\n")[0].split("\n== ")[0].strip()
 
 
-def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchema],
-                policy: str = "refuse", scratch: Path | None = None) -> list[Finding]:
+def analyze_job(
+    spark: SparkSession,
+    spec: JobSpec,
+    known: dict[str, StreamSchema],
+    policy: str = "refuse",
+    scratch: Path | None = None,
+) -> list[Finding]:
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
 
@@ -250,38 +268,70 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
         frame = spec.apply(*_empty_sources(spark, spec, known, scratch))
     except (PySparkException, Py4JJavaError) as exc:
         message = _first_line(exc)
-        return [Finding(spec.name, _query_line(spec, message), "error",
-                        f"the query does not resolve against its sources' schemas: {message}")]
+        return [
+            Finding(
+                spec.name,
+                _query_line(spec, message),
+                "error",
+                f"the query does not resolve against its sources' schemas: {message}",
+            )
+        ]
     except Exception as exc:  # a Python job's build that fails on its inputs
-        return [Finding(spec.name, spec.at(), "error", f"build failed: {type(exc).__name__}: {exc}")]
+        return [
+            Finding(spec.name, spec.at(), "error", f"build failed: {type(exc).__name__}: {exc}")
+        ]
     for role in ("keys", "measures"):
         missing = [c for c in getattr(spec, role) if c not in frame.columns]
         if missing:
-            out.append(Finding(spec.name, spec.at(role), "error",
-                               f"{role} {', '.join(missing)} not in the query's output columns "
-                               f"({', '.join(frame.columns)})"))
+            out.append(
+                Finding(
+                    spec.name,
+                    spec.at(role),
+                    "error",
+                    f"{role} {', '.join(missing)} not in the query's output columns "
+                    f"({', '.join(frame.columns)})",
+                )
+            )
     if not frame.isStreaming:
-        return out + [Finding(spec.name, spec.at("query"), "error",
-                              "the query does not read its sources as a stream")]
+        return out + [
+            Finding(
+                spec.name,
+                spec.at("query"),
+                "error",
+                "the query does not read its sources as a stream",
+            )
+        ]
     jvm = spark.sparkContext._jvm
     plan = frame._jdf.queryExecution().analyzed()
     mode = jvm.org.apache.spark.sql.streaming.OutputMode
     try:
         jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
-            plan, mode.Append() if spec.output_mode == "append" else mode.Update())
+            plan, mode.Append() if spec.output_mode == "append" else mode.Update()
+        )
     except (PySparkException, Py4JJavaError) as exc:
         message = _first_line(exc).split(";;")[0].strip()
-        unwindowed = [f"({_names(_seq(n.groupingExpressions()))})" for n in _aggregates(plan)
-                      if not any(_watermarked(a) for e in _seq(n.groupingExpressions())
-                                 for a in _references(e))]
+        unwindowed = [
+            f"({_names(_seq(n.groupingExpressions()))})"
+            for n in _aggregates(plan)
+            if not any(
+                _watermarked(a) for e in _seq(n.groupingExpressions()) for a in _references(e)
+            )
+        ]
         if "without watermark" in message and unwindowed:
-            message += (f". The aggregation by {', '.join(unwindowed)} has no window of the "
-                        "event time, so no row of it is ever final: group by window(...) or "
-                        "session_window(...) of the event time; for a running value per key, "
-                        "use keyed state with a TTL (docs/python-jobs.md)")
-        out.append(Finding(spec.name, spec.at("query"), "error",
-                           f"Spark's streaming engine refuses the query in {spec.output_mode} "
-                           f"mode: {message}"))
+            message += (
+                f". The aggregation by {', '.join(unwindowed)} has no window of the "
+                "event time, so no row of it is ever final: group by window(...) or "
+                "session_window(...) of the event time; for a running value per key, "
+                "use keyed state with a TTL (docs/python-jobs.md)"
+            )
+        out.append(
+            Finding(
+                spec.name,
+                spec.at("query"),
+                "error",
+                f"Spark's streaming engine refuses the query in {spec.output_mode} mode: {message}",
+            )
+        )
         return out
     level = "error" if (spec.unbounded_state or policy) == "refuse" else "warning"
     for problem in unbounded_operators(jvm, plan):
@@ -292,11 +342,20 @@ def analyze_job(spark: SparkSession, spec: JobSpec, known: dict[str, StreamSchem
             out.append(refused)
     delay = emit_delay_seconds(jvm, plan)
     if delay:
-        out.append(Finding(spec.name, spec.at("query"), "info", (
-            f"its windows are emitted {delay:,} s behind the watermark: the stream-stream "
-            "join's time bound holds back the aggregation after it; reconciliation's default "
-            "open_when allows for it" + (" (yours is declared: check it does)"
-                                         if spec.open_when else "")), delay))
+        out.append(
+            Finding(
+                spec.name,
+                spec.at("query"),
+                "info",
+                (
+                    f"its windows are emitted {delay:,} s behind the watermark: the stream-stream "
+                    "join's time bound holds back the aggregation after it; reconciliation's default "
+                    "open_when allows for it"
+                    + (" (yours is declared: check it does)" if spec.open_when else "")
+                ),
+                delay,
+            )
+        )
     return out
 
 
@@ -308,7 +367,8 @@ FIRST_BATCH_HINTS = {
         "a stateful operator (an aggregation, a deduplication, a join) reads two event-time "
         "columns, e.g. both sides' times, or both sides' window structs, after a stream-stream "
         "join: keep one of them as the event time and drop the other, or select it as a plain "
-        "value (cast(b.event_time as string) as b_time), before that operator"),
+        "value (cast(b.event_time as string) as b_time), before that operator"
+    ),
 }
 
 
@@ -350,8 +410,13 @@ def _first_batch_key(spec: JobSpec, known: dict[str, StreamSchema]) -> str:
     return digest.hexdigest()[:24]
 
 
-def _first_batch(spark: SparkSession, spec: JobSpec, frame: DataFrame,
-                 known: dict[str, StreamSchema], scratch: Path) -> Finding | None:
+def _first_batch(
+    spark: SparkSession,
+    spec: JobSpec,
+    frame: DataFrame,
+    known: dict[str, StreamSchema],
+    scratch: Path,
+) -> Finding | None:
     """Run the query for one micro-batch over one synthetic row per source, into a scratch
     checkpoint and no sink: what Spark refuses only while planning a batch (not at analysis,
     not in its streaming checker) is then found here, with the job's file and line. Passes are
@@ -359,8 +424,12 @@ def _first_batch(spark: SparkSession, spec: JobSpec, frame: DataFrame,
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
 
-    passed = (TidemarkConfig.from_env().spark.jars_cache.parent / "checks" / "first-batch"
-              / f"{_first_batch_key(spec, known)}.ok")
+    passed = (
+        TidemarkConfig.from_env().spark.jars_cache.parent
+        / "checks"
+        / "first-batch"
+        / f"{_first_batch_key(spec, known)}.ok"
+    )
     if passed.exists():
         return None
     for name in spec.sources:
@@ -369,23 +438,34 @@ def _first_batch(spark: SparkSession, spec: JobSpec, frame: DataFrame,
             probe.write_text(json.dumps(_synthetic_row(known[name])) + "\n")
     query = None
     try:
-        query = (frame.writeStream.format("noop").outputMode(spec.output_mode)
-                 .option("checkpointLocation", str(scratch / "checkpoints" / spec.name))
-                 .trigger(availableNow=True).start())
+        query = (
+            frame.writeStream.format("noop")
+            .outputMode(spec.output_mode)
+            .option("checkpointLocation", str(scratch / "checkpoints" / spec.name))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
     except (PySparkException, Py4JJavaError) as exc:
         _forget(spark, query)
         text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
         if "AnalysisException" not in text and "UnsupportedOperation" not in text:
             # the job's own code failing on a made-up row is not the engine's refusal
-            logging.getLogger(__name__).info("job %s: its first batch over a synthetic row "
-                                             "failed (not reported): %s", spec.name, exc)
+            logging.getLogger(__name__).info(
+                "job %s: its first batch over a synthetic row failed (not reported): %s",
+                spec.name,
+                exc,
+            )
             return None
         message = re.split(r"terminated with exception: ", _first_line(exc))[-1].strip()
         hint = next((h for marker, h in FIRST_BATCH_HINTS.items() if marker in message), None)
-        return Finding(spec.name, spec.at("query"), "error",
-                       "Spark's streaming engine refuses the query when it plans its first "
-                       f"micro-batch: {message}" + (f". Fix: {hint}" if hint else ""))
+        return Finding(
+            spec.name,
+            spec.at("query"),
+            "error",
+            "Spark's streaming engine refuses the query when it plans its first "
+            f"micro-batch: {message}" + (f". Fix: {hint}" if hint else ""),
+        )
     _forget(spark, query)
     passed.parent.mkdir(parents=True, exist_ok=True)
     passed.touch()
@@ -400,18 +480,23 @@ def _forget(spark: SparkSession, query) -> None:
         progress_log(spark).take(str(query.runId))
 
 
-def analyze(spark: SparkSession, jobs: dict[str, JobSpec] | None = None,
-            policy: str | None = None) -> list[Finding]:
+def analyze(
+    spark: SparkSession, jobs: dict[str, JobSpec] | None = None, policy: str | None = None
+) -> list[Finding]:
     policy = policy or TidemarkConfig.from_env().unbounded_state
     found = catalogue(analysed=False)
     known, jobs = found.streams, found.jobs if jobs is None else jobs
     # the empty sources' folders (no file is written there), removed once analysed
     with tempfile.TemporaryDirectory(prefix="tidemark-check-") as folder:
-        return [f for spec in jobs.values()
-                for f in analyze_job(spark, spec, known, policy, Path(folder))]
+        return [
+            f
+            for spec in jobs.values()
+            for f in analyze_job(spark, spec, known, policy, Path(folder))
+        ]
 
 
 # -- cached, for the code location's load -------------------------------------------------------
+
 
 def checked(cfg: TidemarkConfig) -> list[Finding]:
     """The findings for the current jobs, from the cache or a fresh analysis (then cached).
@@ -427,11 +512,16 @@ def checked(cfg: TidemarkConfig) -> list[Finding]:
     if spark is not None:
         findings = analyze(spark, policy=cfg.unbounded_state)
     else:
-        result = subprocess.run([sys.executable, "-m", "streaming_jobs.analysis", "--json"],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "streaming_jobs.analysis", "--json"],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
-            raise RuntimeError("tidemark check could not analyse the jobs (run `tidemark "
-                               f"check` to see why):\n{result.stderr[-3000:]}")
+            raise RuntimeError(
+                "tidemark check could not analyse the jobs (run `tidemark "
+                f"check` to see why):\n{result.stderr[-3000:]}"
+            )
         findings = [Finding(**f) for f in json.loads(result.stdout.splitlines()[-1])]
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_suffix(f".{os.getpid()}.partial")

@@ -36,8 +36,9 @@ def query_name(stream: str) -> str:
 
 def stream_of(query: str) -> str | None:
     """The stream an ingestion query ingests; None for a job's query."""
-    return query.removeprefix(BRONZE_QUERY_PREFIX) if query.startswith(BRONZE_QUERY_PREFIX) \
-        else None
+    return (
+        query.removeprefix(BRONZE_QUERY_PREFIX) if query.startswith(BRONZE_QUERY_PREFIX) else None
+    )
 
 
 def last_committed_batch(checkpoint: Path) -> int | None:
@@ -65,8 +66,9 @@ def _store_version(name: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def snapshots_pending(checkpoint: Path, since: float,
-                      min_deltas: int = MIN_DELTAS_FOR_SNAPSHOT) -> list[Path]:
+def snapshots_pending(
+    checkpoint: Path, since: float, min_deltas: int = MIN_DELTAS_FOR_SNAPSHOT
+) -> list[Path]:
     """The state stores of ``checkpoint`` with a snapshot made and not uploaded yet.
 
     A store committed to after ``since`` (a changelog written since) whose newest changelog is
@@ -186,9 +188,17 @@ def checkpoint_lock(checkpoint: Path, holder: str, *, takes_savepoint_requests: 
             ) from None
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({"holder": holder, "pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                 "takes_savepoint_requests": takes_savepoint_requests}))
+        handle.write(
+            json.dumps(
+                {
+                    "holder": holder,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "takes_savepoint_requests": takes_savepoint_requests,
+                }
+            )
+        )
         handle.flush()
         clear_temp_files(checkpoint)  # a killed holder's half-written log files
         yield

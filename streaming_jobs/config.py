@@ -69,6 +69,8 @@ def default_results(name: str) -> Path:
     folder = TidemarkConfig.from_env().data_root / "results"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
+
+
 DEFAULT_HOME = CHECKOUT / ".tidemark"
 
 
@@ -189,8 +191,9 @@ def _parse_date(name: str, raw: str) -> str:
     try:
         return date.fromisoformat(raw.strip()).isoformat()
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a day written YYYY-MM-DD "
-                          "(e.g. 2025-01-01)") from None
+        raise ConfigError(
+            f"{name}={raw!r} is not a day written YYYY-MM-DD (e.g. 2025-01-01)"
+        ) from None
 
 
 def _parse_cron(raw: str, name: str = "TIDEMARK_RECON_CRON") -> str:
@@ -198,7 +201,8 @@ def _parse_cron(raw: str, name: str = "TIDEMARK_RECON_CRON") -> str:
     if len(fields) != 5:
         raise ConfigError(
             f"{name}={raw!r} is not a cron string; write five fields, e.g. "
-            "'0 * * * *' (hourly) or '*/15 * * * *' (every 15 minutes)")
+            "'0 * * * *' (hourly) or '*/15 * * * *' (every 15 minutes)"
+        )
     return " ".join(fields)
 
 
@@ -235,9 +239,11 @@ def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
         if not math.isfinite(value) or value < minimum:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a "
-                          f"{'whole number' if kind is int else 'finite number'} of at least "
-                          f"{minimum:g}") from None
+        raise ConfigError(
+            f"{name}={raw!r} is not a "
+            f"{'whole number' if kind is int else 'finite number'} of at least "
+            f"{minimum:g}"
+        ) from None
     return value
 
 
@@ -251,28 +257,34 @@ def _fraction(env: dict, name: str, default: float) -> float:
 def _ops_settings(env: dict) -> OpsSettings:
     d = OpsSettings()
     return OpsSettings(
-        savepoint_cron=_parse_cron(env.get("TIDEMARK_SAVEPOINT_CRON", d.savepoint_cron),
-                                   "TIDEMARK_SAVEPOINT_CRON"),
+        savepoint_cron=_parse_cron(
+            env.get("TIDEMARK_SAVEPOINT_CRON", d.savepoint_cron), "TIDEMARK_SAVEPOINT_CRON"
+        ),
         savepoints_keep=_number(env, "TIDEMARK_SAVEPOINTS_KEEP", d.savepoints_keep, int, 1),
         stall_seconds=_number(env, "TIDEMARK_STALL_SECONDS", d.stall_seconds, minimum=1),
         idle_seconds=_number(env, "TIDEMARK_IDLE_SECONDS", d.idle_seconds, minimum=1),
         growth_horizon_hours=_number(env, "TIDEMARK_GROWTH_HORIZON_HOURS", d.growth_horizon_hours),
         restart_attempts=_number(env, "TIDEMARK_RESTART_ATTEMPTS", d.restart_attempts, int),
-        restart_backoff_seconds=_number(env, "TIDEMARK_RESTART_BACKOFF_SECONDS",
-                                        d.restart_backoff_seconds),
-        max_concurrent_runs=_number(env, "TIDEMARK_MAX_CONCURRENT_RUNS", d.max_concurrent_runs,
-                                    int, 1),
+        restart_backoff_seconds=_number(
+            env, "TIDEMARK_RESTART_BACKOFF_SECONDS", d.restart_backoff_seconds
+        ),
+        max_concurrent_runs=_number(
+            env, "TIDEMARK_MAX_CONCURRENT_RUNS", d.max_concurrent_runs, int, 1
+        ),
         late_share=_fraction(env, "TIDEMARK_LATE_SHARE", d.late_share),
-        watermark_ahead_seconds=_number(env, "TIDEMARK_WATERMARK_AHEAD_SECONDS",
-                                        d.watermark_ahead_seconds, minimum=60),
+        watermark_ahead_seconds=_number(
+            env, "TIDEMARK_WATERMARK_AHEAD_SECONDS", d.watermark_ahead_seconds, minimum=60
+        ),
         min_free_gb=_number(env, "TIDEMARK_MIN_FREE_GB", d.min_free_gb),
-        maintenance_cron=_parse_cron(env.get("TIDEMARK_MAINTENANCE_CRON", d.maintenance_cron),
-                                     "TIDEMARK_MAINTENANCE_CRON"),
+        maintenance_cron=_parse_cron(
+            env.get("TIDEMARK_MAINTENANCE_CRON", d.maintenance_cron), "TIDEMARK_MAINTENANCE_CRON"
+        ),
         vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", d.vacuum_retain_hours),
         log_retain_hours=_number(env, "TIDEMARK_LOG_RETAIN_HOURS", d.log_retain_hours),
         ops_retention_days=_number(env, "TIDEMARK_OPS_RETENTION_DAYS", d.ops_retention_days),
-        landing_retention=_choice(env, "TIDEMARK_LANDING_RETENTION", d.landing_retention,
-                                  ("archive", "delete", "keep")),
+        landing_retention=_choice(
+            env, "TIDEMARK_LANDING_RETENTION", d.landing_retention, ("archive", "delete", "keep")
+        ),
     )
 
 
@@ -303,8 +315,9 @@ def _sql_settings(env: dict) -> SqlEndpointSettings:
     target = env.get("TIDEMARK_DBT_TARGET", d.dbt_target)
     if target not in DBT_TARGETS:
         raise ConfigError(f"TIDEMARK_DBT_TARGET={target!r}: use one of {', '.join(DBT_TARGETS)}")
-    return SqlEndpointSettings(port=port, dbt_target=target,
-                               driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory))
+    return SqlEndpointSettings(
+        port=port, dbt_target=target, driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory)
+    )
 
 
 @dataclass(frozen=True)
@@ -318,9 +331,11 @@ class AlertSettings:
 
 
 def _alert_settings(env: dict) -> AlertSettings:
-    return AlertSettings(url=env.get("TIDEMARK_ALERT_WEBHOOK_URL") or None,
-                         token=env.get("TIDEMARK_ALERT_WEBHOOK_TOKEN") or None,
-                         retry_seconds=_number(env, "TIDEMARK_ALERT_RETRY_SECONDS", 30.0))
+    return AlertSettings(
+        url=env.get("TIDEMARK_ALERT_WEBHOOK_URL") or None,
+        token=env.get("TIDEMARK_ALERT_WEBHOOK_TOKEN") or None,
+        retry_seconds=_number(env, "TIDEMARK_ALERT_RETRY_SECONDS", 30.0),
+    )
 
 
 SOURCES = ("landing", "kafka")
@@ -356,16 +371,18 @@ def _kafka_settings(env: dict) -> KafkaSettings:
         bootstrap=env.get("TIDEMARK_KAFKA_BOOTSTRAP") or f"127.0.0.1:{port}",
         topic_prefix=env.get("TIDEMARK_KAFKA_TOPIC_PREFIX", d.topic_prefix),
         partitions=_number(env, "TIDEMARK_KAFKA_PARTITIONS", d.partitions, int, 1),
-        starting_offsets=_choice(env, "TIDEMARK_KAFKA_STARTING_OFFSETS", d.starting_offsets,
-                                 ("earliest", "latest")),
+        starting_offsets=_choice(
+            env, "TIDEMARK_KAFKA_STARTING_OFFSETS", d.starting_offsets, ("earliest", "latest")
+        ),
         max_offsets_per_trigger=(
-            _number(env, "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", 0, int, 1) if most else None),
+            _number(env, "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", 0, int, 1) if most else None
+        ),
         lag_rows=_number(env, "TIDEMARK_KAFKA_LAG_ROWS", d.lag_rows, int, 1),
         lag_seconds=_number(env, "TIDEMARK_KAFKA_LAG_SECONDS", d.lag_seconds, float, 1),
-        spark_options=_parse_spark_conf(env.get("TIDEMARK_KAFKA_CONF", ""),
-                                        "TIDEMARK_KAFKA_CONF"),
-        client_options=_parse_spark_conf(env.get("TIDEMARK_KAFKA_CLIENT_CONF", ""),
-                                         "TIDEMARK_KAFKA_CLIENT_CONF"),
+        spark_options=_parse_spark_conf(env.get("TIDEMARK_KAFKA_CONF", ""), "TIDEMARK_KAFKA_CONF"),
+        client_options=_parse_spark_conf(
+            env.get("TIDEMARK_KAFKA_CLIENT_CONF", ""), "TIDEMARK_KAFKA_CLIENT_CONF"
+        ),
     )
 
 
@@ -389,12 +406,13 @@ def _cluster_settings(env: dict) -> ClusterSettings:
         raise ConfigError(f"TIDEMARK_CLUSTER_PORT={port} is not a TCP port (1-65535)")
     memory = env.get("TIDEMARK_CLUSTER_WORKER_MEMORY", d.worker_memory).strip().lower()
     if not re.fullmatch(r"\d+[mg]", memory):
-        raise ConfigError(f"TIDEMARK_CLUSTER_WORKER_MEMORY={memory!r}: use a size like 3g or "
-                          "2048m")
+        raise ConfigError(f"TIDEMARK_CLUSTER_WORKER_MEMORY={memory!r}: use a size like 3g or 2048m")
     return ClusterSettings(
-        port=port, workers=_number(env, "TIDEMARK_CLUSTER_WORKERS", d.workers, int, 1),
+        port=port,
+        workers=_number(env, "TIDEMARK_CLUSTER_WORKERS", d.workers, int, 1),
         worker_cores=_number(env, "TIDEMARK_CLUSTER_WORKER_CORES", d.worker_cores, int, 1),
-        worker_memory=memory)
+        worker_memory=memory,
+    )
 
 
 @dataclass(frozen=True)
@@ -460,16 +478,22 @@ class TidemarkConfig:
             extra_conf=_parse_spark_conf(env.get("TIDEMARK_SPARK_CONF", "")),
         )
         root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
-        jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep)
-                          if p)
+        jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep) if p)
         unbounded = env.get("TIDEMARK_UNBOUNDED_STATE", "refuse")
         if unbounded not in ("refuse", "warn"):
             raise ConfigError(f"TIDEMARK_UNBOUNDED_STATE={unbounded!r}: use refuse or warn")
-        return cls(data_root=root, spark=spark, unbounded_state=unbounded,
-                   recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
-                   recon_start_date=_parse_date("TIDEMARK_RECON_START_DATE",
-                                                env.get("TIDEMARK_RECON_START_DATE",
-                                                        "2026-01-01")),
-                   ops=_ops_settings(env), sql=_sql_settings(env),
-                   alerts=_alert_settings(env), kafka=_kafka_settings(env),
-                   cluster=_cluster_settings(env), jobs_path=jobs_path)
+        return cls(
+            data_root=root,
+            spark=spark,
+            unbounded_state=unbounded,
+            recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
+            recon_start_date=_parse_date(
+                "TIDEMARK_RECON_START_DATE", env.get("TIDEMARK_RECON_START_DATE", "2026-01-01")
+            ),
+            ops=_ops_settings(env),
+            sql=_sql_settings(env),
+            alerts=_alert_settings(env),
+            kafka=_kafka_settings(env),
+            cluster=_cluster_settings(env),
+            jobs_path=jobs_path,
+        )

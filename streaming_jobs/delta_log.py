@@ -48,8 +48,11 @@ def commit_actions(table: Path, version: int) -> list[dict]:
 
 # Commits that write rows, and the operation metrics that count them (OPTIMIZE and VACUUM
 # rewrite or remove files: they add no row)
-ROW_WRITES = {"WRITE": ("numOutputRows",), "STREAMING UPDATE": ("numOutputRows",),
-              "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
+ROW_WRITES = {
+    "WRITE": ("numOutputRows",),
+    "STREAMING UPDATE": ("numOutputRows",),
+    "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated"),
+}
 
 
 def rows_written(table: Path, after: int) -> tuple[int, int]:
@@ -65,7 +68,9 @@ def rows_written(table: Path, after: int) -> tuple[int, int]:
             info = action.get("commitInfo")
             if info:
                 metrics = info.get("operationMetrics") or {}
-                total += sum(int(metrics.get(m, 0)) for m in ROW_WRITES.get(info.get("operation"), ()))
+                total += sum(
+                    int(metrics.get(m, 0)) for m in ROW_WRITES.get(info.get("operation"), ())
+                )
     return total, newest
 
 
@@ -82,12 +87,18 @@ def changed_outside_its_writer(table: Path, since: dt.datetime) -> str | None:
             return None  # every later one was checked
         if any("txn" in a for a in actions):
             continue
-        changed = [a for a in actions for kind in ("add", "remove")
-                   if kind in a and a[kind].get("dataChange", True)]
+        changed = [
+            a
+            for a in actions
+            for kind in ("add", "remove")
+            if kind in a and a[kind].get("dataChange", True)
+        ]
         if changed:
             when = dt.datetime.fromtimestamp(info.get("timestamp", 0) / 1000, dt.timezone.utc)
-            return (f"version {version}, {info.get('operation', 'a commit')} at "
-                    f"{when:%Y-%m-%d %H:%M:%S} UTC")
+            return (
+                f"version {version}, {info.get('operation', 'a commit')} at "
+                f"{when:%Y-%m-%d %H:%M:%S} UTC"
+            )
     return None
 
 
@@ -100,8 +111,9 @@ def txn_of(table: Path, version: int, app_id: str) -> int | None:
     return None
 
 
-def version_of_batch(table: Path, app_id: str, batch_id: int,
-                     newer_than: int | None = None) -> int | None:
+def version_of_batch(
+    table: Path, app_id: str, batch_id: int, newer_than: int | None = None
+) -> int | None:
     """The newest table version holding everything ``app_id`` wrote up to ``batch_id``.
 
     That is the commit whose marker is ``batch_id``; a batch that committed nothing (a replay
@@ -138,6 +150,7 @@ def version_as_of_batch(table: Path, app_id: str, batch_id: int, sink_version: i
 
 # -- file statistics of the commits since a version (no data is read) ------------------------
 
+
 class StatsUnknown(Exception):
     """What the log cannot tell: a version's commit is gone, or a file has no statistics."""
 
@@ -159,39 +172,52 @@ def new_file_stats(table: Path, version: int):
             yield version, stats
 
 
-def file_stat(stats: tuple[int, dict], kind: str, column: str, table: Path,
-              no_nulls: bool = False):
+def file_stat(stats: tuple[int, dict], kind: str, column: str, table: Path, no_nulls: bool = False):
     """One file's ``minValues`` or ``maxValues`` of ``column``; StatsUnknown when the file has
     none or (``no_nulls``) holds nulls in the column."""
     version, found = stats
     value = (found.get(kind) or {}).get(column)
     if value is None or (no_nulls and (found.get("nullCount") or {}).get(column, 1)):
-        raise StatsUnknown(f"{table.name}: a file of version {version} has no statistics "
-                        f"for {column}")
+        raise StatsUnknown(
+            f"{table.name}: a file of version {version} has no statistics for {column}"
+        )
     return value
 
 
-def new_file_minimum(table: Path, after: int, upto: int, column: str, parse,
-                     no_nulls: bool = False):
+def new_file_minimum(
+    table: Path, after: int, upto: int, column: str, parse, no_nulls: bool = False
+):
     """The least ``column`` value (``parse``d) in the files bronze versions (after, upto]
     added, from their statistics (no data is read); None when they added no rows."""
-    values = [parse(file_stat(stats, "minValues", column, table, no_nulls))
-              for version in range(after + 1, upto + 1)
-              for stats in new_file_stats(table, version)]
+    values = [
+        parse(file_stat(stats, "minValues", column, table, no_nulls))
+        for version in range(after + 1, upto + 1)
+        for stats in new_file_stats(table, version)
+    ]
     return min(values, default=None)
 
 
 def new_file_maximum(table: Path, version: int, column: str) -> int | None:
     """The greatest ``column`` value (an integer) in the files version ``version`` added with
     new rows; None when it added none."""
-    return max((int(file_stat(stats, "maxValues", column, table))
-                for stats in new_file_stats(table, version)), default=None)
+    return max(
+        (
+            int(file_stat(stats, "maxValues", column, table))
+            for stats in new_file_stats(table, version)
+        ),
+        default=None,
+    )
 
 
 def earliest_new_event(table: Path, after: int, upto: int, column: str) -> dt.datetime | None:
     """The earliest event time (``column``) among the rows bronze versions (after, upto] added."""
-    return new_file_minimum(table, after, upto, column,
-                            lambda low: dt.datetime.fromisoformat(low.replace("Z", "+00:00")))
+    return new_file_minimum(
+        table,
+        after,
+        upto,
+        column,
+        lambda low: dt.datetime.fromisoformat(low.replace("Z", "+00:00")),
+    )
 
 
 def ingest_batch_floor(table: Path, after: int) -> int | None:

@@ -43,9 +43,11 @@ def fails(e: Expectation) -> Column:
 
 def failure_message(owner: str, e: Expectation, failed: int | None, sample: str) -> str:
     count = f"{failed:,} rows" if failed is not None else "a row"
-    return (f"{owner}: expectation {e.name} ({e.rule}) is 'fail' and {count} of the batch "
-            f"failed it, e.g. {sample}; nothing of the batch was committed. Fix the data at "
-            f"its source (or the rule, or make it warn/quarantine), then run again")
+    return (
+        f"{owner}: expectation {e.name} ({e.rule}) is 'fail' and {count} of the batch "
+        f"failed it, e.g. {sample}; nothing of the batch was committed. Fix the data at "
+        f"its source (or the rule, or make it warn/quarantine), then run again"
+    )
 
 
 def resolve(frame: DataFrame, owner: str, expectations: tuple[Expectation, ...]) -> None:
@@ -56,8 +58,10 @@ def resolve(frame: DataFrame, owner: str, expectations: tuple[Expectation, ...])
             frame.select(fails(e)).schema  # noqa: B018 - resolving is the check
         except Exception as exc:  # noqa: BLE001 - Spark's analysis errors have many types
             first = str(exc).strip().splitlines()[0][:300]
-            raise ValueError(f"{owner}: expectation {e.name} ({e.rule}) is not a predicate over "
-                             f"its columns ({', '.join(frame.columns)}): {first}") from None
+            raise ValueError(
+                f"{owner}: expectation {e.name} ({e.rule}) is not a predicate over "
+                f"its columns ({', '.join(frame.columns)}): {first}"
+            ) from None
 
 
 def counts(rows: DataFrame, expectations: tuple[Expectation, ...]) -> dict[str, int]:
@@ -65,13 +69,17 @@ def counts(rows: DataFrame, expectations: tuple[Expectation, ...]) -> dict[str, 
     if not expectations:
         return {}
     aggregates = [F.count(F.lit(1)).alias(CHECKED)] + [
-        F.count_if(fails(e)).alias(e.name) for e in expectations]
+        F.count_if(fails(e)).alias(e.name) for e in expectations
+    ]
     row = rows.agg(*aggregates).first()
     return {k: int(row[k] or 0) for k in [CHECKED, *(e.name for e in expectations)]}
 
 
-def split(rows: DataFrame, owner: str, expectations: tuple[Expectation, ...],
-          ) -> tuple[DataFrame, DataFrame | None, dict[str, int]]:
+def split(
+    rows: DataFrame,
+    owner: str,
+    expectations: tuple[Expectation, ...],
+) -> tuple[DataFrame, DataFrame | None, dict[str, int]]:
     """(rows kept, rows quarantined with a ``_reason`` column or None, counts).
 
     Raises `ExpectationFailed` with a sample row when a ``fail`` rule has failures."""
@@ -87,12 +95,16 @@ def split(rows: DataFrame, owner: str, expectations: tuple[Expectation, ...],
     for e in reversed(quarantining):  # the first rule a row fails is its reason
         reason = F.when(fails(e), F.lit(e.reason)).otherwise(reason)
     marked = rows.withColumn("_reason", reason)
-    return (marked.where(F.col("_reason").isNull()).drop("_reason"),
-            marked.where(F.col("_reason").isNotNull()), found)
+    return (
+        marked.where(F.col("_reason").isNull()).drop("_reason"),
+        marked.where(F.col("_reason").isNotNull()),
+        found,
+    )
 
 
-def guard(output: DataFrame, owner: str, expectations: tuple[Expectation, ...],
-          observe: bool = True) -> DataFrame:
+def guard(
+    output: DataFrame, owner: str, expectations: tuple[Expectation, ...], observe: bool = True
+) -> DataFrame:
     """``output`` with the expectations enforced inside the streaming query: a row failing a
     ``fail`` rule raises (the batch does not commit), and every rule's failures are observed
     per batch (`from_progress` reads them)."""
@@ -102,28 +114,52 @@ def guard(output: DataFrame, owner: str, expectations: tuple[Expectation, ...],
     for e in expectations:
         if e.action == "fail":
             sample = F.to_json(F.struct(*[F.col(c) for c in columns]))
-            error = F.raise_error(F.concat(
-                F.lit(f"{owner}: expectation {e.name} ({e.rule}) is 'fail' and a row of the "
-                      "batch failed it, e.g. "), sample,
-                F.lit("; nothing of the batch was committed. Fix the data at its source (or "
-                      "the rule, or make it warn), then run again")))
+            error = F.raise_error(
+                F.concat(
+                    F.lit(
+                        f"{owner}: expectation {e.name} ({e.rule}) is 'fail' and a row of the "
+                        "batch failed it, e.g. "
+                    ),
+                    sample,
+                    F.lit(
+                        "; nothing of the batch was committed. Fix the data at its source (or "
+                        "the rule, or make it warn), then run again"
+                    ),
+                )
+            )
             output = output.where(F.coalesce(F.when(fails(e), error), F.lit(True)))
     if not observe:
         return output
-    return output.observe(OBSERVATION, F.count(F.lit(1)).alias(CHECKED),
-                          *[F.count_if(fails(e)).alias(e.name) for e in expectations])
+    return output.observe(
+        OBSERVATION,
+        F.count(F.lit(1)).alias(CHECKED),
+        *[F.count_if(fails(e)).alias(e.name) for e in expectations],
+    )
 
 
-def result_rows(query: str, query_id: str | None, batch_id: int,
-                expectations: tuple[Expectation, ...], found: dict[str, int]) -> list[dict]:
+def result_rows(
+    query: str,
+    query_id: str | None,
+    batch_id: int,
+    expectations: tuple[Expectation, ...],
+    found: dict[str, int],
+) -> list[dict]:
     now = datetime.now(timezone.utc)
-    return [{
-        "result_id": f"{query}:{query_id}:{batch_id}:{e.name}",
-        "job": query, "rule": e.name, "predicate": e.rule, "action": e.action,
-        "query_id": query_id, "batch_id": batch_id,
-        "rows_checked": found.get(CHECKED, 0), "rows_failed": found.get(e.name, 0),
-        "recorded_at": now,
-    } for e in expectations]
+    return [
+        {
+            "result_id": f"{query}:{query_id}:{batch_id}:{e.name}",
+            "job": query,
+            "rule": e.name,
+            "predicate": e.rule,
+            "action": e.action,
+            "query_id": query_id,
+            "batch_id": batch_id,
+            "rows_checked": found.get(CHECKED, 0),
+            "rows_failed": found.get(e.name, 0),
+            "recorded_at": now,
+        }
+        for e in expectations
+    ]
 
 
 def from_progress(progress_rows: list[dict], expectations: tuple[Expectation, ...]) -> list[dict]:
@@ -132,11 +168,16 @@ def from_progress(progress_rows: list[dict], expectations: tuple[Expectation, ..
 
     out = []
     for row in progress_rows:
-        metrics = (json.loads(row.get("progress_json") or "{}").get("observedMetrics") or {})
+        metrics = json.loads(row.get("progress_json") or "{}").get("observedMetrics") or {}
         found = metrics.get(OBSERVATION)
         if found is not None and row.get("batch_id") is not None:
-            out += result_rows(row["job"], row.get("query_id"), row["batch_id"], expectations,
-                               {k: int(v or 0) for k, v in found.items()})
+            out += result_rows(
+                row["job"],
+                row.get("query_id"),
+                row["batch_id"],
+                expectations,
+                {k: int(v or 0) for k, v in found.items()},
+            )
     return out
 
 

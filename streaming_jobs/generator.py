@@ -71,7 +71,7 @@ class GeneratorConfig:
 
 
 def _zipf_cum_weights(n: int, s: float) -> list[float]:
-    return list(itertools.accumulate(1.0 / (k ** s) for k in range(1, n + 1)))
+    return list(itertools.accumulate(1.0 / (k**s) for k in range(1, n + 1)))
 
 
 def _pick(rng: random.Random, cum: list[float]) -> int:
@@ -102,16 +102,22 @@ class _Transactions:
         for nominal in _sequence(cfg.start, cfg.rate):
             user = _pick(rng, self.user_cum)
             roll = rng.random()
-            status = "FAILED" if roll < cfg.failed_share else (
-                "DECLINED" if roll < cfg.failed_share + 0.05 else "APPROVED")
-            yield nominal, {
-                "user_id": f"u{user:05d}",
-                "card_id": f"c{user:05d}-{rng.randrange(3)}",
-                "merchant": self.MERCHANTS[_pick(rng, self.merchant_cum)],
-                "amount": round(rng.lognormvariate(3.5, 1.0), 2),
-                "currency": rng.choice(self.CURRENCIES),
-                "status": status,
-            }
+            status = (
+                "FAILED"
+                if roll < cfg.failed_share
+                else ("DECLINED" if roll < cfg.failed_share + 0.05 else "APPROVED")
+            )
+            yield (
+                nominal,
+                {
+                    "user_id": f"u{user:05d}",
+                    "card_id": f"c{user:05d}-{rng.randrange(3)}",
+                    "merchant": self.MERCHANTS[_pick(rng, self.merchant_cum)],
+                    "amount": round(rng.lognormvariate(3.5, 1.0), 2),
+                    "currency": rng.choice(self.CURRENCIES),
+                    "status": status,
+                },
+            )
 
 
 class _Rides:
@@ -125,14 +131,17 @@ class _Rides:
         for index, nominal in enumerate(_sequence(self.cfg.start, self.cfg.rate)):
             fare = round(rng.lognormvariate(2.5, 0.6), 2)
             extras = fare * rng.uniform(0.0, 0.25) + rng.choice((0.0, 0.0, 2.5, 6.94))
-            yield nominal, {
-                "ride_id": f"r-{self.cfg.seed}-{index:08d}",
-                "pickup_zone": self.ZONES[_pick(rng, self.zone_cum)],
-                "dropoff_zone": rng.choice(self.ZONES),
-                "passengers": rng.choices((1, 2, 3, 4), weights=(70, 18, 7, 5))[0],
-                "fare": fare,
-                "total_amount": round(fare + extras, 2),
-            }
+            yield (
+                nominal,
+                {
+                    "ride_id": f"r-{self.cfg.seed}-{index:08d}",
+                    "pickup_zone": self.ZONES[_pick(rng, self.zone_cum)],
+                    "dropoff_zone": rng.choice(self.ZONES),
+                    "passengers": rng.choices((1, 2, 3, 4), weights=(70, 18, 7, 5))[0],
+                    "fare": fare,
+                    "total_amount": round(fare + extras, 2),
+                },
+            )
 
 
 class _Orders:
@@ -142,11 +151,14 @@ class _Orders:
 
     def events(self, rng: random.Random):
         for index, nominal in enumerate(_sequence(self.cfg.start, self.cfg.rate)):
-            yield nominal, {
-                "order_id": f"o-{self.cfg.seed}-{index:08d}",
-                "user_id": f"u{_pick(rng, self.user_cum):05d}",
-                "amount": round(rng.lognormvariate(3.0, 0.8), 2),
-            }
+            yield (
+                nominal,
+                {
+                    "order_id": f"o-{self.cfg.seed}-{index:08d}",
+                    "user_id": f"u{_pick(rng, self.user_cum):05d}",
+                    "amount": round(rng.lognormvariate(3.0, 0.8), 2),
+                },
+            )
 
 
 class _Payments:
@@ -163,17 +175,31 @@ class _Payments:
         for index, (order_time, order) in enumerate(orders):
             if rng.random() >= cfg.unpaid_share:
                 delay = rng.uniform(1.0, cfg.payment_delay_seconds)
-                heapq.heappush(pending, (order_time + timedelta(seconds=delay), index, {
-                    "payment_id": f"p-{cfg.seed}-{index:08d}",
-                    "order_id": order["order_id"],
-                    "amount": order["amount"],
-                }))
+                heapq.heappush(
+                    pending,
+                    (
+                        order_time + timedelta(seconds=delay),
+                        index,
+                        {
+                            "payment_id": f"p-{cfg.seed}-{index:08d}",
+                            "order_id": order["order_id"],
+                            "amount": order["amount"],
+                        },
+                    ),
+                )
             if rng.random() < cfg.unknown_order_share:
-                heapq.heappush(pending, (order_time, -index - 1, {
-                    "payment_id": f"p-{cfg.seed}-x{index:08d}",
-                    "order_id": f"o-unknown-{cfg.seed}-{index:08d}",
-                    "amount": round(rng.lognormvariate(3.0, 0.8), 2),
-                }))
+                heapq.heappush(
+                    pending,
+                    (
+                        order_time,
+                        -index - 1,
+                        {
+                            "payment_id": f"p-{cfg.seed}-x{index:08d}",
+                            "order_id": f"o-unknown-{cfg.seed}-{index:08d}",
+                            "amount": round(rng.lognormvariate(3.0, 0.8), 2),
+                        },
+                    ),
+                )
             # later orders cannot produce a payment earlier than order_time: emit what is due
             while pending and pending[0][0] <= order_time:
                 due, _, fields = heapq.heappop(pending)
@@ -202,12 +228,21 @@ class _Clicks:
             t = session_start
             for _ in range(1 + int(rng.expovariate(1.0 / (mean_clicks - 1)))):
                 action = rng.choices(actions, weights=weights)[0]
-                heapq.heappush(pending, (t, next(tiebreak), {
-                    "user_id": user,
-                    "page": rng.choice(self.PAGES),
-                    "action": action,
-                    "amount": round(rng.lognormvariate(3.0, 0.7), 2) if action == "purchase" else 0.0,
-                }))
+                heapq.heappush(
+                    pending,
+                    (
+                        t,
+                        next(tiebreak),
+                        {
+                            "user_id": user,
+                            "page": rng.choice(self.PAGES),
+                            "action": action,
+                            "amount": round(rng.lognormvariate(3.0, 0.7), 2)
+                            if action == "purchase"
+                            else 0.0,
+                        },
+                    ),
+                )
                 t += timedelta(seconds=rng.uniform(2.0, cfg.click_gap_seconds))
             session_start += timedelta(seconds=rng.expovariate(cfg.rate / mean_clicks))
             # sessions start in order; clicks before the next start can no longer be preceded
@@ -216,8 +251,13 @@ class _Clicks:
                 yield due, fields
 
 
-EVENT_MAKERS = {"transactions": _Transactions, "rides": _Rides, "orders": _Orders,
-                "payments": _Payments, "clicks": _Clicks}
+EVENT_MAKERS = {
+    "transactions": _Transactions,
+    "rides": _Rides,
+    "orders": _Orders,
+    "payments": _Payments,
+    "clicks": _Clicks,
+}
 ID_PREFIX = {"transactions": "tx", "rides": "rd", "orders": "or", "payments": "pm", "clicks": "ck"}
 
 
@@ -254,8 +294,11 @@ def _arrivals(cfg: GeneratorConfig):
             event_time = nominal - timedelta(seconds=arrival.uniform(*cfg.late_by_seconds))
         else:
             event_time = nominal - timedelta(seconds=arrival.uniform(0, cfg.jitter_seconds))
-        values = {"event_id": f"{ID_PREFIX[cfg.stream]}-{cfg.seed}-{index:08d}",
-                  **fields, schema.event_time: _iso(event_time)}
+        values = {
+            "event_id": f"{ID_PREFIX[cfg.stream]}-{cfg.seed}-{index:08d}",
+            **fields,
+            schema.event_time: _iso(event_time),
+        }
         event = {name: values[name] for name in schema.field_names}
         if arrival.random() < cfg.malformed_share:
             yield nominal, [_malform(arrival, event, schema.event_time)]
@@ -267,10 +310,9 @@ def _arrivals(cfg: GeneratorConfig):
 def generate(cfg: GeneratorConfig) -> list[list[str]]:
     """``cfg.events`` events' lines, split into ``cfg.files`` files in arrival order."""
     cfg.validate()
-    lines = [line for _, event in itertools.islice(_arrivals(cfg), cfg.events)
-             for line in event]
+    lines = [line for _, event in itertools.islice(_arrivals(cfg), cfg.events) for line in event]
     per_file = -(-len(lines) // cfg.files) if lines else 0
-    return [lines[i * per_file:(i + 1) * per_file] for i in range(cfg.files)]
+    return [lines[i * per_file : (i + 1) * per_file] for i in range(cfg.files)]
 
 
 def generate_by_time(cfg: GeneratorConfig, seconds: float) -> list[list[str]]:
@@ -297,14 +339,15 @@ def file_name(cfg: GeneratorConfig, number: int) -> str:
     return f"{cfg.file_prefix}-{cfg.seed}-{number:05d}.jsonl"
 
 
-def write_files(target: Path, cfg: GeneratorConfig, files: list[list[str]],
-                only: range | None = None) -> list[Path]:
+def write_files(
+    target: Path, cfg: GeneratorConfig, files: list[list[str]], only: range | None = None
+) -> list[Path]:
     """Write files ``only`` (default all) into ``target`` atomically; returns their paths."""
     target.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.staging"
     staging.mkdir(parents=True, exist_ok=True)
     written = []
-    for number in (only if only is not None else range(len(files))):
+    for number in only if only is not None else range(len(files)):
         final = target / file_name(cfg, number)
         tmp = staging / final.name
         tmp.write_text("".join(line + "\n" for line in files[number]))
@@ -325,8 +368,9 @@ def record_key(line: str, key: tuple[str, ...] | None) -> bytes | None:
         return None
 
 
-def publish_files(tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[str]],
-                  only: range | None = None) -> int:
+def publish_files(
+    tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[str]], only: range | None = None
+) -> int:
     """Publish files ``only`` (default all) to the stream's topic, a record per line; returns
     the number of records."""
     from streaming_jobs.kafka import ensure_topic, publish, topic_of
@@ -334,14 +378,17 @@ def publish_files(tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[s
     schema = stream_schema(cfg.stream)
     topic = topic_of(tcfg, schema)
     ensure_topic(tcfg, topic)
-    lines = [line for number in (only if only is not None else range(len(files)))
-             for line in files[number]]
-    return publish(tcfg, topic, ((record_key(line, schema.key), line.encode())
-                                 for line in lines))
+    lines = [
+        line
+        for number in (only if only is not None else range(len(files)))
+        for line in files[number]
+    ]
+    return publish(tcfg, topic, ((record_key(line, schema.key), line.encode()) for line in lines))
 
 
-def deliver(tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[str]],
-            only: range | None = None) -> str:
+def deliver(
+    tcfg: TidemarkConfig, cfg: GeneratorConfig, files: list[list[str]], only: range | None = None
+) -> str:
     """Files ``only`` to the stream's source: the landing folder or its Kafka topic; returns
     where they went."""
     from streaming_jobs.kafka import source_of, topic_of
@@ -361,10 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=d.events)
     parser.add_argument("--files", type=int, default=d.files)
     parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--rate", type=float, default=d.rate, help="events per second of event time")
+    parser.add_argument(
+        "--rate", type=float, default=d.rate, help="events per second of event time"
+    )
     parser.add_argument("--users", type=int, default=d.users, help="key cardinality")
     parser.add_argument("--zipf", type=float, default=d.zipf_s, help="Zipf exponent of key skew")
-    parser.add_argument("--jitter", type=float, default=d.jitter_seconds, help="max out-of-order seconds")
+    parser.add_argument(
+        "--jitter", type=float, default=d.jitter_seconds, help="max out-of-order seconds"
+    )
     parser.add_argument("--late-share", type=float, default=d.late_share)
     parser.add_argument("--duplicate-share", type=float, default=d.duplicate_share)
     parser.add_argument("--malformed-share", type=float, default=d.malformed_share)
@@ -372,9 +423,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", help="defaults to TIDEMARK_DATA_ROOT")
     args = parser.parse_args(argv)
     cfg = GeneratorConfig(
-        stream=args.stream, events=args.events, files=args.files, seed=args.seed, rate=args.rate,
-        users=args.users, zipf_s=args.zipf, jitter_seconds=args.jitter, late_share=args.late_share,
-        duplicate_share=args.duplicate_share, malformed_share=args.malformed_share,
+        stream=args.stream,
+        events=args.events,
+        files=args.files,
+        seed=args.seed,
+        rate=args.rate,
+        users=args.users,
+        zipf_s=args.zipf,
+        jitter_seconds=args.jitter,
+        late_share=args.late_share,
+        duplicate_share=args.duplicate_share,
+        malformed_share=args.malformed_share,
     )
     tcfg = TidemarkConfig.from_env()
     if args.data_root:

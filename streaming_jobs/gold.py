@@ -38,22 +38,26 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
                 f"job {spec.name}: its source table {bronze} does not exist yet; materialize "
                 f"bronze/{source} first (it creates the table on its first run)"
             )
-        frames.append(spark.readStream.format("delta")
-                      .option("maxFilesPerTrigger", UNLIMITED_FILES)
-                      .load(str(bronze)))
+        frames.append(
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", UNLIMITED_FILES)
+            .load(str(bronze))
+        )
     result = spec.apply(*frames)
     resolve(result, f"job {spec.name}", spec.expectations)
     # 'fail' rules raise inside the query (the batch never commits); counts are observed per
     # batch (append) or counted by the MERGE's foreachBatch (update)
-    result = guard(result, f"job {spec.name}", spec.expectations,
-                   observe=spec.output_mode == "append")
+    result = guard(
+        result, f"job {spec.name}", spec.expectations, observe=spec.output_mode == "append"
+    )
     target = paths.table("gold", spec.name)
     properties = {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})}
     ensure_table(spark, target, result.schema, properties, list(spec.partition_by))
     if spec.partition_by:
         ensure_properties(spark, target, RANDOM_PREFIXES)  # a table an older tidemark made
-    writer = (result.writeStream.queryName(spec.name)
-              .option("checkpointLocation", str(paths.checkpoint(spec.name))))
+    writer = result.writeStream.queryName(spec.name).option(
+        "checkpointLocation", str(paths.checkpoint(spec.name))
+    )
     if spec.output_mode == "append":
         # The Delta sink commits each batch with the checkpoint's batch id: exactly-once.
         if spec.partition_by:
@@ -107,9 +111,16 @@ class UpsertBatch:
                 batch.count()
                 if self.spec.expectations:  # 'fail' rules already raised inside the query
                     identity = query_id(self.checkpoint)
-                    record(self.cfg, result_rows(self.spec.name, identity, batch_id,
-                                                 self.spec.expectations,
-                                                 counts(batch, self.spec.expectations)))
+                    record(
+                        self.cfg,
+                        result_rows(
+                            self.spec.name,
+                            identity,
+                            batch_id,
+                            self.spec.expectations,
+                            counts(batch, self.spec.expectations),
+                        ),
+                    )
                 merge_once(batch, self.target, self.keys, app_id, batch_id)
         finally:
             batch.unpersist()

@@ -48,14 +48,18 @@ IDENTITY = [
     T.StructField("_source_size", T.LongType()),
     T.StructField("_source_modified", T.TimestampType()),
 ]
-QUARANTINE_SCHEMA = T.StructType([
-    T.StructField("raw_line", T.StringType()),  # the line as text (bytes not UTF-8 show as U+FFFD)
-    T.StructField("reason", T.StringType()),
-    *LINEAGE,
-    T.StructField("raw_bytes", T.BinaryType()),  # the line's exact bytes, as landed
-    *POSITION,
-    *IDENTITY,
-])
+QUARANTINE_SCHEMA = T.StructType(
+    [
+        T.StructField(
+            "raw_line", T.StringType()
+        ),  # the line as text (bytes not UTF-8 show as U+FFFD)
+        T.StructField("reason", T.StringType()),
+        *LINEAGE,
+        T.StructField("raw_bytes", T.BinaryType()),  # the line's exact bytes, as landed
+        *POSITION,
+        *IDENTITY,
+    ]
+)
 
 
 # Where ingestion moves what it must not read (Spark's file source skips names starting with _)
@@ -68,17 +72,23 @@ PATTERN_CHARS = frozenset("?*[]{}\\")
 def landing_refusal(path: Path) -> str | None:
     """Why ingestion must not read this landing entry, or None."""
     if path.is_symlink():
-        return ("a symbolic link: ingestion reads only files inside the landing folder, never "
-                "what a link points to; copy the file in instead")
+        return (
+            "a symbolic link: ingestion reads only files inside the landing folder, never "
+            "what a link points to; copy the file in instead"
+        )
     try:
         path.name.encode("utf-8")
     except UnicodeEncodeError:
-        return ("its name is not valid UTF-8, which Spark's file source cannot list; land it "
-                "again under a UTF-8 name")
+        return (
+            "its name is not valid UTF-8, which Spark's file source cannot list; land it "
+            "again under a UTF-8 name"
+        )
     chars = sorted(PATTERN_CHARS & set(path.name))
     if chars:
-        return (f"its name holds {' '.join(chars)}, which Spark's file source reads as a "
-                "pattern (it read other files twice); land it again under a name without them")
+        return (
+            f"its name holds {' '.join(chars)}, which Spark's file source reads as a "
+            "pattern (it read other files twice); land it again under a name without them"
+        )
     return None
 
 
@@ -89,9 +99,11 @@ def landing_files(folder: Path) -> list[Path]:
     (`landing_refusal`)."""
     if not folder.is_dir():
         return []
-    return sorted(f for f in folder.iterdir()
-                  if not f.name.startswith((".", "_")) and landing_refusal(f) is None
-                  and f.is_file())
+    return sorted(
+        f
+        for f in folder.iterdir()
+        if not f.name.startswith((".", "_")) and landing_refusal(f) is None and f.is_file()
+    )
 
 
 def screen_landing(folder: Path) -> list[tuple[Path, str]]:
@@ -141,8 +153,9 @@ class BronzeBatchWriter:
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
         add_missing_columns(spark, self.bronze, bronze_schema(schema))  # older data roots
         add_missing_columns(spark, self.quarantine, QUARANTINE_SCHEMA)
-        resolve(spark.createDataFrame([], schema.struct), f"stream {schema.name}",
-                schema.expectations)
+        resolve(
+            spark.createDataFrame([], schema.struct), f"stream {schema.name}", schema.expectations
+        )
 
     def __call__(self, lines: DataFrame, batch_id: int) -> None:
         with stoppable(f"stream {self.schema.name}"):
@@ -160,8 +173,9 @@ class BronzeBatchWriter:
             columns = [*self.schema.field_names, *lineage]
             valid = parsed.where(F.col("_reason").isNull())
             # the stream's expectations, on the valid rows (raises before any write on 'fail')
-            good, failed, found = split(valid, f"stream {self.schema.name} (batch {batch_id})",
-                                        self.schema.expectations)
+            good, failed, found = split(
+                valid, f"stream {self.schema.name} (batch {batch_id})", self.schema.expectations
+            )
             bad = parsed.where(F.col("_reason").isNotNull())
             if failed is not None:
                 bad = bad.unionByName(failed)
@@ -170,16 +184,26 @@ class BronzeBatchWriter:
                 bad = bad.unionByName(conflicting)
             # raw_line is text every reader can decode (bytes that are not UTF-8 become U+FFFD:
             # delta-rs refused the column); raw_bytes keeps them exactly
-            bad = bad.select(F.make_valid_utf8(F.col(LINE)).alias("raw_line"),
-                             F.col("_reason").alias("reason"),
-                             *[f.name for f in LINEAGE],
-                             F.col(LINE).cast("binary").alias("raw_bytes"),
-                             *[f.name for f in POSITION + IDENTITY])
+            bad = bad.select(
+                F.make_valid_utf8(F.col(LINE)).alias("raw_line"),
+                F.col("_reason").alias("reason"),
+                *[f.name for f in LINEAGE],
+                F.col(LINE).cast("binary").alias("raw_bytes"),
+                *[f.name for f in POSITION + IDENTITY],
+            )
             # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
             identity = query_id(self.checkpoint)
             app_id = f"tidemark.bronze.{identity}"
-            record(self.cfg, result_rows(query_name(self.schema.name), identity, batch_id,
-                                         self.schema.expectations, found))
+            record(
+                self.cfg,
+                result_rows(
+                    query_name(self.schema.name),
+                    identity,
+                    batch_id,
+                    self.schema.expectations,
+                    found,
+                ),
+            )
             written = (kept_rows, bad.count())  # on the cached rows
             # A layer gets no commit for a batch with none of its rows: an empty commit costs a
             # Delta transaction, about what a small write costs (most batches of a continuous
@@ -212,45 +236,67 @@ class BronzeBatchWriter:
         if not key:
             return good, None, good.count()
         payload = F.to_json(F.struct(*[F.col(c) for c in self.schema.field_names]))
-        per_key = good.groupBy(*key).agg(F.count(F.lit(1)).alias("_rows"),
-                                         F.min(payload).alias("_first"),
-                                         F.max(payload).alias("_last"))
-        totals = per_key.agg(F.sum("_rows").alias("rows"),
-                             F.count_if(F.col("_first") != F.col("_last")).alias("clashes"))
+        per_key = good.groupBy(*key).agg(
+            F.count(F.lit(1)).alias("_rows"),
+            F.min(payload).alias("_first"),
+            F.max(payload).alias("_last"),
+        )
+        totals = per_key.agg(
+            F.sum("_rows").alias("rows"),
+            F.count_if(F.col("_first") != F.col("_last")).alias("clashes"),
+        )
         rows, clashes = totals.collect()[0]
         if not clashes:
             return good, None, rows or 0
         first = per_key.where(F.col("_first") != F.col("_last")).select(*key, "_first")
         marked = good.join(F.broadcast(first), on=list(key), how="left").withColumn(
-            "_conflict", F.col("_first").isNotNull() & (payload != F.col("_first")))
+            "_conflict", F.col("_first").isNotNull() & (payload != F.col("_first"))
+        )
         kept = marked.where(~F.col("_conflict")).drop("_first", "_conflict")
         names = ", ".join(key)
-        conflicting = marked.where(F.col("_conflict")).drop("_first", "_conflict").withColumn(
-            "_reason", F.lit(f"duplicate {names} with a different payload (bronze keeps the "
-                             "copy of the batch whose fields sort first)"))
+        conflicting = (
+            marked.where(F.col("_conflict"))
+            .drop("_first", "_conflict")
+            .withColumn(
+                "_reason",
+                F.lit(
+                    f"duplicate {names} with a different payload (bronze keeps the "
+                    "copy of the batch whose fields sort first)"
+                ),
+            )
+        )
         return kept, conflicting, kept.count()
 
 
-def landing_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,
-                  max_files_per_trigger: int | None = None) -> DataFrame:
+def landing_lines(
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    schema: StreamSchema,
+    max_files_per_trigger: int | None = None,
+) -> DataFrame:
     landing = cfg.paths.landing_dir(schema.name)
     landing.mkdir(parents=True, exist_ok=True)
     screen_landing(landing)
     # A line ends at '\n' only, as the landing accounting counts it: a CR is a byte of its line
     # (Spark's default also ends one at a lone '\r', splitting a line and dropping the byte)
-    reader = (spark.readStream.format("text").option("lineSep", "\n")
-              # the local file system without checksum files: Hadoop's checksum layer names a
-              # file's .crc by parsing its name as a URI, and a ':' in it failed the batch
-              .option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
-              .option("fs.file.impl.disable.cache", "true"))
+    reader = (
+        spark.readStream.format("text")
+        .option("lineSep", "\n")
+        # the local file system without checksum files: Hadoop's checksum layer names a
+        # file's .crc by parsing its name as a URI, and a ':' in it failed the batch
+        .option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+        .option("fs.file.impl.disable.cache", "true")
+    )
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     return reader.load(str(landing)).select(
-        F.col("value").alias(LINE), F.col("_metadata.file_path").alias("_source_file"),
+        F.col("value").alias(LINE),
+        F.col("_metadata.file_path").alias("_source_file"),
         F.lit(None).cast("int").alias("_source_partition"),
         F.lit(None).cast("long").alias("_source_offset"),
         F.col("_metadata.file_size").alias("_source_size"),
-        F.col("_metadata.file_modification_time").alias("_source_modified"))
+        F.col("_metadata.file_modification_time").alias("_source_modified"),
+    )
 
 
 def kafka_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) -> DataFrame:
@@ -268,11 +314,16 @@ def kafka_lines(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) 
         F.col("partition").alias("_source_partition"),
         F.col("offset").alias("_source_offset"),
         F.lit(None).cast("long").alias("_source_size"),
-        F.lit(None).cast("timestamp").alias("_source_modified"))
+        F.lit(None).cast("timestamp").alias("_source_modified"),
+    )
 
 
-def bronze_writer(spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema,
-                  max_files_per_trigger: int | None = None) -> tuple[DataStreamWriter, BronzeBatchWriter]:
+def bronze_writer(
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    schema: StreamSchema,
+    max_files_per_trigger: int | None = None,
+) -> tuple[DataStreamWriter, BronzeBatchWriter]:
     from streaming_jobs.kafka import source_of
 
     if source_of(cfg, schema) == "kafka":

@@ -20,11 +20,13 @@ from contextlib import contextmanager
 from py4j.protocol import Py4JError, Py4JJavaError
 
 # What Spark's stream execution counts as an interruption by stop (IO_EXCEPTION_NAMES there).
-INTERRUPTIONS = frozenset({
-    "java.lang.InterruptedException",
-    "java.io.InterruptedIOException",
-    "java.nio.channels.ClosedByInterruptException",
-})
+INTERRUPTIONS = frozenset(
+    {
+        "java.lang.InterruptedException",
+        "java.io.InterruptedIOException",
+        "java.nio.channels.ClosedByInterruptException",
+    }
+)
 
 
 class BatchInterrupted(RuntimeError):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 
 UNITS = {
-    "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800,
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 604800,
 }
 _PART = re.compile(r"(\d+)\s*([a-z]+?)s?\b")
 

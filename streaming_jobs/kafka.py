@@ -67,13 +67,16 @@ def spark_options(cfg: TidemarkConfig, topic: str) -> dict[str, str]:
 
 
 def _broker_hint(cfg: TidemarkConfig) -> str:
-    return (f"check that a broker answers at {cfg.kafka.bootstrap} (the project's own: "
-            "'tidemark kafka start'; another: TIDEMARK_KAFKA_BOOTSTRAP and its credentials in "
-            "TIDEMARK_KAFKA_CLIENT_CONF)")
+    return (
+        f"check that a broker answers at {cfg.kafka.bootstrap} (the project's own: "
+        "'tidemark kafka start'; another: TIDEMARK_KAFKA_BOOTSTRAP and its credentials in "
+        "TIDEMARK_KAFKA_CLIENT_CONF)"
+    )
 
 
-def ensure_topic(cfg: TidemarkConfig, topic: str, partitions: int | None = None,
-                 timeout: float = 30.0) -> int:
+def ensure_topic(
+    cfg: TidemarkConfig, topic: str, partitions: int | None = None, timeout: float = 30.0
+) -> int:
     """Create ``topic`` unless it exists; returns its partition count."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -82,14 +85,16 @@ def ensure_topic(cfg: TidemarkConfig, topic: str, partitions: int | None = None,
     if topic in meta.topics and not meta.topics[topic].error:
         return len(meta.topics[topic].partitions)
     wanted = partitions or cfg.kafka.partitions
-    future = admin.create_topics([NewTopic(topic, num_partitions=wanted,
-                                           replication_factor=1)])[topic]
+    future = admin.create_topics([NewTopic(topic, num_partitions=wanted, replication_factor=1)])[
+        topic
+    ]
     try:
         future.result(timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - re-raised with the topic and what to do
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
-            raise KafkaSourceError(f"could not create Kafka topic {topic}: {exc}; "
-                                   f"{_broker_hint(cfg)}") from exc
+            raise KafkaSourceError(
+                f"could not create Kafka topic {topic}: {exc}; {_broker_hint(cfg)}"
+            ) from exc
     for _ in range(int(timeout * 10)):  # metadata reaches the client a little later
         meta = admin.list_topics(topic=topic, timeout=timeout)
         if topic in meta.topics and meta.topics[topic].partitions:
@@ -98,8 +103,12 @@ def ensure_topic(cfg: TidemarkConfig, topic: str, partitions: int | None = None,
     return wanted
 
 
-def publish(cfg: TidemarkConfig, topic: str, records: Iterable[tuple[bytes | None, bytes]],
-            timeout: float = 120.0) -> int:
+def publish(
+    cfg: TidemarkConfig,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    timeout: float = 120.0,
+) -> int:
     """Send (key, value) records to ``topic``, wait until the broker has every one; returns the
     count. The producer is idempotent (retries add no copies); any record the broker did not
     take raises, naming the topic."""
@@ -111,8 +120,9 @@ def publish(cfg: TidemarkConfig, topic: str, records: Iterable[tuple[bytes | Non
         if err is not None:
             errors.append(str(err))
 
-    producer = Producer(client_config(cfg, **{"enable.idempotence": True, "acks": "all",
-                                              "linger.ms": 20}))
+    producer = Producer(
+        client_config(cfg, **{"enable.idempotence": True, "acks": "all", "linger.ms": 20})
+    )
     sent = 0
     for key, value in records:
         while True:
@@ -129,19 +139,20 @@ def publish(cfg: TidemarkConfig, topic: str, records: Iterable[tuple[bytes | Non
         raise KafkaSourceError(
             f"publishing to Kafka topic {topic}: {left} record(s) not confirmed in {timeout:.0f} s"
             f", {len(errors)} refused ({'; '.join(sorted(set(errors))[:3])}); "
-            f"{_broker_hint(cfg)}, and publish again (the stream's dedup key drops copies)")
+            f"{_broker_hint(cfg)}, and publish again (the stream's dedup key drops copies)"
+        )
     return sent
 
 
 def _lag_consumer(cfg: TidemarkConfig):
     from confluent_kafka import Consumer
 
-    return Consumer(client_config(cfg, **{"group.id": "tidemark-lag",
-                                          "enable.auto.commit": False}))
+    return Consumer(client_config(cfg, **{"group.id": "tidemark-lag", "enable.auto.commit": False}))
 
 
-def end_offsets(cfg: TidemarkConfig, topic: str, timeout: float = 10.0,
-                consumer=None) -> dict[int, tuple[int, int]]:
+def end_offsets(
+    cfg: TidemarkConfig, topic: str, timeout: float = 10.0, consumer=None
+) -> dict[int, tuple[int, int]]:
     """partition -> (earliest, next) offset on the broker (``consumer``: one to reuse)."""
     from confluent_kafka import TopicPartition
 
@@ -151,10 +162,14 @@ def end_offsets(cfg: TidemarkConfig, topic: str, timeout: float = 10.0,
         meta = consumer.list_topics(topic=topic, timeout=timeout)
         info = meta.topics.get(topic)
         if info is None or info.error is not None:
-            raise TopicMissing(f"Kafka topic {topic} is not there "
-                               f"({info.error if info else 'unknown'}); {_broker_hint(cfg)}")
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-                for p in sorted(info.partitions)}
+            raise TopicMissing(
+                f"Kafka topic {topic} is not there "
+                f"({info.error if info else 'unknown'}); {_broker_hint(cfg)}"
+            )
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            for p in sorted(info.partitions)
+        }
     finally:
         if mine:
             consumer.close()
@@ -194,14 +209,18 @@ class Lag:
         return sum(max(end - read, 0) for read, end in self.partitions.values())
 
     def as_dict(self) -> dict:
-        return {"topic": self.topic, "rows": self.rows,
-                "oldest_unread_seconds": self.oldest_unread_seconds,
-                "partitions": {str(p): {"read_to": r, "end": e, "lag": max(e - r, 0)}
-                               for p, (r, e) in sorted(self.partitions.items())}}
+        return {
+            "topic": self.topic,
+            "rows": self.rows,
+            "oldest_unread_seconds": self.oldest_unread_seconds,
+            "partitions": {
+                str(p): {"read_to": r, "end": e, "lag": max(e - r, 0)}
+                for p, (r, e) in sorted(self.partitions.items())
+            },
+        }
 
 
-def consumer_lag(cfg: TidemarkConfig, checkpoint: Path, topic: str,
-                 timeout: float = 10.0) -> Lag:
+def consumer_lag(cfg: TidemarkConfig, checkpoint: Path, topic: str, timeout: float = 10.0) -> Lag:
     """Per partition, the broker's end offset against what ``checkpoint`` committed, and the
     age of the oldest record not read yet (so a stopped consumer shows both rows and time)."""
     from confluent_kafka import TopicPartition
@@ -247,8 +266,9 @@ class Accounting:
         return sum(p["read"] for p in self.partitions.values())
 
 
-def accounting(cfg: TidemarkConfig, schema: StreamSchema, start: dict[int, int] | None = None
-               ) -> Accounting:
+def accounting(
+    cfg: TidemarkConfig, schema: StreamSchema, start: dict[int, int] | None = None
+) -> Accounting:
     """For each partition: the offsets from ``start`` (default: the topic's earliest) to where the
     checkpoint committed must each be in exactly one row of bronze or quarantine."""
     import pyarrow as pa
@@ -265,21 +285,32 @@ def accounting(cfg: TidemarkConfig, schema: StreamSchema, start: dict[int, int] 
             builder.register(layer, DeltaTable(str(cfg.paths.table(layer, schema.name))))
         except TableNotFoundError:
             continue
-        parts.append(f'select "_source_partition" as p, "_source_offset" as o from {layer} '
-                     'where "_source_partition" is not null')
+        parts.append(
+            f'select "_source_partition" as p, "_source_offset" as o from {layer} '
+            'where "_source_partition" is not null'
+        )
     rows: dict[int, tuple[int, int]] = {}
-    ranges = " or ".join(f"(p = {p} and o >= {start.get(p, 0)} and o < {end})"
-                         for p, end in read_to.items())
+    ranges = " or ".join(
+        f"(p = {p} and o >= {start.get(p, 0)} and o < {end})" for p, end in read_to.items()
+    )
     if parts and ranges:  # an offset in both tables, or twice in one, is doubled
-        for r in pa.table(builder.execute(
+        for r in pa.table(
+            builder.execute(
                 "select p, count(*) as n, count(distinct o) as d from ("
-                + " union all ".join(parts) + f") where {ranges} group by p")).to_pylist():
+                + " union all ".join(parts)
+                + f") where {ranges} group by p"
+            )
+        ).to_pylist():
             rows[int(r["p"])] = (int(r["n"]), int(r["d"]))
     out = {}
     for p in sorted(set(read_to) | set(rows)):
         first, last = start.get(p, 0), read_to.get(p, start.get(p, 0))
         n, distinct = rows.get(p, (0, 0))
         read = max(last - first, 0)
-        out[p] = {"read": read, "rows": n, "missing": max(read - distinct, 0),
-                  "doubled": n - distinct}
+        out[p] = {
+            "read": read,
+            "rows": n,
+            "missing": max(read - distinct, 0),
+            "doubled": n - distinct,
+        }
     return Accounting(topic, out)

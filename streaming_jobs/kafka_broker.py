@@ -29,8 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.processes import accepts, alive, free_port, launch_supervisor, port_free, \
-    stop_supervisor, wait_for, write_json
+from streaming_jobs.processes import (
+    accepts,
+    alive,
+    free_port,
+    launch_supervisor,
+    port_free,
+    stop_supervisor,
+    wait_for,
+    write_json,
+)
 
 HOST = "127.0.0.1"
 KAFKA_VERSION = "4.1.1"
@@ -70,8 +78,11 @@ def classpath(cfg: TidemarkConfig) -> list[Path]:
     """The broker's jars: Kafka's (resolved and cached) and Scala's library from pyspark."""
     from streaming_jobs.maven import resolve, spark_home
 
-    jars = resolve(BROKER_PACKAGES, cfg.spark.jars_cache / "kafka-broker",
-                   repositories=cfg.spark.extra_conf.get("spark.jars.repositories"))
+    jars = resolve(
+        BROKER_PACKAGES,
+        cfg.spark.jars_cache / "kafka-broker",
+        repositories=cfg.spark.extra_conf.get("spark.jars.repositories"),
+    )
     scala = sorted((spark_home() / "jars").glob("scala-library-2.13*.jar"))
     return [*jars, *scala]
 
@@ -89,37 +100,48 @@ def discover(cfg: TidemarkConfig) -> Broker | None:
 
 
 def server_properties(cfg: TidemarkConfig, port: int, controller_port: int) -> str:
-    return "\n".join([
-        "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@{HOST}:{controller_port}",
-        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        f"log.dirs={home(cfg) / 'data'}",
-        f"num.partitions={cfg.kafka.partitions}",
-        # one node: every internal topic has one replica
-        "offsets.topic.replication.factor=1",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
-        "group.initial.rebalance.delay.ms=0",
-        # topics are made on purpose (tidemark creates a stream's topic with its partitions)
-        "auto.create.topics.enable=false",
-        "log.retention.hours=168",
-        "",
-    ])
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@{HOST}:{controller_port}",
+            f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={home(cfg) / 'data'}",
+            f"num.partitions={cfg.kafka.partitions}",
+            # one node: every internal topic has one replica
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            # topics are made on purpose (tidemark creates a stream's topic with its partitions)
+            "auto.create.topics.enable=false",
+            "log.retention.hours=168",
+            "",
+        ]
+    )
 
 
 def _java(cfg: TidemarkConfig, main: str, *args: str) -> list[str]:
     from streaming_jobs.spark import check_java
 
     cp = ":".join(str(j) for j in classpath(cfg))
-    return [check_java(), HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={LOG4J2}", "-cp", cp, main, *args]
+    return [
+        check_java(),
+        HEAP,
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={LOG4J2}",
+        "-cp",
+        cp,
+        main,
+        *args,
+    ]
 
 
 def _cluster_id() -> str:
@@ -150,12 +172,25 @@ def prepare(cfg: TidemarkConfig, port: int) -> Path:
     props = folder / "server.properties"
     props.write_text(server_properties(cfg, port, controller))
     if not (folder / "data" / "meta.properties").is_file():
-        done = subprocess.run(_java(cfg, "kafka.tools.StorageTool", "format",
-                                    f"--cluster-id={_cluster_id()}", "-c", str(props)),
-                              capture_output=True, text=True, check=False, timeout=120)
+        done = subprocess.run(
+            _java(
+                cfg,
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={_cluster_id()}",
+                "-c",
+                str(props),
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         if done.returncode != 0:
-            raise BrokerError(f"formatting the Kafka storage in {folder / 'data'} failed:\n"
-                              f"{(done.stdout + done.stderr)[-2000:]}")
+            raise BrokerError(
+                f"formatting the Kafka storage in {folder / 'data'} failed:\n"
+                f"{(done.stdout + done.stderr)[-2000:]}"
+            )
     return props
 
 
@@ -164,8 +199,12 @@ def serve(cfg: TidemarkConfig, port: int, stop: threading.Event) -> int:
     props = prepare(cfg, port)
     cfg.paths.logs.mkdir(parents=True, exist_ok=True)
     with open(cfg.paths.logs / "kafka.log", "ab") as log:
-        java = subprocess.Popen(_java(cfg, "kafka.Kafka", str(props)), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        java = subprocess.Popen(
+            _java(cfg, "kafka.Kafka", str(props)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     owner = int(os.environ.get("TIDEMARK_KAFKA_OWNER_PID", "0") or 0)
     deadline = time.monotonic() + 120
     announced = False
@@ -174,8 +213,10 @@ def serve(cfg: TidemarkConfig, port: int, stop: threading.Event) -> int:
             if java.poll() is not None:
                 return java.returncode or 1
             if not announced and accepts(HOST, port, 0.5):
-                write_json(_info_file(cfg), {"host": HOST, "port": port, "pid": os.getpid(),
-                                             "java_pid": java.pid})
+                write_json(
+                    _info_file(cfg),
+                    {"host": HOST, "port": port, "pid": os.getpid(), "java_pid": java.pid},
+                )
                 announced = True
             if not announced and time.monotonic() > deadline:
                 return 3
@@ -195,8 +236,9 @@ def serve(cfg: TidemarkConfig, port: int, stop: threading.Event) -> int:
 
 def _log_tail(cfg: TidemarkConfig, lines: int = 30) -> str:
     try:
-        return "\n".join((cfg.paths.logs / "kafka.log").read_text(errors="replace")
-                         .splitlines()[-lines:])
+        return "\n".join(
+            (cfg.paths.logs / "kafka.log").read_text(errors="replace").splitlines()[-lines:]
+        )
     except OSError:
         return "(no log)"
 
@@ -211,12 +253,16 @@ def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 120.0) ->
     if not port_free(HOST, port):
         raise BrokerError(
             f"port {port} on {HOST} is taken by another program (or a broker of another data "
-            f"root); stop it, or choose a free port with TIDEMARK_KAFKA_PORT")
+            f"root); stop it, or choose a free port with TIDEMARK_KAFKA_PORT"
+        )
     classpath(cfg)  # resolve (first start only) before the clock runs
-    proc = launch_supervisor("streaming_jobs.kafka_broker", cfg.paths.logs / "kafka.log",
-                             {"TIDEMARK_DATA_ROOT": str(cfg.data_root),
-                              "TIDEMARK_KAFKA_PORT": str(port)},
-                             "TIDEMARK_KAFKA_OWNER_PID", owned)
+    proc = launch_supervisor(
+        "streaming_jobs.kafka_broker",
+        cfg.paths.logs / "kafka.log",
+        {"TIDEMARK_DATA_ROOT": str(cfg.data_root), "TIDEMARK_KAFKA_PORT": str(port)},
+        "TIDEMARK_KAFKA_OWNER_PID",
+        owned,
+    )
 
     def ready() -> Broker | None:
         found = discover(cfg)
@@ -226,12 +272,15 @@ def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 120.0) ->
     if found:
         return found
     if proc.poll() is not None:
-        raise BrokerError(f"the Kafka broker exited ({proc.returncode}) before it answered on "
-                          f"{HOST}:{port}; its log ({cfg.paths.logs / 'kafka.log'}) ends:\n"
-                          + _log_tail(cfg))
+        raise BrokerError(
+            f"the Kafka broker exited ({proc.returncode}) before it answered on "
+            f"{HOST}:{port}; its log ({cfg.paths.logs / 'kafka.log'}) ends:\n" + _log_tail(cfg)
+        )
     proc.terminate()
-    raise BrokerError(f"the Kafka broker did not answer on {HOST}:{port} in {timeout:.0f} s; "
-                      f"see {cfg.paths.logs / 'kafka.log'}")
+    raise BrokerError(
+        f"the Kafka broker did not answer on {HOST}:{port} in {timeout:.0f} s; "
+        f"see {cfg.paths.logs / 'kafka.log'}"
+    )
 
 
 def _ready(cfg: TidemarkConfig, broker: Broker) -> bool:
@@ -251,8 +300,9 @@ def stop(cfg: TidemarkConfig, timeout: float = 90.0) -> bool:
         info = json.loads(_info_file(cfg).read_text())
     except (OSError, ValueError):
         return False
-    return stop_supervisor(int(info.get("pid", 0)), [int(info.get("java_pid", 0))], timeout,
-                           _info_file(cfg))
+    return stop_supervisor(
+        int(info.get("pid", 0)), [int(info.get("java_pid", 0))], timeout, _info_file(cfg)
+    )
 
 
 def main() -> int:

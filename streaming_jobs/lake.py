@@ -37,8 +37,10 @@ def _has_commit(log: Path) -> bool:
         names = [p.name for p in log.iterdir()]
     except FileNotFoundError:  # removed meanwhile (an unborn log cleared by another process)
         return False
-    return any(n[:20].isdigit() and not n.startswith(".") for n in names) \
+    return (
+        any(n[:20].isdigit() and not n.startswith(".") for n in names)
         or "_last_checkpoint" in names
+    )
 
 
 def clear_unborn_log(path: Path, wait_seconds: float = 5.0) -> bool:
@@ -63,9 +65,13 @@ def clear_unborn_log(path: Path, wait_seconds: float = 5.0) -> bool:
     return True
 
 
-def ensure_table(spark: SparkSession, path: Path, schema: T.StructType,
-                 properties: dict[str, str] | None = None,
-                 partition_by: list[str] | None = None) -> None:
+def ensure_table(
+    spark: SparkSession,
+    path: Path,
+    schema: T.StructType,
+    properties: dict[str, str] | None = None,
+    partition_by: list[str] | None = None,
+) -> None:
     """Create an empty Delta table at ``path`` unless one is there.
 
     Two processes may create the same table at once (a job's first run and the SQL endpoint's
@@ -86,9 +92,15 @@ def ensure_table(spark: SparkSession, path: Path, schema: T.StructType,
             builder.execute()
             return
         except Exception as exc:  # noqa: BLE001 - only a concurrent creation is retried
-            concurrent = any(word in str(exc) for word in (
-                "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED", "Concurrent",
-                "DELTA_CONCURRENT"))
+            concurrent = any(
+                word in str(exc)
+                for word in (
+                    "DELTA_PROTOCOL_CHANGED",
+                    "DELTA_METADATA_CHANGED",
+                    "Concurrent",
+                    "DELTA_CONCURRENT",
+                )
+            )
             if not concurrent or attempt == 4:
                 raise
             time.sleep(0.2 * (attempt + 1))
@@ -125,9 +137,13 @@ def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
     Used inside foreachBatch with the batch id as version, which makes a re-run batch after a
     crash write nothing twice (Delta's idempotent writes, ``txnAppId``/``txnVersion``).
     """
-    (df.write.format("delta").mode("append")
-       .option("txnAppId", app_id).option("txnVersion", version)
-       .save(str(path)))
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", version)
+        .save(str(path))
+    )
 
 
 def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, version: int) -> None:
@@ -144,11 +160,14 @@ def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, ve
     session.conf.set("spark.databricks.delta.write.txnAppId", app_id)
     session.conf.set("spark.databricks.delta.write.txnVersion", str(version))
     condition = " and ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    (DeltaTable.forPath(session, str(path)).alias("t")
-     .merge(df.alias("s"), condition)
-     .whenMatchedUpdateAll()
-     .whenNotMatchedInsertAll()
-     .execute())
+    (
+        DeltaTable.forPath(session, str(path))
+        .alias("t")
+        .merge(df.alias("s"), condition)
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
 
 
 def read_table(spark: SparkSession, path: Path) -> DataFrame:

@@ -41,14 +41,18 @@ def cached(folder: Path, coordinates: list[str]) -> list[Path] | None:
     except (OSError, ValueError):
         return None
     jars = [Path(j) for j in manifest.get("jars", [])]
-    if manifest.get("coordinates") != coordinates or not jars or \
-            not all(j.is_file() for j in jars):
+    if manifest.get("coordinates") != coordinates or not jars or not all(j.is_file() for j in jars):
         return None
     return jars
 
 
-def resolve(coordinates: list[str], folder: Path, excludes: tuple[str, ...] = (),
-            repositories: str | None = None, timeout: float = 600) -> list[Path]:
+def resolve(
+    coordinates: list[str],
+    folder: Path,
+    excludes: tuple[str, ...] = (),
+    repositories: str | None = None,
+    timeout: float = 600,
+) -> list[Path]:
     """Resolve ``coordinates`` (``group:artifact:version``) and their dependencies into
     ``folder`` (an Ivy home of their own); returns every jar, cached in a manifest."""
     known = cached(folder, coordinates)
@@ -59,28 +63,48 @@ def resolve(coordinates: list[str], folder: Path, excludes: tuple[str, ...] = ()
         noop = Path(tmp) / "noop.py"
         noop.write_text("")  # spark-submit resolves before it runs the script; nothing to run
         home = spark_home()
-        command = [str(home / "bin" / "spark-submit"), "--packages", ",".join(coordinates),
-                   "--conf", f"spark.jars.ivy={folder}"]
+        command = [
+            str(home / "bin" / "spark-submit"),
+            "--packages",
+            ",".join(coordinates),
+            "--conf",
+            f"spark.jars.ivy={folder}",
+        ]
         if excludes:
             command += ["--conf", "spark.jars.excludes=" + ",".join(excludes)]
         if repositories:
             command += ["--conf", f"spark.jars.repositories={repositories}"]
-        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": "127.0.0.1"}
-        done = subprocess.run([*command, str(noop)], env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        done = subprocess.run(
+            [*command, str(noop)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     retrieved = folder / "jars"
     if done.returncode != 0 or not retrieved.is_dir():
-        lines = [ln for ln in (done.stdout + done.stderr).splitlines()
-                 if "not found" in ln or "UNRESOLVED" in ln or "Exception" in ln]
+        lines = [
+            ln
+            for ln in (done.stdout + done.stderr).splitlines()
+            if "not found" in ln or "UNRESOLVED" in ln or "Exception" in ln
+        ]
         raise ResolutionError(
             f"could not resolve {', '.join(coordinates)} from Maven Central into {folder}:\n"
             + "\n".join(lines[-15:])
             + "\nCheck network access to Maven Central, or name a mirror with "
-              "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>', then run again.")
+            "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>', then run again."
+        )
     # Ivy retrieves into jars/ as <group>_<artifact>-<version>.jar: everything there is this
     # resolution's (the folder is its own Ivy home)
     jars = sorted(retrieved.glob("*.jar"))
-    _manifest(folder).write_text(json.dumps(
-        {"coordinates": coordinates, "jars": [str(j) for j in jars]}, indent=2))
+    _manifest(folder).write_text(
+        json.dumps({"coordinates": coordinates, "jars": [str(j) for j in jars]}, indent=2)
+    )
     return jars

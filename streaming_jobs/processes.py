@@ -84,8 +84,9 @@ def stop_supervisor(pid: int, children: list[int], timeout: float, info: Path) -
     return True
 
 
-def launch_supervisor(module: str, log: Path, env: dict[str, str], owner_variable: str,
-                      owned: bool) -> subprocess.Popen:
+def launch_supervisor(
+    module: str, log: Path, env: dict[str, str], owner_variable: str, owned: bool
+) -> subprocess.Popen:
     """Start a service's supervisor, ``python -m <module>``, in a session of its own (Ctrl-C
     in this terminal does not reach it), its output appended to ``log``. ``owned``: it learns
     this process's id from ``owner_variable`` and stops when this process ends."""
@@ -96,13 +97,19 @@ def launch_supervisor(module: str, log: Path, env: dict[str, str], owner_variabl
         full.pop(owner_variable, None)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", module], env=full, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", module],
+            env=full,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
-def wait_for(ready: Callable[[], T | None], proc: subprocess.Popen, timeout: float,
-             every: float = 0.3) -> T | None:
+def wait_for(
+    ready: Callable[[], T | None], proc: subprocess.Popen, timeout: float, every: float = 0.3
+) -> T | None:
     """The first answer of ``ready()`` that is not None, asked every ``every`` seconds for
     ``timeout``; None when ``proc`` exited first or the time ran out (``proc.poll()`` says
     which)."""

@@ -66,11 +66,13 @@ def source_versions(sources: list[dict]) -> list[dict]:
     for source in sources:
         match = _DELTA_SOURCE.match(source.get("description") or "")
         if match:
-            out.append({
-                "source_table": match.group(1).rstrip("/").rsplit("/", 1)[-1],
-                "version_from": delta_done_version(source.get("startOffset")),
-                "version_to": delta_done_version(source.get("endOffset")),
-            })
+            out.append(
+                {
+                    "source_table": match.group(1).rstrip("/").rsplit("/", 1)[-1],
+                    "version_from": delta_done_version(source.get("startOffset")),
+                    "version_to": delta_done_version(source.get("endOffset")),
+                }
+            )
     return out
 
 
@@ -82,12 +84,17 @@ def kafka_lag(sources: list[dict]) -> int | None:
         if not (source.get("description") or "").startswith("Kafka"):
             continue
         try:  # JSON text, or already parsed
-            latest, end = (json.loads(v) if isinstance(v, str) else (v or {})
-                           for v in (source.get("latestOffset"), source.get("endOffset")))
+            latest, end = (
+                json.loads(v) if isinstance(v, str) else (v or {})
+                for v in (source.get("latestOffset"), source.get("endOffset"))
+            )
         except ValueError:
             continue
-        lag = (lag or 0) + sum(max(int(offset) - int(end.get(topic, {}).get(p, 0)), 0)
-                               for topic, parts in latest.items() for p, offset in parts.items())
+        lag = (lag or 0) + sum(
+            max(int(offset) - int(end.get(topic, {}).get(p, 0)), 0)
+            for topic, parts in latest.items()
+            for p, offset in parts.items()
+        )
     return lag
 
 
@@ -194,8 +201,13 @@ class ProgressLog(StreamingQueryListener):
         with self._lock:
             return self._rows.pop(run_id, [])
 
-    def flush(self, cfg: TidemarkConfig, rows: list[dict],
-              sink_version: Callable[[dict], int | None] | None = None, spec=None) -> None:
+    def flush(
+        self,
+        cfg: TidemarkConfig,
+        rows: list[dict],
+        sink_version: Callable[[dict], int | None] | None = None,
+        spec=None,
+    ) -> None:
         """Append ``rows`` to ``ops/stream_progress``, each with its ``sink_version``; for the
         job ``spec`` (append mode), its expectations' counts to ``ops/expectations``."""
         if sink_version:

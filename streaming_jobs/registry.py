@@ -48,7 +48,8 @@ def job_folders() -> list[Path]:
     for path in TidemarkConfig.from_env().jobs_path:
         if not path.is_dir():
             raise FileNotFoundError(
-                f"TIDEMARK_JOBS_PATH names {path}, which is not a folder; fix the variable")
+                f"TIDEMARK_JOBS_PATH names {path}, which is not a folder; fix the variable"
+            )
         folders.append(path)
     return folders
 
@@ -106,9 +107,15 @@ def _streams(modules, problems: list[LoadProblem]) -> dict[str, StreamSchema]:
             if not isinstance(stream, StreamSchema):
                 continue
             if stream.name in known:
-                problems.append(LoadProblem(origin, (
-                    f"{origin}: stream {stream.name!r} is already declared in "
-                    f"{where[stream.name]}; rename one of them (this one is left out)")))
+                problems.append(
+                    LoadProblem(
+                        origin,
+                        (
+                            f"{origin}: stream {stream.name!r} is already declared in "
+                            f"{where[stream.name]}; rename one of them (this one is left out)"
+                        ),
+                    )
+                )
                 continue
             known[stream.name], where[stream.name] = stream, origin
     return known
@@ -133,9 +140,15 @@ def catalogue(analysed: bool = True) -> Catalogue:
         try:
             modules.append((str(file), _module(file)))
         except Exception as exc:  # any error of a user's module: report it, load the rest
-            problems.append(LoadProblem(str(file), (
-                f"job module {file} failed to load: {type(exc).__name__}: {exc}; fix the file "
-                "(`tidemark check` shows every problem)")))
+            problems.append(
+                LoadProblem(
+                    str(file),
+                    (
+                        f"job module {file} failed to load: {type(exc).__name__}: {exc}; fix the file "
+                        "(`tidemark check` shows every problem)"
+                    ),
+                )
+            )
     known = _streams(modules, problems)
     found: list[tuple[str, JobSpec]] = []
     for origin, module in [*_package_modules(), *modules]:
@@ -151,15 +164,28 @@ def catalogue(analysed: bool = True) -> Catalogue:
     specs: dict[str, JobSpec] = {}
     for origin, spec in found:
         if spec.name in specs:
-            problems.append(LoadProblem(origin, (
-                f"{origin}: job name {spec.name!r} is already declared in "
-                f"{specs[spec.name].origin}; rename one of them (this one is left out)")))
+            problems.append(
+                LoadProblem(
+                    origin,
+                    (
+                        f"{origin}: job name {spec.name!r} is already declared in "
+                        f"{specs[spec.name].origin}; rename one of them (this one is left out)"
+                    ),
+                )
+            )
             continue
         unknown = [s for s in spec.sources if s not in known]
         if unknown:
-            problems.append(LoadProblem(origin, (
-                f"{origin}: job {spec.name} reads {', '.join(unknown)}, which no registered "
-                f"stream declares; registered streams: {', '.join(sorted(known))}"), spec.name))
+            problems.append(
+                LoadProblem(
+                    origin,
+                    (
+                        f"{origin}: job {spec.name} reads {', '.join(unknown)}, which no registered "
+                        f"stream declares; registered streams: {', '.join(sorted(known))}"
+                    ),
+                    spec.name,
+                )
+            )
             continue
         specs[spec.name] = spec if spec.origin else replace(spec, origin=origin)
     if analysed:
@@ -170,12 +196,16 @@ def catalogue(analysed: bool = True) -> Catalogue:
         # (every error of a refused job is a problem of its own: listed before any is popped)
         for f in [f for f in findings if f["level"] == "error" and f["job"] in specs]:
             specs.pop(f["job"], None)
-            problems.append(LoadProblem(f["where"], (
-                f"{f['where']}: error: job {f['job']}: {f['message']}"), f["job"]))
+            problems.append(
+                LoadProblem(
+                    f["where"], (f"{f['where']}: error: job {f['job']}: {f['message']}"), f["job"]
+                )
+            )
     return Catalogue(known, dict(sorted(specs.items())), tuple(problems))
 
 
 # -- the cached analysis (`streaming_jobs.analysis.checked` writes it) ---------------------------
+
 
 def _fingerprint(policy: str) -> str:
     """A hash of everything the analysis depends on: the job and stream files, the policy and
@@ -184,10 +214,19 @@ def _fingerprint(policy: str) -> str:
 
     digest = hashlib.sha256(f"{policy}|{spark_version}".encode())
     here = Path(__file__).resolve().parent
-    files = [here / "schemas.py", here / "analysis.py", here / "sql_jobs.py",
-             *sorted(PACKAGE_DIR.glob("*.py")), *sorted(PACKAGE_DIR.glob("*.sql"))]
-    files += [f for folder in job_folders() for f in sorted(folder.iterdir())
-              if f.suffix in (".py", ".sql")]
+    files = [
+        here / "schemas.py",
+        here / "analysis.py",
+        here / "sql_jobs.py",
+        *sorted(PACKAGE_DIR.glob("*.py")),
+        *sorted(PACKAGE_DIR.glob("*.sql")),
+    ]
+    files += [
+        f
+        for folder in job_folders()
+        for f in sorted(folder.iterdir())
+        if f.suffix in (".py", ".sql")
+    ]
     for f in files:
         digest.update(str(f).encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()[:24]

@@ -74,8 +74,9 @@ def _sync_dir(folder: Path) -> None:
         os.close(handle)
 
 
-def plan(cfg: TidemarkConfig, job: str, savepoint_path: Path, batch_id: int,
-         gold_version: int | None) -> dict:
+def plan(
+    cfg: TidemarkConfig, job: str, savepoint_path: Path, batch_id: int, gold_version: int | None
+) -> dict:
     """Write the restore's plan (the caller holds the checkpoint's lock); returns it."""
     checkpoint = cfg.paths.checkpoint(job)
     steps = {
@@ -99,8 +100,12 @@ def finish(spark, cfg: TidemarkConfig, steps: dict) -> None:
     gold = cfg.paths.table("gold", job)
     version = steps["gold_version"]
     current = latest_version(gold)
-    if version is not None and current is not None and current > version \
-            and query_id(checkpoint) != steps["new_id"]:
+    if (
+        version is not None
+        and current is not None
+        and current > version
+        and query_id(checkpoint) != steps["new_id"]
+    ):
         spark.sql(f"RESTORE TABLE delta.`{gold}` TO VERSION AS OF {version}")
     fault_point("restore.gold")
     if query_id(checkpoint) != steps["new_id"]:
@@ -109,8 +114,7 @@ def finish(spark, cfg: TidemarkConfig, steps: dict) -> None:
             shutil.rmtree(staged)  # a copy cut short
         staged.parent.mkdir(parents=True, exist_ok=True)
         # plain copies: file times say "restored now", later than any failure recorded before
-        shutil.copytree(Path(steps["savepoint"]) / "checkpoint", staged,
-                        copy_function=shutil.copy)
+        shutil.copytree(Path(steps["savepoint"]) / "checkpoint", staged, copy_function=shutil.copy)
         (staged / "metadata").write_text(json.dumps({"id": steps["new_id"]}) + "\n")
         _sync_dir(staged)
         fault_point("restore.copy")
@@ -121,13 +125,19 @@ def finish(spark, cfg: TidemarkConfig, steps: dict) -> None:
         staged.rename(checkpoint)
         _sync_dir(checkpoint.parent)
     fault_point("restore.swap")
-    ops_tables.delete(cfg, "stream_progress",
-                      f"job = {ops_tables.literal(job)} AND batch_id > {steps['batch_id']}")
+    ops_tables.delete(
+        cfg,
+        "stream_progress",
+        f"job = {ops_tables.literal(job)} AND batch_id > {steps['batch_id']}",
+    )
     if steps["old_id"]:
         # the kept batches join the new query id: one lineage of batches for reconciliation
-        ops_tables.update(cfg, "stream_progress", {"query_id": steps["new_id"]},
-                          f"job = {ops_tables.literal(job)} AND "
-                          f"query_id = {ops_tables.literal(steps['old_id'])}")
+        ops_tables.update(
+            cfg,
+            "stream_progress",
+            {"query_id": steps["new_id"]},
+            f"job = {ops_tables.literal(job)} AND query_id = {ops_tables.literal(steps['old_id'])}",
+        )
     fault_point("restore.progress")
     marker(cfg, job).unlink(missing_ok=True)
 

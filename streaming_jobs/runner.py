@@ -18,8 +18,12 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.checkpoints import (MIN_DELTAS_FOR_SNAPSHOT, STATE_MAINTENANCE_SECONDS,
-                                        last_committed_batch, snapshots_pending)
+from streaming_jobs.checkpoints import (
+    MIN_DELTAS_FOR_SNAPSHOT,
+    STATE_MAINTENANCE_SECONDS,
+    last_committed_batch,
+    snapshots_pending,
+)
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.gold import gold_writer, sink_version_of
 from streaming_jobs.ingestion import bronze_writer
@@ -60,9 +64,15 @@ class RunMetrics:
         return asdict(self)
 
 
-def _run_available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
-                       writer: DataStreamWriter, holder: str,
-                       sink_version=None, spec=None) -> tuple[list[dict], float]:
+def _run_available_now(
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    name: str,
+    writer: DataStreamWriter,
+    holder: str,
+    sink_version=None,
+    spec=None,
+) -> tuple[list[dict], float]:
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
@@ -94,10 +104,15 @@ def settle_snapshots(spark: SparkSession, name: str, checkpoint, since: float) -
     tidemark). Returns the seconds waited.
     """
     conf = spark.conf
-    min_deltas = int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot",
-                              str(MIN_DELTAS_FOR_SNAPSHOT)))
-    interval = _seconds(conf.get("spark.sql.streaming.stateStore.maintenanceInterval", None),
-                        STATE_MAINTENANCE_SECONDS)
+    min_deltas = int(
+        conf.get(
+            "spark.sql.streaming.stateStore.minDeltasForSnapshot", str(MIN_DELTAS_FOR_SNAPSHOT)
+        )
+    )
+    interval = _seconds(
+        conf.get("spark.sql.streaming.stateStore.maintenanceInterval", None),
+        STATE_MAINTENANCE_SECONDS,
+    )
     began = time.monotonic()
     deadline = began + 2 * interval + 5
     pending = snapshots_pending(checkpoint, since, min_deltas)
@@ -106,9 +121,15 @@ def settle_snapshots(spark: SparkSession, name: str, checkpoint, since: float) -
         pending = snapshots_pending(checkpoint, since, min_deltas)
     waited = time.monotonic() - began
     if pending:
-        LOG.warning("streaming query %s: %d state snapshot(s) in %s not uploaded after %.0f s; "
-                    "its next run replays the changelogs since the last uploaded snapshot "
-                    "(slower to start, nothing lost)", name, len(pending), checkpoint, waited)
+        LOG.warning(
+            "streaming query %s: %d state snapshot(s) in %s not uploaded after %.0f s; "
+            "its next run replays the changelogs since the last uploaded snapshot "
+            "(slower to start, nothing lost)",
+            name,
+            len(pending),
+            checkpoint,
+            waited,
+        )
     elif waited >= 0.25:
         LOG.info("streaming query %s: waited %.1f s for its state snapshot upload", name, waited)
     return waited
@@ -138,16 +159,23 @@ def query_failure(exc: BaseException, cfg: TidemarkConfig) -> tuple[str, str]:
             free = f"{shutil.disk_usage(cfg.data_root).free / 2**20:,.0f} MB free now"
         except OSError:
             free = "free space unknown"
-        return (f"the disk holding the data root {cfg.data_root} is full (No space left on "
-                f"device; {free})",
-                "Free space there (`tidemark maintain` removes what retention allows, or move "
-                "TIDEMARK_DATA_ROOT to a larger disk) and run it again")
+        return (
+            f"the disk holding the data root {cfg.data_root} is full (No space left on "
+            f"device; {free})",
+            "Free space there (`tidemark maintain` removes what retention allows, or move "
+            "TIDEMARK_DATA_ROOT to a larger disk) and run it again",
+        )
     return str(exc).split("\n=== Streaming Query ===")[0].strip(), "Fix the cause and run it again"
 
 
-def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
-                   writer: DataStreamWriter, sink_version=None,
-                   spec=None) -> tuple[list[dict], float]:
+def _available_now(
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    name: str,
+    writer: DataStreamWriter,
+    sink_version=None,
+    spec=None,
+) -> tuple[list[dict], float]:
     log = progress_log(spark)
     checkpoint = cfg.paths.checkpoint(name)
     started = time.monotonic()
@@ -164,8 +192,11 @@ def _available_now(spark: SparkSession, cfg: TidemarkConfig, name: str,
         ) from exc
     finally:
         if not log.wait_terminated(run_id):
-            LOG.warning("streaming query %s: no termination event within 30 s; recording the "
-                        "progress received so far", name)
+            LOG.warning(
+                "streaming query %s: no termination event within 30 s; recording the "
+                "progress received so far",
+                name,
+            )
         rows = log.take(run_id)
         log.flush(cfg, rows, sink_version, spec)
     return rows, time.monotonic() - started
@@ -175,15 +206,31 @@ def last_reading(cfg: TidemarkConfig, name: str) -> dict:
     """The query's latest recorded batch (state, watermark), or {} if it never ran."""
     from streaming_jobs import ops_tables
 
-    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(name)}",
-                           columns=["batch_id", "ts", "watermark", "state_rows",
-                                    "state_memory_bytes", "state_disk_bytes"])
+    rows = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(name)}",
+        columns=[
+            "batch_id",
+            "ts",
+            "watermark",
+            "state_rows",
+            "state_memory_bytes",
+            "state_disk_bytes",
+        ],
+    )
     return max(rows, key=lambda r: (r["batch_id"], r["ts"])) if rows else {}
 
 
-def metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int | None,
-            output_rows: int | None = None, quarantined: int = 0,
-            previous: dict | None = None) -> RunMetrics:
+def metrics(
+    name: str,
+    rows: list[dict],
+    seconds: float,
+    checkpoint_batch: int | None,
+    output_rows: int | None = None,
+    quarantined: int = 0,
+    previous: dict | None = None,
+) -> RunMetrics:
     """What a run did (rows in and out, late drops), and where the query stands after it.
 
     A run with no batch (nothing new arrived) still reports the query's current state and
@@ -198,8 +245,9 @@ def metrics(name: str, rows: list[dict], seconds: float, checkpoint_batch: int |
         query=name,
         batches=len(rows),
         input_rows=sum(r["num_input_rows"] or 0 for r in data),
-        output_rows=(output_rows if output_rows is not None
-                     else sum(r["num_output_rows"] or 0 for r in rows)),
+        output_rows=(
+            output_rows if output_rows is not None else sum(r["num_output_rows"] or 0 for r in rows)
+        ),
         state_rows=last.get("state_rows") or 0,
         state_memory_bytes=last.get("state_memory_bytes") or 0,
         state_disk_bytes=last.get("state_disk_bytes") or 0,
@@ -228,34 +276,46 @@ def _full_disk_said_plainly(cfg: TidemarkConfig, name: str):
         reason, todo = query_failure(exc, cfg)
         if not reason.startswith("the disk holding"):
             raise
-        raise StreamRunError(f"streaming query {name} failed before it started: {reason}. "
-                             f"{todo}.") from exc
+        raise StreamRunError(
+            f"streaming query {name} failed before it started: {reason}. {todo}."
+        ) from exc
 
 
-def run_bronze(spark: SparkSession, cfg: TidemarkConfig, stream: str,
-               holder: str = INCREMENTAL) -> RunMetrics:
+def run_bronze(
+    spark: SparkSession, cfg: TidemarkConfig, stream: str, holder: str = INCREMENTAL
+) -> RunMetrics:
     """Ingest everything in ``landing/<stream>`` not yet ingested."""
     name = query_name(stream)
     with _full_disk_said_plainly(cfg, name):
         writer, sink = bronze_writer(spark, cfg, stream_schema(stream))
         rows, seconds = _run_available_now(spark, cfg, name, writer, holder)
     return metrics(
-        name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(name)),
+        name,
+        rows,
+        seconds,
+        last_committed_batch(cfg.paths.checkpoint(name)),
         output_rows=sum(good for good, _ in sink.written.values()),
         quarantined=sum(bad for _, bad in sink.written.values()),
         previous=None if rows else last_reading(cfg, name),
     )
 
 
-def run_job(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec,
-            holder: str = INCREMENTAL) -> RunMetrics:
+def run_job(
+    spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec, holder: str = INCREMENTAL
+) -> RunMetrics:
     """Process every bronze row the job has not seen yet, then stop."""
     target = cfg.paths.table("gold", spec.name)
     with _full_disk_said_plainly(cfg, spec.name):
         writer = gold_writer(spark, cfg, spec)
         before = latest_version(target)  # the writer created the table
-        rows, seconds = _run_available_now(spark, cfg, spec.name, writer, holder,
-                                           sink_version_of(cfg, spec), spec)
-    return metrics(spec.name, rows, seconds, last_committed_batch(cfg.paths.checkpoint(spec.name)),
-                   output_rows=rows_written(target, before)[0],
-                   previous=None if rows else last_reading(cfg, spec.name))
+        rows, seconds = _run_available_now(
+            spark, cfg, spec.name, writer, holder, sink_version_of(cfg, spec), spec
+        )
+    return metrics(
+        spec.name,
+        rows,
+        seconds,
+        last_committed_batch(cfg.paths.checkpoint(spec.name)),
+        output_rows=rows_written(target, before)[0],
+        previous=None if rows else last_reading(cfg, spec.name),
+    )

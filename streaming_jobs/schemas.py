@@ -69,14 +69,19 @@ class Expectation:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.match(self.name):
-            raise ValueError(f"expectation {self.name!r}: a name is lower case letters, digits "
-                             "and _, starting with a letter")
+            raise ValueError(
+                f"expectation {self.name!r}: a name is lower case letters, digits "
+                "and _, starting with a letter"
+            )
         if not isinstance(self.rule, str) or not self.rule.strip():
-            raise ValueError(f"expectation {self.name}: write its rule, a SQL predicate such as "
-                             "'amount >= 0'")
+            raise ValueError(
+                f"expectation {self.name}: write its rule, a SQL predicate such as 'amount >= 0'"
+            )
         if self.action not in ACTIONS:
-            raise ValueError(f"expectation {self.name}: action is one of {', '.join(ACTIONS)}, "
-                             f"got {self.action!r}")
+            raise ValueError(
+                f"expectation {self.name}: action is one of {', '.join(ACTIONS)}, "
+                f"got {self.action!r}"
+            )
 
     @property
     def reason(self) -> str:
@@ -89,11 +94,14 @@ def check_expectations(where: str, expectations, actions: tuple[str, ...] = ACTI
     expectations = tuple(expectations or ())
     for e in expectations:
         if not isinstance(e, Expectation):
-            raise ValueError(f"{where}: expectations are Expectation(name, rule, action), "
-                             f"got {e!r}")
+            raise ValueError(
+                f"{where}: expectations are Expectation(name, rule, action), got {e!r}"
+            )
         if e.action not in actions:
-            raise ValueError(f"{where}: expectation {e.name} has action {e.action!r}; here the "
-                             f"action is one of {', '.join(actions)}")
+            raise ValueError(
+                f"{where}: expectation {e.name} has action {e.action!r}; here the "
+                f"action is one of {', '.join(actions)}"
+            )
     names = [e.name for e in expectations]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -154,32 +162,49 @@ class StreamSchema:
 
         where = f"stream {self.name!r}"
         if self.source not in (None, "landing", "kafka"):
-            raise ValueError(f"{where}: source {self.source!r} is 'landing', 'kafka' or None "
-                             "(TIDEMARK_SOURCE decides)")
+            raise ValueError(
+                f"{where}: source {self.source!r} is 'landing', 'kafka' or None "
+                "(TIDEMARK_SOURCE decides)"
+            )
         if self.topic is not None and not re.match(r"^[A-Za-z0-9._-]{1,249}$", self.topic):
-            raise ValueError(f"{where}: topic {self.topic!r} is not a Kafka topic name (letters, "
-                             "digits, '.', '_', '-', at most 249)")
+            raise ValueError(
+                f"{where}: topic {self.topic!r} is not a Kafka topic name (letters, "
+                "digits, '.', '_', '-', at most 249)"
+            )
         if self.max_ahead is not None:
             try:
                 seconds = interval_seconds(self.max_ahead)
             except ValueError:
                 seconds = None
             if seconds is None or seconds < 0:
-                raise ValueError(f"{where}: max_ahead {self.max_ahead!r} is not an interval such "
-                                 "as '1 day' or '2 hours' (or None for no bound)")
+                raise ValueError(
+                    f"{where}: max_ahead {self.max_ahead!r} is not an interval such "
+                    "as '1 day' or '2 hours' (or None for no bound)"
+                )
         if self.max_abs is not None and (
-                isinstance(self.max_abs, bool) or not isinstance(self.max_abs, (int, float))
-                or not math.isfinite(self.max_abs) or self.max_abs <= 0):
-            raise ValueError(f"{where}: max_abs {self.max_abs!r} is a finite number above 0, "
-                             "or None for no bound")
-        for setting, value, bound in (("max_line_bytes", self.max_line_bytes, MAX_LINE_BYTES),
-                                      ("max_depth", self.max_depth, MAX_DEPTH)):
+            isinstance(self.max_abs, bool)
+            or not isinstance(self.max_abs, (int, float))
+            or not math.isfinite(self.max_abs)
+            or self.max_abs <= 0
+        ):
+            raise ValueError(
+                f"{where}: max_abs {self.max_abs!r} is a finite number above 0, "
+                "or None for no bound"
+            )
+        for setting, value, bound in (
+            ("max_line_bytes", self.max_line_bytes, MAX_LINE_BYTES),
+            ("max_depth", self.max_depth, MAX_DEPTH),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= bound:
-                raise ValueError(f"{where}: {setting} {value!r} is a whole number from 1 to "
-                                 f"{bound:,} (the most Spark's JSON values hold)")
+                raise ValueError(
+                    f"{where}: {setting} {value!r} is a whole number from 1 to "
+                    f"{bound:,} (the most Spark's JSON values hold)"
+                )
         if not isinstance(self.name, str) or not NAME.match(self.name):
-            raise ValueError(f"{where}: a stream name is lower case letters, digits and _, "
-                             "starting with a letter (it names folders, tables and dbt models)")
+            raise ValueError(
+                f"{where}: a stream name is lower case letters, digits and _, "
+                "starting with a letter (it names folders, tables and dbt models)"
+            )
         names = [f.name for f in self.fields]
         if not names:
             raise ValueError(f"{where}: declare its fields (Field(name, spark_type, description))")
@@ -187,16 +212,21 @@ class StreamSchema:
         if twice:
             raise ValueError(f"{where}: field {', '.join(twice)} declared twice")
         if self.event_time not in names:
-            raise ValueError(f"{where}: event_time {self.event_time!r} is not one of its fields "
-                             f"({', '.join(names)})")
+            raise ValueError(
+                f"{where}: event_time {self.event_time!r} is not one of its fields "
+                f"({', '.join(names)})"
+            )
         if not isinstance(self.field(self.event_time).dtype, T.TimestampType):
-            raise ValueError(f"{where}: event_time {self.event_time!r} must be a "
-                             "T.TimestampType() field")
+            raise ValueError(
+                f"{where}: event_time {self.event_time!r} must be a T.TimestampType() field"
+            )
         key = (self.key,) if isinstance(self.key, str) else tuple(self.key or ())
         unknown = [k for k in key if k not in names]
         if unknown or len(set(key)) != len(key):
-            raise ValueError(f"{where}: key {', '.join(unknown or key)} is not a list of distinct "
-                             f"fields ({', '.join(names)}); name its dedup columns, or None")
+            raise ValueError(
+                f"{where}: key {', '.join(unknown or key)} is not a list of distinct "
+                f"fields ({', '.join(names)}); name its dedup columns, or None"
+            )
         object.__setattr__(self, "key", key or None)
         object.__setattr__(self, "expectations", check_expectations(where, self.expectations))
 

@@ -78,8 +78,9 @@ def packages(cfg: TidemarkConfig) -> tuple[str, ...]:
     return (DELTA_PACKAGE, KAFKA_PACKAGE, *cfg.spark.extra_packages)
 
 
-def kafka_token_provider(cfg: TidemarkConfig, versions: tuple[str, ...] = TOKEN_PROVIDER_VERSIONS
-                         ) -> Path:
+def kafka_token_provider(
+    cfg: TidemarkConfig, versions: tuple[str, ...] = TOKEN_PROVIDER_VERSIONS
+) -> Path:
     """The Kafka token provider's jar, resolved on its own (see `KAFKA_PACKAGE`): the first of
     ``versions`` the repositories have."""
     from streaming_jobs.maven import ResolutionError, resolve
@@ -87,18 +88,26 @@ def kafka_token_provider(cfg: TidemarkConfig, versions: tuple[str, ...] = TOKEN_
     failures = []
     for version in versions:
         try:
-            jars = resolve([f"{TOKEN_PROVIDER}:{version}"],
-                           cfg.spark.jars_cache / f"token-provider-{version}",
-                           excludes=(*SHIPPED_WITH_SPARK, "org.apache.kafka:kafka-clients"),
-                           repositories=cfg.spark.extra_conf.get("spark.jars.repositories"))
+            jars = resolve(
+                [f"{TOKEN_PROVIDER}:{version}"],
+                cfg.spark.jars_cache / f"token-provider-{version}",
+                excludes=(*SHIPPED_WITH_SPARK, "org.apache.kafka:kafka-clients"),
+                repositories=cfg.spark.extra_conf.get("spark.jars.repositories"),
+            )
         except ResolutionError as exc:
             failures.append(str(exc))
             continue
         mine = [j for j in jars if TOKEN_PROVIDER.split(":")[1] in j.name]
         if mine:
             return mine[0]
-    raise SparkStartupError("Spark's Kafka connector needs " + TOKEN_PROVIDER + " at "
-                            + " or ".join(versions) + "; none resolved:\n" + "\n".join(failures))
+    raise SparkStartupError(
+        "Spark's Kafka connector needs "
+        + TOKEN_PROVIDER
+        + " at "
+        + " or ".join(versions)
+        + "; none resolved:\n"
+        + "\n".join(failures)
+    )
 
 
 def _manifest_path(cfg: TidemarkConfig) -> Path:
@@ -122,8 +131,9 @@ def cached_jars(cfg: TidemarkConfig) -> list[str] | None:
 def _write_manifest(cfg: TidemarkConfig, spark) -> None:
     # spark-submit merged the resolved packages with the jars given (the token provider) into
     # the JVM's spark.jars; the context's conf keeps only what the builder was given
-    resolved = (spark._jvm.System.getProperty("spark.jars")
-                or spark.sparkContext.getConf().get("spark.jars", ""))
+    resolved = spark._jvm.System.getProperty("spark.jars") or spark.sparkContext.getConf().get(
+        "spark.jars", ""
+    )
     jars = [j.removeprefix("file://") for j in resolved.split(",") if j.endswith(".jar")]
     if jars:
         _manifest_path(cfg).write_text(
@@ -162,13 +172,20 @@ def build_class_archive(cfg: TidemarkConfig) -> Path | None:
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     log = cfg.spark.jars_cache / "driver-classes.log"
     with tempfile.TemporaryDirectory(prefix="tidemark-classes-") as root:
-        env = {**os.environ, "TIDEMARK_DATA_ROOT": root,
-               "TIDEMARK_JARS_CACHE": str(cfg.spark.jars_cache)}
+        env = {
+            **os.environ,
+            "TIDEMARK_DATA_ROOT": root,
+            "TIDEMARK_JARS_CACHE": str(cfg.spark.jars_cache),
+        }
         with open(log, "w") as out:
             try:
-                done = subprocess.run([sys.executable, "-m", "streaming_jobs.spark",
-                                       str(partial)], env=env, stdout=out,
-                                      stderr=subprocess.STDOUT, timeout=900)
+                done = subprocess.run(
+                    [sys.executable, "-m", "streaming_jobs.spark", str(partial)],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=900,
+                )
             except subprocess.TimeoutExpired:
                 out.write("\ntidemark: gave up after 900 s\n")
                 done = None
@@ -220,8 +237,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # RocksDB keeps state off the JVM heap; changelog checkpointing uploads only the
         # changes of each batch instead of a full snapshot, so commits stay short.
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # A store's snapshot is made at a commit (every minDeltasForSnapshot versions) but
         # uploaded by the state store's maintenance thread; a run that ends first loses it, and
@@ -260,7 +276,8 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # terminal gets errors only, warnings go to <data root>/logs/spark.log)
         "spark.driver.extraJavaOptions": (
             f"-Duser.timezone=UTC -Dderby.system.home={paths.dbt} "
-            f"-Dlog4j2.configurationFile={LOG4J2} -Dtidemark.logs={paths.logs}"),
+            f"-Dlog4j2.configurationFile={LOG4J2} -Dtidemark.logs={paths.logs}"
+        ),
         "spark.driver.memory": "4g",
         "spark.sql.warehouse.dir": str(paths.warehouse),
         # Late-event filtering and the dropped-row metric must be exact for reconciliation.
@@ -291,17 +308,18 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         "spark.pyspark.driver.python": sys.executable,
     }
     if hive_metastore:
-        conf.update({
-            # Projections, orderings and window frames stay generated code (Spark's default).
-            # Interpreting them (spark.sql.codegen.factoryMode=NO_CODEGEN) made a small build
-            # faster but a full reconciliation of 5 M events 1.7 times as long: sorts,
-            # joins and windows outside whole-stage code run interpreted (docs/benchmarks.md).
-            "spark.sql.catalogImplementation": "hive",
-            "spark.hadoop.javax.jdo.option.ConnectionURL":
-                f"jdbc:derby:;databaseName={paths.dbt / 'metastore_db'};create=true",
-            "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
-            "spark.hadoop.hive.metastore.schema.verification": "false",
-        })
+        conf.update(
+            {
+                # Projections, orderings and window frames stay generated code (Spark's default).
+                # Interpreting them (spark.sql.codegen.factoryMode=NO_CODEGEN) made a small build
+                # faster but a full reconciliation of 5 M events 1.7 times as long: sorts,
+                # joins and windows outside whole-stage code run interpreted (docs/benchmarks.md).
+                "spark.sql.catalogImplementation": "hive",
+                "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={paths.dbt / 'metastore_db'};create=true",
+                "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+                "spark.hadoop.hive.metastore.schema.verification": "false",
+            }
+        )
     else:
         conf["spark.sql.catalogImplementation"] = "in-memory"
     if cfg.spark.master.startswith("spark://"):
@@ -313,7 +331,8 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # instead of loading and verifying them again: about 8 s less per start (docs/benchmarks.md).
         # A JVM or class path the archive does not fit ignores it, silently, and loads as before.
         conf["spark.driver.extraJavaOptions"] += (
-            f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off")
+            f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+        )
     if jars:
         # Resolved before: hand Spark the files and skip Ivy (3-4 s per start, and offline).
         for key in ("spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy"):
@@ -327,8 +346,11 @@ def cluster_conf(cfg: TidemarkConfig) -> dict[str, str]:
     """What executors in JVMs of their own (a standalone cluster's workers) need that local mode
     has from the driver's process; every key may be overridden in TIDEMARK_SPARK_CONF."""
     checkout = Path(__file__).resolve().parent.parent
-    python_path = [str(checkout), *(str(p) for p in cfg.jobs_path),
-                   *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    python_path = [
+        str(checkout),
+        *(str(p) for p in cfg.jobs_path),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
     return {
         # event time is UTC in every JVM, not only the driver's
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
@@ -407,8 +429,12 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     # (PySpark passes builder settings as --conf arguments, readable by every local user) but a
     # private properties file, and Spark redacts them in its UI, event logs and errors.
     if "spark.jars.packages" in conf:  # the first start: resolved with the packages, then cached
-        conf = {**conf, "spark.jars": ",".join(filter(None, (
-            conf.get("spark.jars"), str(kafka_token_provider(cfg)))))}
+        conf = {
+            **conf,
+            "spark.jars": ",".join(
+                filter(None, (conf.get("spark.jars"), str(kafka_token_provider(cfg))))
+            ),
+        }
     private = {k: conf[k] for k in cfg.spark.extra_conf if k in conf}
     launch = {k: v for k, v in conf.items() if k not in private}
     if private:
@@ -435,7 +461,8 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
     if properties:
         os.environ["PYSPARK_SUBMIT_ARGS"] = (
-            f"--properties-file {shlex.quote(properties)} {submit_args or 'pyspark-shell'}")
+            f"--properties-file {shlex.quote(properties)} {submit_args or 'pyspark-shell'}"
+        )
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - re-raised with what to do

@@ -30,8 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.processes import accepts, alive, free_port, launch_supervisor, port_free, \
-    stop_supervisor, wait_for, write_json
+from streaming_jobs.processes import (
+    accepts,
+    alive,
+    free_port,
+    launch_supervisor,
+    port_free,
+    stop_supervisor,
+    wait_for,
+    write_json,
+)
 
 HOST = "127.0.0.1"
 DAEMON_MEMORY = "512m"  # the master's and each worker's own JVM (not the executors')
@@ -86,8 +94,9 @@ def discover(cfg: TidemarkConfig) -> Cluster | None:
     """The data root's running cluster, or None."""
     try:
         info = json.loads(_info_file(cfg).read_text())
-        found = Cluster(int(info["port"]), int(info["ui_port"]), int(info["workers"]),
-                        int(info["pid"]))
+        found = Cluster(
+            int(info["port"]), int(info["ui_port"]), int(info["workers"]), int(info["pid"])
+        )
     except (OSError, ValueError, KeyError):
         return None
     if not alive(found.pid) or not accepts(HOST, found.port):
@@ -106,17 +115,22 @@ def _env(cfg: TidemarkConfig) -> dict:
     from streaming_jobs.spark import check_java
 
     java = Path(check_java()).resolve()
-    return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST,
-            "JAVA_HOME": os.environ.get("JAVA_HOME") or str(java.parent.parent),
-            "SPARK_DAEMON_MEMORY": DAEMON_MEMORY, "MALLOC_ARENA_MAX": "2",
-            # an always-on worker removes the folders of applications that ended a day ago
-            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true "
-                                 "-Dspark.worker.cleanup.appDataTtl=86400",
-            # no REST submission server (tidemark's driver is its own process; it would take
-            # port 6066 on every machine)
-            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-            # executors keep event time in UTC, like the driver
-            "SPARK_DAEMON_JAVA_OPTS": "-Duser.timezone=UTC"}
+    return {
+        **os.environ,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": HOST,
+        "JAVA_HOME": os.environ.get("JAVA_HOME") or str(java.parent.parent),
+        "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+        "MALLOC_ARENA_MAX": "2",
+        # an always-on worker removes the folders of applications that ended a day ago
+        "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true "
+        "-Dspark.worker.cleanup.appDataTtl=86400",
+        # no REST submission server (tidemark's driver is its own process; it would take
+        # port 6066 on every machine)
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        # executors keep event time in UTC, like the driver
+        "SPARK_DAEMON_JAVA_OPTS": "-Duser.timezone=UTC",
+    }
 
 
 def serve(cfg: TidemarkConfig, stop: threading.Event) -> int:
@@ -131,11 +145,26 @@ def serve(cfg: TidemarkConfig, stop: threading.Event) -> int:
 
     def launch(log_name: str, *args: str) -> None:
         with open(cfg.paths.logs / log_name, "ab") as log:
-            procs.append(subprocess.Popen(_spark_class(*args), env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    _spark_class(*args),
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
 
-    launch("spark-master.log", "org.apache.spark.deploy.master.Master", "--host", HOST,
-           "--port", str(settings.port), "--webui-port", str(ui_port))
+    launch(
+        "spark-master.log",
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        HOST,
+        "--port",
+        str(settings.port),
+        "--webui-port",
+        str(ui_port),
+    )
     owner = int(os.environ.get("TIDEMARK_CLUSTER_OWNER_PID", "0") or 0)
     deadline = time.monotonic() + 180
     workers_started = announced = False
@@ -147,17 +176,33 @@ def serve(cfg: TidemarkConfig, stop: threading.Event) -> int:
                 for n in range(1, settings.workers + 1):
                     work = folder / f"worker-{n}"
                     work.mkdir(exist_ok=True)
-                    launch(f"spark-worker-{n}.log", "org.apache.spark.deploy.worker.Worker",
-                           "--host", HOST, "--webui-port", str(free_port(HOST)),
-                           "--cores", str(settings.worker_cores),
-                           "--memory", settings.worker_memory, "--work-dir", str(work),
-                           master_url(cfg))
+                    launch(
+                        f"spark-worker-{n}.log",
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        HOST,
+                        "--webui-port",
+                        str(free_port(HOST)),
+                        "--cores",
+                        str(settings.worker_cores),
+                        "--memory",
+                        settings.worker_memory,
+                        "--work-dir",
+                        str(work),
+                        master_url(cfg),
+                    )
                 workers_started = True
-            if workers_started and not announced \
-                    and alive_workers(ui_port) >= settings.workers:
-                write_json(_info_file(cfg), {
-                    "port": settings.port, "ui_port": ui_port, "workers": settings.workers,
-                    "pid": os.getpid(), "java_pids": [p.pid for p in procs]})
+            if workers_started and not announced and alive_workers(ui_port) >= settings.workers:
+                write_json(
+                    _info_file(cfg),
+                    {
+                        "port": settings.port,
+                        "ui_port": ui_port,
+                        "workers": settings.workers,
+                        "pid": os.getpid(),
+                        "java_pids": [p.pid for p in procs],
+                    },
+                )
                 announced = True
             if not announced and time.monotonic() > deadline:
                 return 3
@@ -178,8 +223,7 @@ def serve(cfg: TidemarkConfig, stop: threading.Event) -> int:
 
 def _log_tail(cfg: TidemarkConfig, name: str, lines: int = 20) -> str:
     try:
-        return "\n".join((cfg.paths.logs / name).read_text(errors="replace")
-                         .splitlines()[-lines:])
+        return "\n".join((cfg.paths.logs / name).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
 
@@ -194,11 +238,16 @@ def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 180.0) ->
     if not port_free(HOST, port):
         raise ClusterError(
             f"port {port} on {HOST} is taken by another program (or the cluster of another data "
-            "root); stop it, or choose a free port with TIDEMARK_CLUSTER_PORT")
+            "root); stop it, or choose a free port with TIDEMARK_CLUSTER_PORT"
+        )
     log = cfg.paths.logs / "spark-master.log"
-    proc = launch_supervisor("streaming_jobs.spark_cluster", log,
-                             {"TIDEMARK_DATA_ROOT": str(cfg.data_root)},
-                             "TIDEMARK_CLUSTER_OWNER_PID", owned)
+    proc = launch_supervisor(
+        "streaming_jobs.spark_cluster",
+        log,
+        {"TIDEMARK_DATA_ROOT": str(cfg.data_root)},
+        "TIDEMARK_CLUSTER_OWNER_PID",
+        owned,
+    )
     found = wait_for(lambda: discover(cfg), proc, timeout)
     if found:
         return found
@@ -206,11 +255,14 @@ def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 180.0) ->
         raise ClusterError(
             f"the Spark cluster exited ({proc.returncode}) before its {cfg.cluster.workers} "
             f"workers registered; the master's log ({log}) ends:\n"
-            + _log_tail(cfg, "spark-master.log"))
+            + _log_tail(cfg, "spark-master.log")
+        )
     proc.terminate()
-    raise ClusterError(f"the Spark cluster on {HOST}:{port} did not have its "
-                       f"{cfg.cluster.workers} workers in {timeout:.0f} s; see "
-                       f"{cfg.paths.logs}/spark-master.log and spark-worker-*.log")
+    raise ClusterError(
+        f"the Spark cluster on {HOST}:{port} did not have its "
+        f"{cfg.cluster.workers} workers in {timeout:.0f} s; see "
+        f"{cfg.paths.logs}/spark-master.log and spark-worker-*.log"
+    )
 
 
 def stop(cfg: TidemarkConfig, timeout: float = 60.0) -> bool:
@@ -219,8 +271,9 @@ def stop(cfg: TidemarkConfig, timeout: float = 60.0) -> bool:
         info = json.loads(_info_file(cfg).read_text())
     except (OSError, ValueError):
         return False
-    return stop_supervisor(int(info.get("pid", 0)), info.get("java_pids", []), timeout,
-                           _info_file(cfg))
+    return stop_supervisor(
+        int(info.get("pid", 0)), info.get("java_pids", []), timeout, _info_file(cfg)
+    )
 
 
 def main() -> int:

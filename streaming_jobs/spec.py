@@ -23,8 +23,8 @@ class StateThresholds:
 
     warn_rows: int = 1_000_000
     critical_rows: int = 5_000_000
-    warn_bytes: int = 512 * 1024 ** 2
-    critical_bytes: int = 2 * 1024 ** 3
+    warn_bytes: int = 512 * 1024**2
+    critical_bytes: int = 2 * 1024**3
 
 
 COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -107,8 +107,9 @@ class JobSpec:
             return self.open_when
         end = self.window_end or ("window_end" if "window_end" in self.keys else None)
         if end:
-            held_back = (f" - interval {self.emit_delay_seconds} seconds"
-                         if self.emit_delay_seconds else "")
+            held_back = (
+                f" - interval {self.emit_delay_seconds} seconds" if self.emit_delay_seconds else ""
+            )
             return f"coalesce(t.{end}, o.{end}) > s.stream_watermark{held_back}"
         return "false"
 
@@ -145,10 +146,13 @@ class JobSpec:
     def apply(self, *events: DataFrame) -> DataFrame:
         """Run ``build`` on one frame per source with the spec's plain values (window, TTL...)."""
         if len(events) != len(self.sources):
-            raise ValueError(f"job {self.name} reads {', '.join(self.sources)}: "
-                             f"pass one DataFrame each, got {len(events)}")
-        bounds = {k: v for k, v in (("watermark", self.state.watermark),
-                                    ("ttl", self.state.ttl)) if v}
+            raise ValueError(
+                f"job {self.name} reads {', '.join(self.sources)}: "
+                f"pass one DataFrame each, got {len(events)}"
+            )
+        bounds = {
+            k: v for k, v in (("watermark", self.state.watermark), ("ttl", self.state.ttl)) if v
+        }
         return self.build(*events, **self.params, **bounds)
 
     def __post_init__(self) -> None:
@@ -157,43 +161,64 @@ class JobSpec:
         if not isinstance(self.name, str) or not NAME.match(self.name):
             raise ValueError(
                 f"job {self.name!r}: a job name is lower case letters, digits and _, starting "
-                "with a letter (it names the checkpoint, the gold table and dbt models)")
+                "with a letter (it names the checkpoint, the gold table and dbt models)"
+            )
         if self.name.startswith("bronze_"):
-            raise ValueError(f"job {self.name!r}: names starting with bronze_ are the ingestion "
-                             "queries' (bronze_<stream>): their checkpoints would be shared; "
-                             "rename the job")
+            raise ValueError(
+                f"job {self.name!r}: names starting with bronze_ are the ingestion "
+                "queries' (bronze_<stream>): their checkpoints would be shared; "
+                "rename the job"
+            )
         if not self.keys:
-            raise ValueError(f"job {self.name}: declare its keys: the output columns that "
-                             "identify a row")
+            raise ValueError(
+                f"job {self.name}: declare its keys: the output columns that identify a row"
+            )
         if self.window_end and self.window_end not in self.keys:
-            raise ValueError(f"job {self.name}: window_end {self.window_end!r} is not one of "
-                             f"its keys ({', '.join(self.keys)})")
+            raise ValueError(
+                f"job {self.name}: window_end {self.window_end!r} is not one of "
+                f"its keys ({', '.join(self.keys)})"
+            )
         if self.unbounded_state not in (None, "refuse", "warn"):
-            raise ValueError(f"job {self.name}: unbounded_state is 'refuse' or 'warn', got "
-                             f"{self.unbounded_state!r}")
+            raise ValueError(
+                f"job {self.name}: unbounded_state is 'refuse' or 'warn', got "
+                f"{self.unbounded_state!r}"
+            )
         if self.output_mode not in ("append", "update"):
             raise ValueError(
                 f"job {self.name}: output_mode must be 'append' or 'update', got {self.output_mode!r}"
             )
         import math
 
-        for setting, value in (("tolerance", self.tolerance),
-                               ("recon_warn_share", self.recon_warn_share)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"job {self.name}: {setting} is a finite number of at least 0, "
-                                 f"got {value!r} (NaN, infinity or a negative one would make "
-                                 "every comparison fail or pass)")
+        for setting, value in (
+            ("tolerance", self.tolerance),
+            ("recon_warn_share", self.recon_warn_share),
+        ):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ValueError(
+                    f"job {self.name}: {setting} is a finite number of at least 0, "
+                    f"got {value!r} (NaN, infinity or a negative one would make "
+                    "every comparison fail or pass)"
+                )
         for column in self.partition_by:
             # a column of the gold table: Spark names a partition folder after it
             if not isinstance(column, str) or not COLUMN.match(column):
-                raise ValueError(f"job {self.name}: partition_by {column!r} is not a column name "
-                                 "(letters, digits and _, starting with a letter or _): name "
-                                 "columns of the job's output")
+                raise ValueError(
+                    f"job {self.name}: partition_by {column!r} is not a column name "
+                    "(letters, digits and _, starting with a letter or _): name "
+                    "columns of the job's output"
+                )
         from streaming_jobs.schemas import check_expectations
 
-        object.__setattr__(self, "expectations", check_expectations(
-            f"job {self.name}", self.expectations, ("warn", "fail")))
+        object.__setattr__(
+            self,
+            "expectations",
+            check_expectations(f"job {self.name}", self.expectations, ("warn", "fail")),
+        )
         if not (self.state.watermark or self.state.ttl):
             raise ValueError(
                 f"job {self.name}: a stateful job must bound its state: declare a watermark or a ttl"

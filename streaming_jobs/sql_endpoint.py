@@ -108,14 +108,16 @@ def endpoint_conf(cfg: TidemarkConfig) -> dict[str, str]:
         # then fail to load (NoClassDefFoundError). On the driver's class path they are seen
         # by every loader.
         conf["spark.driver.extraClassPath"] = ":".join(jars)
-    conf.update({
-        "spark.app.name": "tidemark-sql-endpoint",
-        "spark.driver.memory": cfg.sql.driver_memory,
-        # HiveServer2's own settings, read by Spark's Thrift server from the Hadoop conf
-        "spark.hadoop.hive.server2.thrift.bind.host": HOST,
-        "spark.hadoop.hive.server2.thrift.port": str(cfg.sql.port),
-        "spark.hadoop.hive.server2.transport.mode": "binary",
-    })
+    conf.update(
+        {
+            "spark.app.name": "tidemark-sql-endpoint",
+            "spark.driver.memory": cfg.sql.driver_memory,
+            # HiveServer2's own settings, read by Spark's Thrift server from the Hadoop conf
+            "spark.hadoop.hive.server2.thrift.bind.host": HOST,
+            "spark.hadoop.hive.server2.thrift.port": str(cfg.sql.port),
+            "spark.hadoop.hive.server2.transport.mode": "binary",
+        }
+    )
     return conf
 
 
@@ -125,7 +127,8 @@ def serve(cfg: TidemarkConfig, stop: threading.Event | None = None) -> None:
     if not port_free(HOST, cfg.sql.port):
         raise EndpointError(
             f"port {cfg.sql.port} on {HOST} is taken (another endpoint, or another program); "
-            "stop it, or choose a free port with TIDEMARK_SQL_PORT")
+            "stop it, or choose a free port with TIDEMARK_SQL_PORT"
+        )
     lock = hold_metastore(cfg, "the SQL endpoint", wait=False)
     spark = None
     try:
@@ -137,7 +140,8 @@ def serve(cfg: TidemarkConfig, stop: threading.Event | None = None) -> None:
         ensure_lake(spark, cfg)
         jvm = spark.sparkContext._jvm  # noqa: SLF001 - the server's entry point is JVM-only
         server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
-            spark._jsparkSession.sqlContext())  # noqa: SLF001
+            spark._jsparkSession.sqlContext()
+        )  # noqa: SLF001
         deadline = time.monotonic() + 60
         while not accepts(HOST, cfg.sql.port):
             if time.monotonic() > deadline:
@@ -147,13 +151,19 @@ def serve(cfg: TidemarkConfig, stop: threading.Event | None = None) -> None:
         temp = endpoint_file(cfg).with_suffix(".tmp")
         temp.write_text(json.dumps(info))
         temp.rename(endpoint_file(cfg))
-        LOG.warning("SQL endpoint on %s:%s (data root %s), ready in %.1fs", HOST, cfg.sql.port,
-                    cfg.data_root, time.monotonic() - started)
+        LOG.warning(
+            "SQL endpoint on %s:%s (data root %s), ready in %.1fs",
+            HOST,
+            cfg.sql.port,
+            cfg.data_root,
+            time.monotonic() - started,
+        )
         owner = int(os.environ.get("TIDEMARK_SQL_OWNER_PID", "0") or 0)
         while not stop.wait(LAKE_CHECK_SECONDS):
             if owner and not alive(owner):
-                LOG.warning("the process that started the endpoint (pid %s) is gone; stopping",
-                            owner)
+                LOG.warning(
+                    "the process that started the endpoint (pid %s) is gone; stopping", owner
+                )
                 break
             if missing(cfg):  # cheap: files only; Spark only when a table must be made
                 LOG.warning("creating missing lake tables: %s", ", ".join(ensure_lake(spark, cfg)))

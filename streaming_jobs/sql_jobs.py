@@ -138,13 +138,16 @@ class JobFile:
             if match and match.group(1) in KEYS:
                 key = match.group(1)
                 if key in header:
-                    raise JobFileError(f"{path}:{number}: header '{key}' is given twice "
-                                       f"(first on line {lines[key]}); keep one")
+                    raise JobFileError(
+                        f"{path}:{number}: header '{key}' is given twice "
+                        f"(first on line {lines[key]}); keep one"
+                    )
                 header[key], lines[key] = match.group(2), number
             else:
                 text.append(line[2:].strip())
-        return cls(path, header, lines, text, "\n".join(body).strip().rstrip(";"), sql_line,
-                   tuple(expect))
+        return cls(
+            path, header, lines, text, "\n".join(body).strip().rstrip(";"), sql_line, tuple(expect)
+        )
 
     def declared_expectations(self) -> tuple[Expectation, ...]:
         """The ``-- expect <name>: <rule> [on violation warn|fail]`` lines, checked."""
@@ -155,13 +158,16 @@ class JobFile:
             try:
                 out.append(Expectation(name, rule, action))
             except ValueError as exc:
-                raise JobFileError(f"SQL job {self.path}:{number}: {exc}; write '-- expect "
-                                   "<name>: <rule> on violation warn|fail'") from None
+                raise JobFileError(
+                    f"SQL job {self.path}:{number}: {exc}; write '-- expect "
+                    "<name>: <rule> on violation warn|fail'"
+                ) from None
             if action == "quarantine":
                 raise JobFileError(
                     f"SQL job {self.path}:{number}: expectation {name}: a job's output rows "
                     "are not quarantined (the reconciliation would count each as a "
-                    "difference); use warn or fail, or quarantine in the stream's expectations")
+                    "difference); use warn or fail, or quarantine in the stream's expectations"
+                )
         return tuple(out)
 
 
@@ -185,8 +191,10 @@ def recon_days(sql: str, joins: tuple[str, ...], window_end: str | None) -> dict
     lengths = [interval_seconds(m) for m in _WINDOW_LENGTH.findall(sql)]
     if joins or not window_end or not lengths or None in lengths or _SESSION.search(sql):
         return {}
-    return {"recon_partition": f"to_date({window_end})",
-            "recon_read_back": f"{max(lengths)} seconds"}
+    return {
+        "recon_partition": f"to_date({window_end})",
+        "recon_read_back": f"{max(lengths)} seconds",
+    }
 
 
 def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
@@ -200,7 +208,8 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             f"SQL job {path}:1: {'missing header ' + ', '.join(missing) if missing else 'no query'}"
             f"; start the file with '-- source: <stream>', '-- keys: a, b', "
             f"'-- watermark: 10 minutes' lines (optionally '-- measures: m'), then the query "
-            f"(`tidemark new job NAME --sql --source STREAM` writes one)")
+            f"(`tidemark new job NAME --sql --source STREAM` writes one)"
+        )
     name = header.get("name", path.stem)
     source, joins = header["source"], _split(header.get("joins", ""))
     numbers = {}
@@ -209,28 +218,36 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             try:
                 numbers[key] = kind(header[key].replace("_", "").replace(",", ""))
             except ValueError:
-                raise JobFileError(f"SQL job {job.at(key)}: {key} is a number, got "
-                                   f"{header[key]!r}") from None
+                raise JobFileError(
+                    f"SQL job {job.at(key)}: {key} is a number, got {header[key]!r}"
+                ) from None
     unbounded = header.get("unbounded_state", "").strip() or None
     if unbounded not in (None, "refuse", "warn"):
-        raise JobFileError(f"SQL job {job.at('unbounded_state')}: unbounded_state is 'refuse' or "
-                           f"'warn', got {unbounded!r}")
+        raise JobFileError(
+            f"SQL job {job.at('unbounded_state')}: unbounded_state is 'refuse' or "
+            f"'warn', got {unbounded!r}"
+        )
     unknown = [s for s in (source, *joins) if s not in known]
     if unknown:
         raise JobFileError(
             f"SQL job {job.at('joins' if source in known else 'source')}: it reads "
             f"{', '.join(unknown)}, which no registered stream declares; registered streams: "
-            f"{', '.join(sorted(known))}")
+            f"{', '.join(sorted(known))}"
+        )
     keys, measures = _split(header["keys"]), _split(header.get("measures", ""))
     twice = sorted({c for c in [*keys, *measures] if [*keys, *measures].count(c) > 1})
     if twice:
-        raise JobFileError(f"SQL job {job.at('measures' if set(twice) & set(measures) else 'keys')}"
-                           f": {', '.join(twice)} listed twice in keys and measures; a column is "
-                           "a key or a measure, once")
+        raise JobFileError(
+            f"SQL job {job.at('measures' if set(twice) & set(measures) else 'keys')}"
+            f": {', '.join(twice)} listed twice in keys and measures; a column is "
+            "a key or a measure, once"
+        )
     window_end = header.get("window_end") or None
     if window_end and window_end not in keys:
-        raise JobFileError(f"SQL job {job.at('window_end')}: window_end {window_end!r} is not one "
-                           f"of the keys ({', '.join(keys)})")
+        raise JobFileError(
+            f"SQL job {job.at('window_end')}: window_end {window_end!r} is not one "
+            f"of the keys ({', '.join(keys)})"
+        )
     window_end = window_end_key(keys, window_end, job.sql)
     # the default rule is the spec's (`JobSpec.recon_open_when`): from window_end, and the
     # delay of a join before the aggregation that the analysis finds; a declared one is kept
@@ -240,7 +257,8 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             f"SQL job {job.at('keys')}: the query groups by a window or session but no key says "
             "when a row is final: name the key holding the window's end ('-- window_end: "
             "session_end'), or write '-- open_when: <condition>' (see docs/jobs.md); without it the "
-            "recon would count every open window as missing")
+            "recon would count every open window as missing"
+        )
     expectations = job.declared_expectations()
     try:
         return JobSpec(

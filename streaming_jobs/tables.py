@@ -25,8 +25,9 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         # A table whose log has a commit is there: asking Spark would rebuild its state (about
         # 5 s for the whole lake, in every dbt invocation and endpoint start)
         if not table_exists(path):
-            ensure_table(spark, path, schema() if callable(schema) else schema, properties,
-                         partition_by)
+            ensure_table(
+                spark, path, schema() if callable(schema) else schema, properties, partition_by
+            )
             created.append(f"{layer}/{name}")
 
     known = streams()
@@ -40,8 +41,13 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         return spec.apply(*empty).schema
 
     for name, spec in registry().items():
-        ensure("gold", name, lambda spec=spec: gold_schema(spec), spec.table_properties,
-               list(spec.partition_by))
+        ensure(
+            "gold",
+            name,
+            lambda spec=spec: gold_schema(spec),
+            spec.table_properties,
+            list(spec.partition_by),
+        )
     return created
 
 
@@ -52,5 +58,6 @@ def missing(cfg: TidemarkConfig) -> list[str]:
     for name in streams():
         wanted += [("bronze", name), ("quarantine", name)]
     wanted += [("gold", name) for name in registry()]
-    return [f"{layer}/{name}" for layer, name in wanted
-            if not table_exists(paths.table(layer, name))]
+    return [
+        f"{layer}/{name}" for layer, name in wanted if not table_exists(paths.table(layer, name))
+    ]

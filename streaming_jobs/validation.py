@@ -49,8 +49,15 @@ REASONS = (
     "key <field> is blank",
     "<event time> is more than <max_ahead> after its ingest time",
 )
-NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
-           T.DecimalType)
+NUMERIC = (
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.FloatType,
+    T.DoubleType,
+    T.DecimalType,
+)
 JSON_NUMBERS = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
 ISO_DATE = r"^\d{4}-\d{2}-\d{2}([Tt ]|$)"
 
@@ -72,8 +79,10 @@ def _json_type(variant: Column, name: str) -> Column:
 def _wrong_json_type(name: str, dtype: T.DataType, json_type: Column) -> Column:
     """The reason when a present field has the wrong JSON type, else null."""
     if isinstance(dtype, (T.StringType, T.TimestampType)):
-        wanted, ok = ("timestamp string" if isinstance(dtype, T.TimestampType) else "string",
-                      json_type == "STRING")
+        wanted, ok = (
+            "timestamp string" if isinstance(dtype, T.TimestampType) else "string",
+            json_type == "STRING",
+        )
     elif isinstance(dtype, NUMERIC):
         wanted = "number"
         ok = F.split(json_type, r"\(")[0].isin(*JSON_NUMBERS)
@@ -82,8 +91,10 @@ def _wrong_json_type(name: str, dtype: T.DataType, json_type: Column) -> Column:
     else:
         return F.lit(None).cast("string")
     kind = F.lower(F.regexp_replace(json_type, r"[<(].*$", ""))
-    return F.when((json_type != "VOID") & ~ok,
-                  F.concat(F.lit(f"{name} is a JSON "), kind, F.lit(f", not a {wanted}")))
+    return F.when(
+        (json_type != "VOID") & ~ok,
+        F.concat(F.lit(f"{name} is a JSON "), kind, F.lit(f", not a {wanted}")),
+    )
 
 
 # The raw line's column: underscored, as every column tidemark adds, so that a stream's own
@@ -106,8 +117,9 @@ def nesting_depth(line: Column) -> Column:
         depth = acc["d"] + F.when(c.isin("[", "{"), 1).otherwise(-1)
         return F.struct(depth.alias("d"), F.greatest(acc["m"], depth).alias("m"))
 
-    return F.aggregate(brackets, F.struct(F.lit(0).alias("d"), F.lit(0).alias("m")), step,
-                       lambda acc: acc["m"])
+    return F.aggregate(
+        brackets, F.struct(F.lit(0).alias("d"), F.lit(0).alias("m")), step, lambda acc: acc["m"]
+    )
 
 
 def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) -> DataFrame:
@@ -116,27 +128,51 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) ->
     # '[' line ']' is a one-element array when the line holds one JSON value, and nothing more
     one_value = F.json_array_length(F.concat(F.lit("["), line, F.lit("]")))
     parsed = lines.withColumn("_raw", F.from_json(line, schema.raw_struct)).withColumn(
-        "_variant", F.try_parse_json(line))
+        "_variant", F.try_parse_json(line)
+    )
     typed = [_typed(F.col("_raw")[f.name], f.dtype).alias(f.name) for f in schema.fields]
     missing = [F.when(F.col("_raw")[f.name].isNull(), F.lit(f.name)) for f in schema.fields]
-    json_types = [_wrong_json_type(f.name, f.dtype, _json_type(F.col("_variant"), f.name))
-                  for f in schema.fields]
-    no_date = [F.when(~F.col("_raw")[f.name].rlike(ISO_DATE),
-                      F.lit(f"{f.name} has no date (a timestamp is an ISO-8601 date and time)"))
-               for f in schema.fields if isinstance(f.dtype, T.TimestampType)]
+    json_types = [
+        _wrong_json_type(f.name, f.dtype, _json_type(F.col("_variant"), f.name))
+        for f in schema.fields
+    ]
+    no_date = [
+        F.when(
+            ~F.col("_raw")[f.name].rlike(ISO_DATE),
+            F.lit(f"{f.name} has no date (a timestamp is an ISO-8601 date and time)"),
+        )
+        for f in schema.fields
+        if isinstance(f.dtype, T.TimestampType)
+    ]
     bad_type = [
-        F.when(F.col("_raw")[f.name].isNotNull() & F.col(f.name).isNull(),
-               F.lit(f"{f.name} is not a valid {f.dtype.simpleString()}"))
+        F.when(
+            F.col("_raw")[f.name].isNotNull() & F.col(f.name).isNull(),
+            F.lit(f"{f.name} is not a valid {f.dtype.simpleString()}"),
+        )
         for f in schema.fields
     ]
     fractional = (T.FloatType, T.DoubleType, T.DecimalType)
-    too_large = [] if schema.max_abs is None else [
-        F.when(~(F.abs(F.col(f.name).cast("double")) < schema.max_abs),  # NaN and infinity too
-               F.concat(F.lit(f"{f.name} "), F.col(f.name).cast("string"),
-                        F.lit(f" is beyond ±{schema.max_abs:g} (the stream's max_abs)")))
-        for f in schema.fields if isinstance(f.dtype, fractional)]
-    blank_key = [F.when(F.col(k).rlike(BLANK), F.lit(f"key {k} is blank"))
-                 for k in schema.key or () if isinstance(schema.field(k).dtype, T.StringType)]
+    too_large = (
+        []
+        if schema.max_abs is None
+        else [
+            F.when(
+                ~(F.abs(F.col(f.name).cast("double")) < schema.max_abs),  # NaN and infinity too
+                F.concat(
+                    F.lit(f"{f.name} "),
+                    F.col(f.name).cast("string"),
+                    F.lit(f" is beyond ±{schema.max_abs:g} (the stream's max_abs)"),
+                ),
+            )
+            for f in schema.fields
+            if isinstance(f.dtype, fractional)
+        ]
+    )
+    blank_key = [
+        F.when(F.col(k).rlike(BLANK), F.lit(f"key {k} is blank"))
+        for k in schema.key or ()
+        if isinstance(schema.field(k).dtype, T.StringType)
+    ]
     with_fields = parsed.select("*", *typed)
     missing_list = F.concat_ws(", ", *missing)
     reason = (
@@ -144,33 +180,46 @@ def parse_lines(lines: DataFrame, schema: StreamSchema, line_col: str = LINE) ->
         # not UTF-8 would become U+FFFD and the line would be parsed altered
         F.when(~F.is_valid_utf8(line), F.lit(REASONS[0]))
         .when(line.rlike(r"^\s*$"), F.lit("empty line"))  # spaces, tabs: nothing
-        .when(F.octet_length(line) > schema.max_line_bytes,
-              F.lit(f"line longer than {schema.max_line_bytes:,} bytes (the stream's "
-                    "max_line_bytes)"))
+        .when(
+            F.octet_length(line) > schema.max_line_bytes,
+            F.lit(
+                f"line longer than {schema.max_line_bytes:,} bytes (the stream's max_line_bytes)"
+            ),
+        )
         # counted only where it can matter: a line the parser refused, unless the stream
         # asks for less than the parser's own bound
-        .when((F.col("_variant").isNull() | one_value.isNull()
-               | F.lit(schema.max_depth < MAX_DEPTH))
-              & (nesting_depth(line) > schema.max_depth),
-              F.lit(f"nested deeper than {schema.max_depth:,} levels (the stream's max_depth)"))
+        .when(
+            (F.col("_variant").isNull() | one_value.isNull() | F.lit(schema.max_depth < MAX_DEPTH))
+            & (nesting_depth(line) > schema.max_depth),
+            F.lit(f"nested deeper than {schema.max_depth:,} levels (the stream's max_depth)"),
+        )
         .when(F.col("_variant").isNull(), F.lit("invalid JSON"))
         .when(~F.ltrim(line).startswith("{"), F.lit("not a JSON object"))
         # a second value, or text, after the object: '[' line ']' is then not a one-element
         # array (Spark's JSON parsers read the first value and ignore the rest)
-        .when(F.coalesce(one_value, F.lit(0)) != 1,
-              F.lit("more than one JSON value on the line"))
+        .when(F.coalesce(one_value, F.lit(0)) != 1, F.lit("more than one JSON value on the line"))
         .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
     )
-    for rule in (F.concat_ws("; ", *json_types), F.concat_ws("; ", *no_date),
-                 F.concat_ws("; ", *bad_type), F.concat_ws("; ", *too_large),
-                 F.concat_ws("; ", *blank_key)):
+    for rule in (
+        F.concat_ws("; ", *json_types),
+        F.concat_ws("; ", *no_date),
+        F.concat_ws("; ", *bad_type),
+        F.concat_ws("; ", *too_large),
+        F.concat_ws("; ", *blank_key),
+    ):
         reason = reason.when(rule != "", rule)
     if schema.max_ahead is not None:
         seconds = interval_seconds(schema.max_ahead)
         event_time = F.col(schema.event_time)
         reason = reason.when(
             event_time > F.current_timestamp() + F.expr(f"make_dt_interval(0, 0, 0, {seconds})"),
-            F.concat(F.lit(f"{schema.event_time} "), event_time.cast("string"),
-                     F.lit(f" is more than {schema.max_ahead} after its ingest time "
-                           "(the stream's max_ahead)")))
+            F.concat(
+                F.lit(f"{schema.event_time} "),
+                event_time.cast("string"),
+                F.lit(
+                    f" is more than {schema.max_ahead} after its ingest time "
+                    "(the stream's max_ahead)"
+                ),
+            ),
+        )
     return with_fields.withColumn("_reason", reason).drop("_raw", "_variant")

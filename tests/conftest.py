@@ -84,8 +84,9 @@ def kafka_broker(tmp_path_factory):
 
     port = free_port()
     root = tmp_path_factory.mktemp("kafka-root")
-    cfg = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(root),
-                                   "TIDEMARK_KAFKA_PORT": str(port)})
+    cfg = TidemarkConfig.from_env(
+        {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_KAFKA_PORT": str(port)}
+    )
     broker = broker_mod.start(cfg)
     yield broker
     broker_mod.stop(cfg)
@@ -99,8 +100,9 @@ def spark_cluster(tmp_path_factory):
     from streaming_jobs.processes import free_port
 
     root = tmp_path_factory.mktemp("cluster-root")
-    cfg = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(root),
-                                   "TIDEMARK_CLUSTER_PORT": str(free_port())})
+    cfg = TidemarkConfig.from_env(
+        {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_CLUSTER_PORT": str(free_port())}
+    )
     found = cluster_mod.start(cfg)
     yield found
     cluster_mod.stop(cfg)
@@ -114,8 +116,11 @@ def kafka_cfg(cfg, kafka_broker, monkeypatch, request) -> TidemarkConfig:
     import uuid
 
     prefix = f"{re.sub(r'[^a-z0-9]', '', request.node.name.lower())[:40]}.{uuid.uuid4().hex[:6]}."
-    env = {"TIDEMARK_SOURCE": "kafka", "TIDEMARK_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
-           "TIDEMARK_KAFKA_TOPIC_PREFIX": prefix}
+    env = {
+        "TIDEMARK_SOURCE": "kafka",
+        "TIDEMARK_KAFKA_BOOTSTRAP": kafka_broker.bootstrap,
+        "TIDEMARK_KAFKA_TOPIC_PREFIX": prefix,
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return TidemarkConfig.from_env().with_data_root(cfg.data_root)

@@ -11,8 +11,16 @@ from pathlib import Path
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import write_files
 
-TRANSACTION_FIELDS = ("event_id", "user_id", "card_id", "merchant", "amount", "currency", "status",
-                      "event_time")
+TRANSACTION_FIELDS = (
+    "event_id",
+    "user_id",
+    "card_id",
+    "merchant",
+    "amount",
+    "currency",
+    "status",
+    "event_time",
+)
 
 
 def is_valid_transaction(line: str) -> bool:
@@ -30,9 +38,9 @@ def is_valid_transaction(line: str) -> bool:
 
 def dbt(*args: str) -> subprocess.CompletedProcess:
     """tidemark-dbt (dbt with the job registry's vars) on the test's data root."""
-    return subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), *args],
-                          capture_output=True, text=True)
-
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark-dbt")), *args], capture_output=True, text=True
+    )
 
 
 # Columns a dbt row takes from the run that last recomputed it, not from the data
@@ -45,21 +53,24 @@ def table_rows(cfg: TidemarkConfig, schema: str, name: str) -> list[tuple]:
     from deltalake import DeltaTable
 
     rows = DeltaTable(str(cfg.paths.dbt_table(schema, name))).to_pyarrow_table().to_pylist()
-    return sorted(tuple(sorted((k, repr(v)) for k, v in row.items() if k not in RUN_COLUMNS))
-                  for row in rows)
+    return sorted(
+        tuple(sorted((k, repr(v)) for k, v in row.items() if k not in RUN_COLUMNS)) for row in rows
+    )
 
 
 def scopes(stderr: str) -> dict[str, str]:
     """tidemark-dbt's scope line per job: 'zone_revenue_hourly: from 2026-..'."""
     out = {}
     for line in stderr.splitlines():
-        if line.startswith("tidemark-dbt: ") and ": " in line[len("tidemark-dbt: "):]:
-            job, reason = line[len("tidemark-dbt: "):].split(": ", 1)
+        if line.startswith("tidemark-dbt: ") and ": " in line[len("tidemark-dbt: ") :]:
+            job, reason = line[len("tidemark-dbt: ") :].split(": ", 1)
             out[job] = reason
     return out
 
 
-def land(cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions") -> Path:
+def land(
+    cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions"
+) -> Path:
     """Write one landing file of events (dicts become JSON; strings are written as they are)."""
     folder = cfg.paths.landing_dir(stream)
     folder.mkdir(parents=True, exist_ok=True)
@@ -68,8 +79,9 @@ def land(cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str =
     return path
 
 
-
-def txn(event_id: str, user: str, minute: float, status: str = "FAILED", amount: float = 10.0) -> dict:
+def txn(
+    event_id: str, user: str, minute: float, status: str = "FAILED", amount: float = 10.0
+) -> dict:
     """A transaction at ``minute`` minutes after 2026-01-01T00:00:00Z."""
     seconds = round(minute * 60, 3)
     whole = int(seconds)
@@ -78,20 +90,28 @@ def txn(event_id: str, user: str, minute: float, status: str = "FAILED", amount:
     mm, ss = divmod(rem, 60)
     day = 1 + hh // 24
     return {
-        "event_id": event_id, "user_id": user, "card_id": f"c-{user}", "merchant": "m1",
-        "amount": amount, "currency": "USD", "status": status,
+        "event_id": event_id,
+        "user_id": user,
+        "card_id": f"c-{user}",
+        "merchant": "m1",
+        "amount": amount,
+        "currency": "USD",
+        "status": status,
         "event_time": f"2026-01-{day:02d}T{hh % 24:02d}:{mm:02d}:{ss:02d}.{millis:03d}Z",
     }
-
 
 
 def click(event_id: str, user: str, minute: float, amount: float = 0.0) -> dict:
     """A click at ``minute`` minutes after 2026-01-01T00:00:00Z (a purchase when amount > 0)."""
     t = datetime(2026, 1, 1) + timedelta(minutes=minute)
-    return {"event_id": event_id, "user_id": user, "page": "/",
-            "action": "purchase" if amount else "view", "amount": amount,
-            "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"}
-
+    return {
+        "event_id": event_id,
+        "user_id": user,
+        "page": "/",
+        "action": "purchase" if amount else "view",
+        "amount": amount,
+        "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z",
+    }
 
 
 def clicks_per_user(events) -> dict[str, list[tuple[datetime, float]]]:
@@ -101,9 +121,9 @@ def clicks_per_user(events) -> dict[str, list[tuple[datetime, float]]]:
         if e["event_id"] not in seen:
             seen.add(e["event_id"])
             by_user.setdefault(e["user_id"], []).append(
-                (datetime.fromisoformat(e["event_time"][:-1]), e["amount"]))
+                (datetime.fromisoformat(e["event_time"][:-1]), e["amount"])
+            )
     return {user: sorted(clicks) for user, clicks in by_user.items()}
-
 
 
 def write_wave(cfg, gen, files, wave: int) -> None:

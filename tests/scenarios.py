@@ -23,10 +23,21 @@ from helpers import land, txn
 WINDOW_S, SLIDE_S, WATERMARK_DELAY_S = 24 * 3600, 5, 600
 START = datetime(2026, 1, 1)
 
-WAVE_1 = [txn("e1", "u1", 5), txn("e2", "u1", 20), txn("e2", "u1", 20), txn("e3", "u2", 50),
-          txn("e4", "u2", 51, status="APPROVED"), txn("e5", "u3", 130)]
-WAVE_2 = [txn("e6", "u1", 30), txn("e7", "u2", 125), txn("e8", "u3", 1600),
-          txn("a1", "u2", 40, status="APPROVED"), txn("a2", "u4", 1605, status="APPROVED")]
+WAVE_1 = [
+    txn("e1", "u1", 5),
+    txn("e2", "u1", 20),
+    txn("e2", "u1", 20),
+    txn("e3", "u2", 50),
+    txn("e4", "u2", 51, status="APPROVED"),
+    txn("e5", "u3", 130),
+]
+WAVE_2 = [
+    txn("e6", "u1", 30),
+    txn("e7", "u2", 125),
+    txn("e8", "u3", 1600),
+    txn("a1", "u2", 40, status="APPROVED"),
+    txn("a2", "u4", 1605, status="APPROVED"),
+]
 LATE = {"e6"}  # the late events the job reads (FAILED): what it counts as dropped late
 FINAL_WATERMARK_S = 1595 * 60
 
@@ -71,8 +82,11 @@ def on_time_events() -> list[dict]:
 
 def expected_stream_rows() -> dict:
     """What the stream must have emitted after both waves: change points up to the watermark."""
-    return {as_key(u, end): n for (u, end), n in change_points(on_time_events()).items()
-            if end <= FINAL_WATERMARK_S}
+    return {
+        as_key(u, end): n
+        for (u, end), n in change_points(on_time_events()).items()
+        if end <= FINAL_WATERMARK_S
+    }
 
 
 def expected_recon_classes() -> dict:

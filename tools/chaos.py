@@ -59,17 +59,28 @@ sys.path.insert(0, str(CHECKOUT))
 
 JOB = "failed_txn_velocity"
 STAGES = ("planned", "gold", "copy", "swap", "progress")
-POINTS = ("incremental", "continuous", *(f"restore.{s}" for s in STAGES), "savepoint", "alerts",
-          "maintenance", "disk_full.ingest", "disk_full.jobs")
-NEEDS_SPARK = ("run", "run+savepoint", "continuous", "retake+restore", "maintain", "ingest",
-               "job")
+POINTS = (
+    "incremental",
+    "continuous",
+    *(f"restore.{s}" for s in STAGES),
+    "savepoint",
+    "alerts",
+    "maintenance",
+    "disk_full.ingest",
+    "disk_full.jobs",
+)
+NEEDS_SPARK = ("run", "run+savepoint", "continuous", "retake+restore", "maintain", "ingest", "job")
 # maintenance trials keep nothing they may delete: every removed file, old ops row and archived
 # landing file is fair game at once (what VACUUM must still keep, it keeps for its readers)
-MAINTENANCE_ENV = {"TIDEMARK_VACUUM_RETAIN_HOURS": "0", "TIDEMARK_OPS_RETENTION_DAYS": "0",
-                   "TIDEMARK_LANDING_RETENTION": "archive"}
+MAINTENANCE_ENV = {
+    "TIDEMARK_VACUUM_RETAIN_HOURS": "0",
+    "TIDEMARK_OPS_RETENTION_DAYS": "0",
+    "TIDEMARK_LANDING_RETENTION": "archive",
+}
 
 
 # -- the worker: one process (and its JVM) doing one step ----------------------------------------
+
 
 def worker(root: str, step: str, spark=None) -> int:
     """One step on ``root``: ``run`` (ingest, run the job), ``ingest``, ``job``,
@@ -118,9 +129,17 @@ def _continuous_until_caught_up(spark, cfg) -> None:
         report = reports[JOB]
         quiet.append(report.caught_up and report.new_batches == 0)
 
-    run_continuous(spark, cfg, jobs=[JOB], trigger_seconds=1.0, flush_seconds=1.0,
-                   max_seconds=600, on_flush=on_flush, holder="chaos",
-                   should_stop=lambda: quiet[-3:] == [True] * 3)
+    run_continuous(
+        spark,
+        cfg,
+        jobs=[JOB],
+        trigger_seconds=1.0,
+        flush_seconds=1.0,
+        max_seconds=600,
+        on_flush=on_flush,
+        holder="chaos",
+        should_stop=lambda: quiet[-3:] == [True] * 3,
+    )
 
 
 def _tidemark_env(root: Path, fault: str | None = None) -> dict:
@@ -132,9 +151,14 @@ def _tidemark_env(root: Path, fault: str | None = None) -> dict:
 
 
 def start_worker(root: Path, step: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, __file__, "worker", str(root), step],
-                            env=_tidemark_env(root), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, __file__, "worker", str(root), step],
+        env=_tidemark_env(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 # A SparkSession for the runs that are not killed (reference, preparation, recovery), when the
@@ -169,6 +193,7 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 # -- what a data root holds, independently of tidemark's own counters ----------------------------
 
+
 def delta_rows(table: Path, columns: list[str]) -> Counter:
     from deltalake import DeltaTable
 
@@ -181,10 +206,14 @@ def delta_rows(table: Path, columns: list[str]) -> Counter:
 def snapshot(root: Path) -> dict:
     """Bronze rows (with their lineage: a line ingested twice is two rows) and gold rows."""
     lake = root / "lake"
-    return {"bronze": delta_rows(lake / "bronze" / "transactions",
-                                 ["event_id", "event_time", "_source_file"]),
-            "gold": delta_rows(lake / "gold" / JOB, ["user_id", "window_start", "window_end",
-                                                      "failed_count"])}
+    return {
+        "bronze": delta_rows(
+            lake / "bronze" / "transactions", ["event_id", "event_time", "_source_file"]
+        ),
+        "gold": delta_rows(
+            lake / "gold" / JOB, ["user_id", "window_start", "window_end", "failed_count"]
+        ),
+    }
 
 
 def lineage(root: Path) -> Counter:
@@ -198,23 +227,40 @@ def lineage(root: Path) -> Counter:
     if (ops / "stream_progress" / "_delta_log").is_dir():
         table = DeltaTable(str(ops / "stream_progress"))
         names = set(table.schema().to_arrow().names)
-        wanted = ["job", "query_id", "batch_id", "ts", "num_input_rows",
-                  "rows_dropped_by_watermark", "rolled_up_batches"]
+        wanted = [
+            "job",
+            "query_id",
+            "batch_id",
+            "ts",
+            "num_input_rows",
+            "rows_dropped_by_watermark",
+            "rolled_up_batches",
+        ]
         latest: dict[tuple, dict] = {}
         for row in table.to_pyarrow_table(columns=[c for c in wanted if c in names]).to_pylist():
             key = (row["job"], row["query_id"], row["batch_id"])
-            if key not in latest or row.get("rolled_up_batches") or (
-                    not latest[key].get("rolled_up_batches") and row["ts"] > latest[key]["ts"]):
+            if (
+                key not in latest
+                or row.get("rolled_up_batches")
+                or (not latest[key].get("rolled_up_batches") and row["ts"] > latest[key]["ts"])
+            ):
                 latest[key] = row
         for row in latest.values():
             out[(row["job"], "batches")] += row.get("rolled_up_batches") or 1
             out[(row["job"], "input rows")] += row["num_input_rows"] or 0
             out[(row["job"], "dropped late")] += row["rows_dropped_by_watermark"] or 0
     if (ops / "stream_late_rows" / "_delta_log").is_dir():
-        late = DeltaTable(str(ops / "stream_late_rows")).to_pyarrow_table(
-            columns=["job", "source_table", "row_id"]).to_pylist()
-        out.update({(r["job"], r["source_table"], r["row_id"]): 1
-                    for r in {tuple(r.values()): r for r in late}.values()})
+        late = (
+            DeltaTable(str(ops / "stream_late_rows"))
+            .to_pyarrow_table(columns=["job", "source_table", "row_id"])
+            .to_pylist()
+        )
+        out.update(
+            {
+                (r["job"], r["source_table"], r["row_id"]): 1
+                for r in {tuple(r.values()): r for r in late}.values()
+            }
+        )
     return out
 
 
@@ -224,6 +270,7 @@ def difference(got: Counter, want: Counter) -> tuple[int, int]:
 
 
 # -- trials ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class Trial:
@@ -286,12 +333,14 @@ class Bench:
 def judge(trial: Trial, want: dict, root: Path) -> Trial:
     """Compare the root with the uninterrupted outcome ``want``, row by row."""
     got = snapshot(root)
+
     # source paths differ per root: compare the file names only
     def named(rows: Counter) -> Counter:
         return Counter({(e, t, Path(f).name): n for (e, t, f), n in rows.items()})
 
-    trial.events_lost, trial.events_duplicated = difference(named(got["bronze"]),
-                                                            named(want["bronze"]))
+    trial.events_lost, trial.events_duplicated = difference(
+        named(got["bronze"]), named(want["bronze"])
+    )
     trial.gold_rows_lost, trial.gold_rows_duplicated = difference(got["gold"], want["gold"])
     return trial
 
@@ -334,14 +383,16 @@ def continuous_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
     then run incrementally. The job starts on the whole of bronze either way, so its batches
     are those of the uninterrupted run."""
     if bench.continuous_seconds == 0.0:
-        ok, bench.continuous_seconds, out = run_worker(bench.fresh_root("continuous-ref"),
-                                                       "continuous")
+        ok, bench.continuous_seconds, out = run_worker(
+            bench.fresh_root("continuous-ref"), "continuous"
+        )
         if not ok:
             raise RuntimeError(f"chaos: the uninterrupted continuous run failed:\n{out}")
     root = bench.fresh_root(f"continuous-{number}")
     trial = Trial("continuous", number)
-    trial.kill_after_seconds, finished = kill_during(root, "continuous",
-                                                     bench.continuous_seconds, rng)
+    trial.kill_after_seconds, finished = kill_during(
+        root, "continuous", bench.continuous_seconds, rng
+    )
     trial.note = "finished before the kill" if finished else ""
     return recover(trial, root, "run", bench.reference)
 
@@ -375,13 +426,13 @@ def half_landed(bench: Bench, root: Path) -> list[Path]:
     files = sorted((bench.landing / "transactions").iterdir())
     target = root / "landing" / "transactions"
     target.mkdir(parents=True)
-    for f in files[:len(files) // 2]:
+    for f in files[: len(files) // 2]:
         shutil.copy(f, target / f.name)
     return files
 
 
 def land_rest(root: Path, files: list[Path]) -> None:
-    land(root, files[len(files) // 2:])
+    land(root, files[len(files) // 2 :])
 
 
 class Webhook:
@@ -421,13 +472,17 @@ def owed_alerts(root: Path) -> set[str]:
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     for i in range(10):
-        alerts.raise_alert(cfg, job=JOB, kind=f"chaos_{i}", severity="warning",
-                           message=f"chaos alert {i}")
+        alerts.raise_alert(
+            cfg, job=JOB, kind=f"chaos_{i}", severity="warning", message=f"chaos alert {i}"
+        )
         if i < 6:
             alerts.resolve(cfg, f"chaos_{i}:{JOB}", "chaos: resolved")
-    return {f"{row['alert_id']}:{event}" for row in alerts.load(cfg)
-            for event in ("firing", "resolved")
-            if event == "firing" or row["resolved_at"] is not None}
+    return {
+        f"{row['alert_id']}:{event}"
+        for row in alerts.load(cfg)
+        for event in ("firing", "resolved")
+        if event == "firing" or row["resolved_at"] is not None
+    }
 
 
 def alerts_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
@@ -450,8 +505,7 @@ def alerts_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
         shutil.rmtree(root, ignore_errors=True)
         want = owed_alerts(root)
         trial = Trial("alerts", number)
-        trial.kill_after_seconds, finished = kill_during(root, "alerts", bench.deliver_seconds,
-                                                         rng)
+        trial.kill_after_seconds, finished = kill_during(root, "alerts", bench.deliver_seconds, rng)
         trial.note = "finished before the kill" if finished else ""
         ok, trial.recover_seconds, out = run_worker(root, "alerts")
         cfg = TidemarkConfig.from_env().with_data_root(root)
@@ -493,7 +547,7 @@ def landed_in_waves(bench: Bench, root: Path) -> list[list[Path]]:
     every table: something for OPTIMIZE, VACUUM and the archive to do); returns the waves."""
     files = sorted((bench.landing / "transactions").iterdir())
     third = max(len(files) // 3, 1)
-    waves = [files[:third], files[third:2 * third], files[2 * third:]]
+    waves = [files[:third], files[third : 2 * third], files[2 * third :]]
     shutil.rmtree(root, ignore_errors=True)
     (root / "landing" / "transactions").mkdir(parents=True)
     for wave in waves[:2]:
@@ -535,21 +589,28 @@ def maintenance_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
         shutil.rmtree(root)
         shutil.copytree(stash, root, symlinks=True)
         trial = Trial("maintenance", number)
-        trial.kill_after_seconds, finished = kill_during(root, "maintain",
-                                                         bench.maintain_seconds, rng)
+        trial.kill_after_seconds, finished = kill_during(
+            root, "maintain", bench.maintain_seconds, rng
+        )
         trial.note = "finished before the kill" if finished else ""
         ok, trial.recover_seconds, out = run_worker(root, "maintain")
         if ok:
             land(root, bench.maintenance_waves[2])
             trial = recover(trial, root, "run", bench.maintenance_want)
-            trial.lineage_differences = sum(difference(lineage(root),
-                                                       bench.maintenance_want["lineage"]))
+            trial.lineage_differences = sum(
+                difference(lineage(root), bench.maintenance_want["lineage"])
+            )
             trial.lineage_compared = len(bench.maintenance_want["lineage"])
         else:
             trial.manual_interventions, trial.note = 1, out[-500:]
-        if trial.manual_interventions or trial.events_lost or trial.events_duplicated \
-                or trial.gold_rows_lost or trial.gold_rows_duplicated \
-                or trial.lineage_differences:
+        if (
+            trial.manual_interventions
+            or trial.events_lost
+            or trial.events_duplicated
+            or trial.gold_rows_lost
+            or trial.gold_rows_duplicated
+            or trial.lineage_differences
+        ):
             kept = root.with_name(f"maintenance-{number}.failed")  # for a look afterwards
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(root, kept, symlinks=True)
@@ -566,11 +627,15 @@ class SmallDisk:
 
     def __enter__(self) -> SmallDisk:
         if os.geteuid() != 0:
-            raise RuntimeError("chaos: the disk_full points mount a small tmpfs and need root; "
-                               "run them as root or leave them out of --points")
+            raise RuntimeError(
+                "chaos: the disk_full points mount a small tmpfs and need root; "
+                "run them as root or leave them out of --points"
+            )
         self.path.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.megabytes}m", "tmpfs",
-                        str(self.path)], check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.megabytes}m", "tmpfs", str(self.path)],
+            check=True,
+        )
         return self
 
     def fill(self, leave: int) -> None:
@@ -629,8 +694,7 @@ def disk_full_trial(bench: Bench, number: int, rng: random.Random, stage: str) -
         except subprocess.TimeoutExpired:
             kill_group(proc)
             out = "hung on a full disk for 15 minutes: killed"
-        trial.note = ("finished within the space left" if proc.returncode == 0
-                      else _first_error(out))
+        trial.note = "finished within the space left" if proc.returncode == 0 else _first_error(out)
         root.with_name(f"{root.name}.worker.log").write_text(out)  # beside, not on, the tmpfs
         disk.empty()
         return recover(trial, root, "run", bench.reference)
@@ -640,8 +704,9 @@ def _first_error(out: str) -> str:
     """The line a user reads first: the exception the worker ended with."""
     import re
 
-    raised = [line for line in out.splitlines()
-              if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    raised = [
+        line for line in out.splitlines() if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)
+    ]
     return raised[-1][:500] if raised else (out.strip().splitlines() or ["no output"])[-1][:500]
 
 
@@ -649,12 +714,17 @@ def restore_trial(stage: str, number: int, root: Path, want: dict) -> Trial:
     """In the restore root (a savepoint taken mid-way, the rest run since): a restore killed
     after ``stage``; the next run must finish it and catch up to the uninterrupted gold."""
     trial = Trial(f"restore.{stage}", number)
-    killed = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "restore", JOB],
-                            env=_tidemark_env(root, f"restore.{stage}"), capture_output=True,
-                            text=True)
+    killed = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "restore", JOB],
+        env=_tidemark_env(root, f"restore.{stage}"),
+        capture_output=True,
+        text=True,
+    )
     if killed.returncode != 137:
-        trial.manual_interventions, trial.note = 1, f"restore did not stop at the fault point: " \
-                                                    f"{killed.stderr[-500:]}"
+        trial.manual_interventions, trial.note = (
+            1,
+            f"restore did not stop at the fault point: {killed.stderr[-500:]}",
+        )
         return trial
     ok, trial.recover_seconds, out = run_worker(root, "run")
     if not ok:
@@ -677,9 +747,16 @@ def restore_root(bench: Bench) -> tuple[Path, dict]:
     return root, snapshot(root)  # what every restore and catch-up must give back
 
 
-def run_trials(points: list[str], trials: int, seed: int, work: Path, events: int = 20_000,
-               budget_seconds: float | None = None, spark=None,
-               on_trial=None) -> list[Trial]:
+def run_trials(
+    points: list[str],
+    trials: int,
+    seed: int,
+    work: Path,
+    events: int = 20_000,
+    budget_seconds: float | None = None,
+    spark=None,
+    on_trial=None,
+) -> list[Trial]:
     """``spark``: run the runs that are not killed in this session (see `IN_PROCESS`);
     ``on_trial(results so far)`` after each trial."""
     global IN_PROCESS
@@ -721,18 +798,21 @@ def summarize(results: list[Trial]) -> list[dict]:
     for point in dict.fromkeys(t.point for t in results):
         mine = [t for t in results if t.point == point]
         recover = sorted(t.recover_seconds for t in mine)
-        rows.append({
-            "point": point, "trials": len(mine),
-            "events_lost": sum(t.events_lost for t in mine),
-            "events_duplicated": sum(t.events_duplicated for t in mine),
-            "gold_rows_lost": sum(t.gold_rows_lost for t in mine),
-            "gold_rows_duplicated": sum(t.gold_rows_duplicated for t in mine),
-            "manual_interventions": sum(t.manual_interventions for t in mine),
-            "alerts_lost": sum(t.alerts_lost for t in mine),
-            "alerts_reposted": sum(t.alerts_reposted for t in mine),
-            "lineage_differences": sum(t.lineage_differences for t in mine),
-            "recover_seconds_median": recover[len(recover) // 2] if recover else None,
-        })
+        rows.append(
+            {
+                "point": point,
+                "trials": len(mine),
+                "events_lost": sum(t.events_lost for t in mine),
+                "events_duplicated": sum(t.events_duplicated for t in mine),
+                "gold_rows_lost": sum(t.gold_rows_lost for t in mine),
+                "gold_rows_duplicated": sum(t.gold_rows_duplicated for t in mine),
+                "manual_interventions": sum(t.manual_interventions for t in mine),
+                "alerts_lost": sum(t.alerts_lost for t in mine),
+                "alerts_reposted": sum(t.alerts_reposted for t in mine),
+                "lineage_differences": sum(t.lineage_differences for t in mine),
+                "recover_seconds_median": recover[len(recover) // 2] if recover else None,
+            }
+        )
     return rows
 
 
@@ -764,11 +844,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--budget-minutes", type=float, default=None)
     parser.add_argument("--work", default=str(CHECKOUT / ".tidemark" / "chaos"))
-    parser.add_argument("--results", default=None,
-                        help="where the JSON goes (default: chaos.json in the --work folder; the "
-                             "committed evidence: results/chaos.json, named explicitly)")
-    parser.add_argument("--separate-processes", action="store_true",
-                        help="every run in a process (and JVM) of its own, not only the killed")
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="where the JSON goes (default: chaos.json in the --work folder; the "
+        "committed evidence: results/chaos.json, named explicitly)",
+    )
+    parser.add_argument(
+        "--separate-processes",
+        action="store_true",
+        help="every run in a process (and JVM) of its own, not only the killed",
+    )
     args = parser.parse_args(argv)
     args.results = args.results or str(Path(args.work) / "chaos.json")
     points = [p for p in args.points.split(",") if p]
@@ -783,25 +869,54 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(TidemarkConfig.from_env().with_data_root(Path(args.work) / "session"))
 
     def save(results: list[Trial]) -> None:  # after every trial: a run cut short keeps them
-        Path(args.results).write_text(json.dumps({
-            "command": "tools/chaos.py " + " ".join(argv), "seed": args.seed,
-            "summary": summarize(results), "trials": [asdict(t) for t in results]}, indent=1))
+        Path(args.results).write_text(
+            json.dumps(
+                {
+                    "command": "tools/chaos.py " + " ".join(argv),
+                    "seed": args.seed,
+                    "summary": summarize(results),
+                    "trials": [asdict(t) for t in results],
+                },
+                indent=1,
+            )
+        )
 
-    results = run_trials(points, args.trials, args.seed, Path(args.work), args.events,
-                         args.budget_minutes * 60 if args.budget_minutes else None,
-                         spark=spark, on_trial=save)
+    results = run_trials(
+        points,
+        args.trials,
+        args.seed,
+        Path(args.work),
+        args.events,
+        args.budget_minutes * 60 if args.budget_minutes else None,
+        spark=spark,
+        on_trial=save,
+    )
     table = summarize(results)
-    print("| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
-          "manual | alerts lost | reposted | lineage differences | recover (median s) |")
+    print(
+        "| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
+        "manual | alerts lost | reposted | lineage differences | recover (median s) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
-        print(f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
-              f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
-              f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
-              f"{r['lineage_differences']} | {r['recover_seconds_median']:.1f} |")
-    bad = sum(r[k] for r in table for k in ("events_lost", "events_duplicated", "gold_rows_lost",
-                                             "gold_rows_duplicated", "manual_interventions",
-                                             "alerts_lost", "lineage_differences"))
+        print(
+            f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
+            f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
+            f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
+            f"{r['lineage_differences']} | {r['recover_seconds_median']:.1f} |"
+        )
+    bad = sum(
+        r[k]
+        for r in table
+        for k in (
+            "events_lost",
+            "events_duplicated",
+            "gold_rows_lost",
+            "gold_rows_duplicated",
+            "manual_interventions",
+            "alerts_lost",
+            "lineage_differences",
+        )
+    )
     return 1 if bad else 0
 
 

@@ -55,8 +55,9 @@ def _java_processes(root: Path) -> dict[int, str]:
             continue
         if f"TIDEMARK_DATA_ROOT={root}".encode() not in environ:
             continue
-        out[int(proc.name)] = "sql endpoint" if "sql_endpoint" in _ancestry(int(proc.name)) \
-            else "spark"
+        out[int(proc.name)] = (
+            "sql endpoint" if "sql_endpoint" in _ancestry(int(proc.name)) else "spark"
+        )
     return out
 
 
@@ -68,8 +69,14 @@ def _ancestry(pid: int, depth: int = 4) -> str:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             pid = int(stat.rsplit(")", 1)[1].split()[1])
-            lines.append((Path(f"/proc/{pid}/cmdline").read_bytes()
-                          .replace(b"\0", b" ").decode(errors="replace")))
+            lines.append(
+                (
+                    Path(f"/proc/{pid}/cmdline")
+                    .read_bytes()
+                    .replace(b"\0", b" ")
+                    .decode(errors="replace")
+                )
+            )
         except (OSError, ValueError):
             break
     return "\n".join(lines)
@@ -89,8 +96,11 @@ def _memory(pid: int) -> dict:
         names, values = (line.split() for line in gc.stdout.splitlines())
         stats = dict(zip(names, values))
         heap = sum(float(stats[k]) for k in ("S0U", "S1U", "EU", "OU") if k in stats) * 1024
-    return {"rss_mb": round(rss / 2**20), "heap_mb": round(heap / 2**20) if heap else None,
-            "uptime_s": _uptime(pid)}
+    return {
+        "rss_mb": round(rss / 2**20),
+        "heap_mb": round(heap / 2**20) if heap else None,
+        "uptime_s": _uptime(pid),
+    }
 
 
 def _uptime(pid: int) -> float:
@@ -107,8 +117,7 @@ def _uptime(pid: int) -> float:
 def _continuous_jvm(root: Path) -> dict:
     """The longest-lived Spark JVM of the root that is not the SQL endpoint: the continuous run
     (reconciliations and other runs come and go)."""
-    spark = [(pid, _memory(pid)) for pid, kind in _java_processes(root).items()
-             if kind == "spark"]
+    spark = [(pid, _memory(pid)) for pid, kind in _java_processes(root).items() if kind == "spark"]
     spark = [(pid, m) for pid, m in spark if m]
     if not spark:
         return {}
@@ -129,9 +138,11 @@ def sample(root: Path, started: float) -> dict:
                 active = len(DeltaTable(str(table)).file_uris())
             except Exception:  # noqa: BLE001 - mid-commit or mid-creation: next sample
                 active = None
-            tables[f"{layer}/{table.name}"] = {"disk_files": _disk(table)[0],
-                                                "active_files": active,
-                                                "log_files": log_files(table)}
+            tables[f"{layer}/{table.name}"] = {
+                "disk_files": _disk(table)[0],
+                "active_files": active,
+                "log_files": log_files(table),
+            }
     ops = {}
     state = {}
     for table in delta_tables(lake / "ops"):
@@ -141,31 +152,47 @@ def sample(root: Path, started: float) -> dict:
         except Exception:  # noqa: BLE001
             continue
         files, size = _disk(table)
-        ops[table.name] = {"rows": rows, "files": files, "mb": round(size / 1e6, 2),
-                           "log_files": log_files(table)}
+        ops[table.name] = {
+            "rows": rows,
+            "files": files,
+            "mb": round(size / 1e6, 2),
+            "log_files": log_files(table),
+        }
         if table.name == "stream_progress":
             data = handle.to_pyarrow_table(columns=["job", "batch_id", "state_rows"])
             latest: dict[str, tuple[int, int]] = {}
-            for job, batch, rows_ in zip(*(data.column(c).to_pylist()
-                                           for c in ("job", "batch_id", "state_rows"))):
+            for job, batch, rows_ in zip(
+                *(data.column(c).to_pylist() for c in ("job", "batch_id", "state_rows"))
+            ):
                 if job not in latest or batch > latest[job][0]:
                     latest[job] = (batch, rows_ or 0)
             state = {job: rows_ for job, (_, rows_) in sorted(latest.items())}
     landing = sum(1 for p in (root / "landing").rglob("*") if p.is_file())
-    archived = sum(1 for p in (root / "archive").rglob("*") if p.is_file()) \
-        if (root / "archive").is_dir() else 0
-    return {"minute": round((time.monotonic() - started) / 60, 1),
-            "continuous_jvm": _continuous_jvm(root), "state_rows": state, "tables": tables,
-            "ops": ops, "landing_files": landing, "archived_files": archived}
+    archived = (
+        sum(1 for p in (root / "archive").rglob("*") if p.is_file())
+        if (root / "archive").is_dir()
+        else 0
+    )
+    return {
+        "minute": round((time.monotonic() - started) / 60, 1),
+        "continuous_jvm": _continuous_jvm(root),
+        "state_rows": state,
+        "tables": tables,
+        "ops": ops,
+        "landing_files": landing,
+        "archived_files": archived,
+    }
 
 
 def table(samples: list[dict]) -> list[str]:
-    lines = ["| minute | state rows (all jobs) | JVM heap used MB | JVM RSS MB | lake files on "
-             "disk | lake files current | Delta log files: lake / ops | "
-             "ops/stream_progress rows / files / MB | "
-             "ops/stream_late_rows rows | ops/alerts rows / files | "
-             "landing files waiting / archived |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| minute | state rows (all jobs) | JVM heap used MB | JVM RSS MB | lake files on "
+        "disk | lake files current | Delta log files: lake / ops | "
+        "ops/stream_progress rows / files / MB | "
+        "ops/stream_late_rows rows | ops/alerts rows / files | "
+        "landing files waiting / archived |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in samples:
         if "error" in s:
             lines.append(f"| {s['minute']:.0f} | sample failed: {s['error'][:80]} |||||||||| ")
@@ -184,7 +211,8 @@ def table(samples: list[dict]) -> list[str]:
             f"{progress.get('rows', 0):,} / "
             f"{progress.get('files', 0)} / {progress.get('mb', 0)} | {late.get('rows', 0):,} | "
             f"{alerts.get('rows', 0)} / "
-            f"{alerts.get('files', 0)} | {s['landing_files']} / {s['archived_files']} |")
+            f"{alerts.get('files', 0)} | {s['landing_files']} / {s['archived_files']} |"
+        )
     return lines
 
 
@@ -198,13 +226,18 @@ def maintenance_runs(root: Path) -> list[dict]:
     if not db.exists():
         return []
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        runs = conn.execute("select run_id, status, create_timestamp, update_timestamp from runs "
-                            "where pipeline_name = 'maintenance_job' order by create_timestamp"
-                            ).fetchall()
+        runs = conn.execute(
+            "select run_id, status, create_timestamp, update_timestamp from runs "
+            "where pipeline_name = 'maintenance_job' order by create_timestamp"
+        ).fetchall()
     out = []
     for run_id, status, created, updated in runs:
-        row = {"run": run_id[:8], "status": status, "created": created[11:19],
-               "minutes": round((_stamp(updated) - _stamp(created)) / 60, 1)}
+        row = {
+            "run": run_id[:8],
+            "status": status,
+            "created": created[11:19],
+            "minutes": round((_stamp(updated) - _stamp(created)) / 60, 1),
+        }
         steps = _steps_table(root / "dagster_home" / "history" / "runs" / f"{run_id}.db")
         deleted, seconds = 0, {}
         for step in steps:
@@ -212,8 +245,12 @@ def maintenance_runs(root: Path) -> list[dict]:
             seconds[kind] = seconds.get(kind, 0.0) + step["seconds"]
             if step["action"] == "vacuum" and step["before"] is not None:
                 deleted += max(step["before"] - (step["after"] or 0), 0)
-        row.update({"vacuum_deleted": deleted,
-                    "seconds": {k: round(v) for k, v in sorted(seconds.items())}})
+        row.update(
+            {
+                "vacuum_deleted": deleted,
+                "seconds": {k: round(v) for k, v in sorted(seconds.items())},
+            }
+        )
         out.append(row)
     return out
 
@@ -231,9 +268,13 @@ def _steps_table(db: Path) -> list[dict]:
     if not db.exists():
         return []
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        events = [e for (e,) in conn.execute(
-            "select event from event_logs where dagster_event_type in "
-            "('STEP_OUTPUT', 'STEP_FAILURE')")]
+        events = [
+            e
+            for (e,) in conn.execute(
+                "select event from event_logs where dagster_event_type in "
+                "('STEP_OUTPUT', 'STEP_FAILURE')"
+            )
+        ]
     for event in events:
         for entry in _metadata_entries(json.loads(event)):
             if entry.get("label") != "steps":
@@ -248,9 +289,16 @@ def _steps_table(db: Path) -> list[dict]:
                 if set(line) <= set("|-"):
                     continue
                 rows.append(dict(zip(header, cells)))
-            return [{"target": r["target"], "action": r["action"],
-                     "before": _int(r.get("files before")), "after": _int(r.get("files after")),
-                     "seconds": float(r.get("seconds") or 0)} for r in rows]
+            return [
+                {
+                    "target": r["target"],
+                    "action": r["action"],
+                    "before": _int(r.get("files before")),
+                    "after": _int(r.get("files after")),
+                    "seconds": float(r.get("seconds") or 0),
+                }
+                for r in rows
+            ]
     return []
 
 
@@ -270,12 +318,16 @@ def _int(text: str | None) -> int | None:
 
 
 def maintenance_table(runs: list[dict]) -> list[str]:
-    lines = ["| started (UTC) | status | minutes | files VACUUM deleted | seconds per step kind |",
-             "|---|---|---:|---:|---|"]
+    lines = [
+        "| started (UTC) | status | minutes | files VACUUM deleted | seconds per step kind |",
+        "|---|---|---:|---:|---|",
+    ]
     for r in runs:
         kinds = ", ".join(f"{k} {v}" for k, v in r["seconds"].items())
-        lines.append(f"| {r['created']} | {r['status']} | {r['minutes']} | "
-                     f"{r['vacuum_deleted']:,} | {kinds} |")
+        lines.append(
+            f"| {r['created']} | {r['status']} | {r['minutes']} | "
+            f"{r['vacuum_deleted']:,} | {kinds} |"
+        )
     return lines
 
 
@@ -288,16 +340,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vacuum-retain-hours", default="0.1")
     parser.add_argument("--ops-retention-days", default="0.007")  # 10 minutes
     parser.add_argument("--log-retain-hours", default="0.25")
-    parser.add_argument("--shutdown-minutes", type=float, default=10,
-                        help="how long `tidemark live` may take to stop cleanly after the soak "
-                             "(catch up, final reconciliation) before its processes are killed")
+    parser.add_argument(
+        "--shutdown-minutes",
+        type=float,
+        default=10,
+        help="how long `tidemark live` may take to stop cleanly after the soak "
+        "(catch up, final reconciliation) before its processes are killed",
+    )
     parser.add_argument("--port", type=int, default=3311)
     parser.add_argument("--data-root", default=str(CHECKOUT / ".tidemark" / "soak"))
-    parser.add_argument("--results", default=None,
-                        help="where the JSON goes (default: soak.json in the --data-root; the "
-                             "committed evidence: results/soak.json, named explicitly)")
-    parser.add_argument("--report", action="store_true",
-                        help="only print the maintenance runs of an existing soak's data root")
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="where the JSON goes (default: soak.json in the --data-root; the "
+        "committed evidence: results/soak.json, named explicitly)",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="only print the maintenance runs of an existing soak's data root",
+    )
     args = parser.parse_args(argv)
     args.results = args.results or str(Path(args.data_root) / "soak.json")
     root = Path(args.data_root).resolve()
@@ -306,17 +368,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root),
-           "TIDEMARK_MAINTENANCE_CRON": f"*/{args.maintenance_minutes} * * * *",
-           "TIDEMARK_VACUUM_RETAIN_HOURS": args.vacuum_retain_hours,
-           "TIDEMARK_OPS_RETENTION_DAYS": args.ops_retention_days,
-           "TIDEMARK_LOG_RETAIN_HOURS": args.log_retain_hours}
+    env = {
+        **os.environ,
+        "TIDEMARK_DATA_ROOT": str(root),
+        "TIDEMARK_MAINTENANCE_CRON": f"*/{args.maintenance_minutes} * * * *",
+        "TIDEMARK_VACUUM_RETAIN_HOURS": args.vacuum_retain_hours,
+        "TIDEMARK_OPS_RETENTION_DAYS": args.ops_retention_days,
+        "TIDEMARK_LOG_RETAIN_HOURS": args.log_retain_hours,
+    }
     log = open(root.parent / f"{root.name}.live.log", "w")
-    live = subprocess.Popen([str(Path(sys.executable).with_name("tidemark")), "live",
-                             "--minutes", str(args.minutes), "--rate", str(args.rate),
-                             "--port", str(args.port), "--recon-every", str(args.recon_every)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=CHECKOUT,
-                            start_new_session=True)
+    live = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("tidemark")),
+            "live",
+            "--minutes",
+            str(args.minutes),
+            "--rate",
+            str(args.rate),
+            "--port",
+            str(args.port),
+            "--recon-every",
+            str(args.recon_every),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=CHECKOUT,
+        start_new_session=True,
+    )
     started = time.monotonic()
     deadline = started + (args.minutes + args.shutdown_minutes) * 60
     samples: list[dict] = []
@@ -327,25 +406,43 @@ def main(argv: list[str] | None = None) -> int:
         try:
             samples.append(sample(root, started))
         except Exception as exc:  # noqa: BLE001 - one bad sample must not end the soak
-            samples.append({"minute": round((time.monotonic() - started) / 60),
-                            "error": repr(exc)})
+            samples.append({"minute": round((time.monotonic() - started) / 60), "error": repr(exc)})
             print(f"sample failed: {exc!r}", flush=True)
             continue
         print(table(samples)[-1], flush=True)
-        Path(args.results).write_text(json.dumps({"command": "tools/soak.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]), "samples": samples}, indent=1))
+        Path(args.results).write_text(
+            json.dumps(
+                {
+                    "command": "tools/soak.py "
+                    + " ".join(argv if argv is not None else sys.argv[1:]),
+                    "samples": samples,
+                },
+                indent=1,
+            )
+        )
     if live.poll() is None:  # it did not stop by itself in time: its whole process group goes
         print(f"tidemark live still stopping after {args.shutdown_minutes:g} min; stopped")
         _stop_group(live)
         _kill_rest(root)
-    subprocess.run([str(Path(sys.executable).with_name("tidemark")), "sql", "stop"], env=env,
-                   cwd=CHECKOUT, capture_output=True)
+    subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "sql", "stop"],
+        env=env,
+        cwd=CHECKOUT,
+        capture_output=True,
+    )
     print("\n".join(table(samples)))
     runs = maintenance_runs(root)
     print("\n".join(maintenance_table(runs)))
-    Path(args.results).write_text(json.dumps({"command": "tools/soak.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]), "samples": samples,
-        "maintenance_runs": runs}, indent=1))
+    Path(args.results).write_text(
+        json.dumps(
+            {
+                "command": "tools/soak.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                "samples": samples,
+                "maintenance_runs": runs,
+            },
+            indent=1,
+        )
+    )
     print(f"tidemark live exited {live.returncode}; its output: {log.name}")
     return live.returncode or 0
 

@@ -30,7 +30,11 @@ def build(clicks: DataFrame, *, watermark: str) -> DataFrame:
     routed = deduped.select(
         F.col("action").alias("event_type"),
         F.to_date("event_time").alias("event_date"),
-        "event_id", "event_time", "user_id", "page", "amount",
+        "event_id",
+        "event_time",
+        "user_id",
+        "page",
+        "amount",
         F.col("_ingested_at").alias("ingested_at"),
     )
     return routed.repartition("event_type", "event_date")
@@ -39,7 +43,7 @@ def build(clicks: DataFrame, *, watermark: str) -> DataFrame:
 SPEC = JobSpec(
     name="events_by_type",
     description="Distinct clicks routed by type into Delta partitioned by (event_type, "
-                "event_date), with few well-sized files per partition",
+    "event_date), with few well-sized files per partition",
     source="clicks",
     keys=("event_type", "event_date", "event_id"),
     measures=("amount",),

@@ -40,8 +40,14 @@ READS = "status = 'FAILED'"
 def build(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
     """Bronze transactions in; change points of each user's FAILED count out."""
     failed = dedup_stream(events, TRANSACTIONS, watermark, reads=READS)
-    return sliding_counts(failed, key="user_id", event_time="event_time", size=window,
-                          slide=slide, count_col="failed_count")
+    return sliding_counts(
+        failed,
+        key="user_id",
+        event_time="event_time",
+        size=window,
+        slide=slide,
+        count_col="failed_count",
+    )
 
 
 SPEC = JobSpec(

@@ -34,11 +34,17 @@ from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
 def build(orders: DataFrame, payments: DataFrame, *, within: str, watermark: str) -> DataFrame:
     o = dedup_stream(orders, ORDERS, watermark).select(
-        F.col("order_id").alias("o_order_id"), "user_id",
-        F.col("amount").alias("order_amount"), "order_time")
+        F.col("order_id").alias("o_order_id"),
+        "user_id",
+        F.col("amount").alias("order_amount"),
+        "order_time",
+    )
     p = dedup_stream(payments, PAYMENTS, watermark).select(
-        F.col("order_id").alias("p_order_id"), "payment_id",
-        F.col("amount").alias("payment_amount"), "payment_time")
+        F.col("order_id").alias("p_order_id"),
+        "payment_id",
+        F.col("amount").alias("payment_amount"),
+        "payment_time",
+    )
     bound = F.expr(f"interval {within}")
     matched = o.join(
         p,
@@ -57,14 +63,15 @@ def build(orders: DataFrame, payments: DataFrame, *, within: str, watermark: str
         "payment_amount",
         F.when(F.col("o_order_id").isNull(), "unknown_order")
         .when(F.col("payment_id").isNull(), "unpaid")
-        .otherwise("paid").alias("status"),
+        .otherwise("paid")
+        .alias("status"),
     )
 
 
 SPEC = JobSpec(
     name="order_payment_match",
     description="Orders joined with their payments within a time bound: paid, unpaid, "
-                "unknown_order (stream-stream full outer join)",
+    "unknown_order (stream-stream full outer join)",
     source="orders",
     joins=("payments",),
     keys=("order_id", "payment_id"),

@@ -37,22 +37,26 @@ from streaming_jobs.stateful.frames import epoch_ms, timestamps
 from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
-OUTPUT = ("user_id string, visits long, total_spend double, active_seconds double, "
-          "first_activity timestamp, last_activity timestamp, expires_at timestamp")
+OUTPUT = (
+    "user_id string, visits long, total_spend double, active_seconds double, "
+    "first_activity timestamp, last_activity timestamp, expires_at timestamp"
+)
 STATE = "first array<long>, last array<long>, count array<long>, total array<double>, timer long"
 
 
 def latest_profile(user: str, epochs: Epochs, ttl_ms: int) -> pd.DataFrame:
     i = int(np.argmax(epochs.first))
-    return pd.DataFrame({
-        "user_id": [user],
-        "visits": [int(epochs.count[i])],
-        "total_spend": [float(epochs.total[i])],
-        "active_seconds": [(int(epochs.last[i]) - int(epochs.first[i])) / 1000.0],
-        "first_activity": timestamps([epochs.first[i]]),
-        "last_activity": timestamps([epochs.last[i]]),
-        "expires_at": timestamps([epochs.last[i] + ttl_ms]),
-    })
+    return pd.DataFrame(
+        {
+            "user_id": [user],
+            "visits": [int(epochs.count[i])],
+            "total_spend": [float(epochs.total[i])],
+            "active_seconds": [(int(epochs.last[i]) - int(epochs.first[i])) / 1000.0],
+            "first_activity": timestamps([epochs.first[i]]),
+            "last_activity": timestamps([epochs.last[i]]),
+            "expires_at": timestamps([epochs.last[i] + ttl_ms]),
+        }
+    )
 
 
 class ProfileProcessor(StatefulProcessor):
@@ -68,8 +72,12 @@ class ProfileProcessor(StatefulProcessor):
         if stored is None:
             return Epochs.empty(), None
         first, last, count, total, timer = stored
-        return Epochs(np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64),
-                      np.asarray(count, dtype=np.int64), np.asarray(total, dtype=np.float64)), timer
+        return Epochs(
+            np.asarray(first, dtype=np.int64),
+            np.asarray(last, dtype=np.int64),
+            np.asarray(count, dtype=np.int64),
+            np.asarray(total, dtype=np.float64),
+        ), timer
 
     def _store(self, epochs: Epochs, timer: int | None, watermark_ms: int) -> None:
         epochs = epochs.forget(watermark_ms, self.ttl_ms)
@@ -81,14 +89,24 @@ class ProfileProcessor(StatefulProcessor):
             self.handle.deleteTimer(timer)
         if timer != wanted:
             self.handle.registerTimer(wanted)
-        self.state.update((epochs.first.tolist(), epochs.last.tolist(), epochs.count.tolist(),
-                           epochs.total.tolist(), wanted))
+        self.state.update(
+            (
+                epochs.first.tolist(),
+                epochs.last.tolist(),
+                epochs.count.tolist(),
+                epochs.total.tolist(),
+                wanted,
+            )
+        )
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         epochs, timer = self._load()
         for batch in rows:
-            epochs = epochs.merge(epoch_ms(batch["event_time"]),
-                                  batch["amount"].to_numpy(dtype=np.float64), self.ttl_ms)
+            epochs = epochs.merge(
+                epoch_ms(batch["event_time"]),
+                batch["amount"].to_numpy(dtype=np.float64),
+                self.ttl_ms,
+            )
         profile = latest_profile(key[0], epochs, self.ttl_ms)
         self._store(epochs, timer, timerValues.getCurrentWatermarkInMs())
         yield profile
@@ -111,11 +129,13 @@ def build(clicks: DataFrame, *, ttl: str, watermark: str) -> DataFrame:
     grouped = deduped.select("user_id", "event_time", "amount").groupBy("user_id")
     if deduped.isStreaming:
         return grouped.transformWithStateInPandas(
-            ProfileProcessor(ttl_ms), OUTPUT, "Update", "EventTime")
+            ProfileProcessor(ttl_ms), OUTPUT, "Update", "EventTime"
+        )
 
     def profile(frame: pd.DataFrame) -> pd.DataFrame:
-        epochs = Epochs.empty().merge(epoch_ms(frame["event_time"]),
-                                      frame["amount"].to_numpy(dtype=np.float64), ttl_ms)
+        epochs = Epochs.empty().merge(
+            epoch_ms(frame["event_time"]), frame["amount"].to_numpy(dtype=np.float64), ttl_ms
+        )
         return latest_profile(frame["user_id"].iloc[0], epochs, ttl_ms)
 
     return grouped.applyInPandas(profile, OUTPUT)
@@ -124,7 +144,7 @@ def build(clicks: DataFrame, *, ttl: str, watermark: str) -> DataFrame:
 SPEC = JobSpec(
     name="user_activity_profile",
     description="Per-user running profile (visits, spend, last activity), forgotten after an "
-                "idle TTL in event time; upserted",
+    "idle TTL in event time; upserted",
     source="clicks",
     keys=("user_id",),
     measures=("visits", "total_spend", "active_seconds"),

@@ -27,12 +27,19 @@ def build(clicks: DataFrame, *, gap: str, watermark: str) -> DataFrame:
         deduped.groupBy("user_id", F.session_window("event_time", gap).alias("s"))
         .agg(
             F.count(F.lit(1)).alias("clicks"),
-            (F.max("event_time").cast("double") - F.min("event_time").cast("double"))
-            .alias("duration_seconds"),
+            (F.max("event_time").cast("double") - F.min("event_time").cast("double")).alias(
+                "duration_seconds"
+            ),
             F.sum("amount").alias("spend"),
         )
-        .select("user_id", F.col("s.start").alias("window_start"),
-                F.col("s.end").alias("window_end"), "clicks", "duration_seconds", "spend")
+        .select(
+            "user_id",
+            F.col("s.start").alias("window_start"),
+            F.col("s.end").alias("window_end"),
+            "clicks",
+            "duration_seconds",
+            "spend",
+        )
     )
 
 

@@ -26,8 +26,14 @@ def build(rides: DataFrame, *, window: str, watermark: str) -> DataFrame:
             F.sum("total_amount").alias("revenue"),
             F.avg("fare").alias("avg_fare"),
         )
-        .select("pickup_zone", F.col("w.start").alias("window_start"),
-                F.col("w.end").alias("window_end"), "trips", "revenue", "avg_fare")
+        .select(
+            "pickup_zone",
+            F.col("w.start").alias("window_start"),
+            F.col("w.end").alias("window_end"),
+            "trips",
+            "revenue",
+            "avg_fare",
+        )
     )
 
 

@@ -101,15 +101,23 @@ class Change:
     resolved: bool = False
 
 
-def raise_alert(cfg: TidemarkConfig, *, job: str, kind: str, severity: str,
-                message: str, dedup_key: str | None = None) -> Change:
+def raise_alert(
+    cfg: TidemarkConfig,
+    *,
+    job: str,
+    kind: str,
+    severity: str,
+    message: str,
+    dedup_key: str | None = None,
+) -> Change:
     """Open an incident for the key, or refresh the open one (one notification per incident).
 
     An open incident whose severity rises (warning to critical) is notified again.
     """
     if severity not in SEVERITIES:
-        raise ValueError(f"alert {kind} for job {job}: severity must be one of {SEVERITIES}, "
-                         f"not {severity!r}")
+        raise ValueError(
+            f"alert {kind} for job {job}: severity must be one of {SEVERITIES}, not {severity!r}"
+        )
     key = dedup_key or f"{kind}:{job}"
     now = _now()
     try:
@@ -124,8 +132,9 @@ def raise_alert(cfg: TidemarkConfig, *, job: str, kind: str, severity: str,
 _UNRECORDED: dict[str, tuple[str, datetime]] = {}
 
 
-def _raise_recorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severity: str,
-                    message: str, now: datetime) -> Change:
+def _raise_recorded(
+    cfg: TidemarkConfig, key: str, job: str, kind: str, severity: str, message: str, now: datetime
+) -> Change:
     with ops_tables.locked(cfg, TABLE) as table:
         history = table.read(where=f"dedup_key = {ops_tables.literal(key)}")
         current = next((r for r in history if r["resolved_at"] is None), None)
@@ -138,9 +147,20 @@ def _raise_recorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severity
             return Change(current["alert_id"], opened=escalated)
         incident = 1 + max((r["incident"] for r in history), default=0)
         row = dict.fromkeys(FIELDS)
-        row.update(alert_id=f"{key}#{incident}", dedup_key=key, incident=incident, job=job,
-                   kind=kind, severity=severity, message=message, first_seen=now, last_seen=now,
-                   seen_count=1, attempts=0, next_attempt_at=now)
+        row.update(
+            alert_id=f"{key}#{incident}",
+            dedup_key=key,
+            incident=incident,
+            job=job,
+            kind=kind,
+            severity=severity,
+            message=message,
+            first_seen=now,
+            last_seen=now,
+            seen_count=1,
+            attempts=0,
+            next_attempt_at=now,
+        )
         sent = _UNRECORDED.get(key)
         if sent is not None and sent[0] == row["alert_id"]:
             row["firing_delivered_at"] = sent[1]  # it left from memory while the disk was full
@@ -150,8 +170,16 @@ def _raise_recorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severity
     return Change(row["alert_id"], opened=True)
 
 
-def _raise_unrecorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severity: str,
-                      message: str, now: datetime, error: Exception) -> Change:
+def _raise_unrecorded(
+    cfg: TidemarkConfig,
+    key: str,
+    job: str,
+    kind: str,
+    severity: str,
+    message: str,
+    now: datetime,
+    error: Exception,
+) -> Change:
     """The outbox cannot be written: log the alert and send it now, from memory, once per key
     while the outbox stays unwritable; the original problem is never hidden by this one."""
     try:
@@ -160,11 +188,26 @@ def _raise_unrecorded(cfg: TidemarkConfig, key: str, job: str, kind: str, severi
         history = []
     incident = 1 + max((r["incident"] for r in history), default=0)
     row = dict.fromkeys(FIELDS)
-    row.update(alert_id=f"{key}#{incident}", dedup_key=key, incident=incident, job=job,
-               kind=kind, severity=severity, message=message, first_seen=now, last_seen=now,
-               seen_count=1)
-    LOG.error("alert %s [%s] %s: %s (ops/alerts cannot be written: %s; sending it without "
-              "recording it)", row["alert_id"], severity, job, message, _reason(error))
+    row.update(
+        alert_id=f"{key}#{incident}",
+        dedup_key=key,
+        incident=incident,
+        job=job,
+        kind=kind,
+        severity=severity,
+        message=message,
+        first_seen=now,
+        last_seen=now,
+        seen_count=1,
+    )
+    LOG.error(
+        "alert %s [%s] %s: %s (ops/alerts cannot be written: %s; sending it without recording it)",
+        row["alert_id"],
+        severity,
+        job,
+        message,
+        _reason(error),
+    )
     if key in _UNRECORDED:
         return Change(_UNRECORDED[key][0])
     settings = DeliverySettings.from_env()
@@ -182,8 +225,14 @@ def resolve(cfg: TidemarkConfig, dedup_key: str, resolution: str) -> Change | No
     """Close the key's open incident (its ``resolved`` notification is then owed); None if none."""
     now = _now()
     with ops_tables.locked(cfg, TABLE) as table:
-        current = next((r for r in table.read(where=f"dedup_key = {ops_tables.literal(dedup_key)}")
-                        if r["resolved_at"] is None), None)
+        current = next(
+            (
+                r
+                for r in table.read(where=f"dedup_key = {ops_tables.literal(dedup_key)}")
+                if r["resolved_at"] is None
+            ),
+            None,
+        )
         if current is None:
             return None
         current.update(resolved_at=now, resolution=resolution, next_attempt_at=now, attempts=0)
@@ -235,9 +284,11 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect is an answer, not an instruction: the token and the body never follow it."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
-        raise WebhookRefused(f"the webhook answered HTTP {code} (a redirect); tidemark does "
-                             "not follow redirects: set TIDEMARK_ALERT_WEBHOOK_URL to the final "
-                             "address")
+        raise WebhookRefused(
+            f"the webhook answered HTTP {code} (a redirect); tidemark does "
+            "not follow redirects: set TIDEMARK_ALERT_WEBHOOK_URL to the final "
+            "address"
+        )
 
 
 _OPENER = urllib.request.build_opener(_NoRedirects)
@@ -251,21 +302,28 @@ def check_url(url: str) -> None:
         return
     if parts.scheme == "http" and parts.hostname in LOOPBACK:
         return
-    raise WebhookRefused("TIDEMARK_ALERT_WEBHOOK_URL must be an https:// URL (plain http only to "
-                         "127.0.0.1 or localhost); the alert stays pending until it is fixed")
+    raise WebhookRefused(
+        "TIDEMARK_ALERT_WEBHOOK_URL must be an https:// URL (plain http only to "
+        "127.0.0.1 or localhost); the alert stays pending until it is fixed"
+    )
 
 
 def _post(settings: DeliverySettings, body: dict, idempotency_key: str) -> None:
     check_url(settings.url)
     request = urllib.request.Request(
-        settings.url, data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+        settings.url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+    )
     token = settings.token
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     with _OPENER.open(request, timeout=settings.timeout_seconds) as answer:
         if not 200 <= answer.status < 300:
-            raise urllib.error.HTTPError(settings.url, answer.status, "not 2xx", answer.headers, None)
+            raise urllib.error.HTTPError(
+                settings.url, answer.status, "not 2xx", answer.headers, None
+            )
 
 
 def _reason(exc: Exception) -> str:
@@ -275,7 +333,9 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
     if isinstance(exc, urllib.error.URLError):
-        return f"{type(exc.reason).__name__}: {getattr(exc.reason, 'strerror', None) or 'unreachable'}"
+        return (
+            f"{type(exc.reason).__name__}: {getattr(exc.reason, 'strerror', None) or 'unreachable'}"
+        )
     return type(exc).__name__
 
 
@@ -309,18 +369,27 @@ def deliver(cfg: TidemarkConfig, settings: DeliverySettings | None = None) -> De
                 out.waiting += 1
                 continue
             while (event := owed(row)) is not None:  # firing first, then resolved
-                LOG.warning("alert %s %s [%s] %s: %s", row["alert_id"], event, row["severity"],
-                            row["job"], row["message"])
+                LOG.warning(
+                    "alert %s %s [%s] %s: %s",
+                    row["alert_id"],
+                    event,
+                    row["severity"],
+                    row["job"],
+                    row["message"],
+                )
                 try:
                     if settings.url:
                         _post(settings, payload(row, event), f"{row['alert_id']}:{event}")
                 except Exception as exc:  # noqa: BLE001 - recorded, retried later
                     attempts = (row["attempts"] or 0) + 1
-                    backoff = min(settings.retry_seconds * 2 ** (attempts - 1),
-                                  settings.max_backoff_seconds)
-                    changes = {"attempts": attempts,
-                               "next_attempt_at": now + timedelta(seconds=backoff),
-                               "last_error": f"webhook delivery failed: {_reason(exc)}"}
+                    backoff = min(
+                        settings.retry_seconds * 2 ** (attempts - 1), settings.max_backoff_seconds
+                    )
+                    changes = {
+                        "attempts": attempts,
+                        "next_attempt_at": now + timedelta(seconds=backoff),
+                        "last_error": f"webhook delivery failed: {_reason(exc)}",
+                    }
                     _record(cfg, row, event, changes)
                     out.failed.append(f"{row['alert_id']}:{event}")
                     break

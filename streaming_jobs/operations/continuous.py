@@ -62,8 +62,14 @@ from streaming_jobs.failures import record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.restores import finish_pending
 from streaming_jobs.progress import forget_previous_lineage, progress_log
-from streaming_jobs.runner import (RunMetrics, StreamRunError, last_reading, metrics,
-                                   query_failure, settle_snapshots)
+from streaming_jobs.runner import (
+    RunMetrics,
+    StreamRunError,
+    last_reading,
+    metrics,
+    query_failure,
+    settle_snapshots,
+)
 from streaming_jobs.registry import stream_schema
 
 LOG = logging.getLogger(__name__)
@@ -71,8 +77,10 @@ IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in fli
 REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
 # Failures that say nothing about the query or its data: Spark starts a Python process for a
 # pandas state operator's first batch and waits 10 s (fixed) for it to connect back.
-TRANSIENT = ("Python worker failed to connect back",
-             "Timed out while waiting for the Python worker to connect back")
+TRANSIENT = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
 TRANSIENT_RESTARTS = 3
 TRANSIENT_WINDOW_SECONDS = 600.0
 # The n-th in-place restart waits this x 2^(n-1): on a loaded machine the worker that did not
@@ -85,8 +93,12 @@ def is_transient(exc: BaseException) -> bool:
     return any(marker in text for marker in TRANSIENT)
 
 
-def may_restart(restarts: list[float], now: float, limit: int = TRANSIENT_RESTARTS,
-                window: float = TRANSIENT_WINDOW_SECONDS) -> bool:
+def may_restart(
+    restarts: list[float],
+    now: float,
+    limit: int = TRANSIENT_RESTARTS,
+    window: float = TRANSIENT_WINDOW_SECONDS,
+) -> bool:
     """Whether one more in-place restart is allowed, given the times of the earlier ones."""
     return sum(1 for at in restarts if now - at < window) < limit
 
@@ -109,15 +121,20 @@ class Totals:
             self.output_rows += row["num_output_rows"] or 0
             self.late_rows += row["rows_dropped_by_watermark"] or 0
             self.last = row
-            if row["watermark"] is not None and (self.watermark is None
-                                                 or row["watermark"] > self.watermark):
+            if row["watermark"] is not None and (
+                self.watermark is None or row["watermark"] > self.watermark
+            ):
                 self.watermark = row["watermark"]
 
     def summary_row(self) -> dict:
         """One synthetic progress row carrying the totals, for `runner.metrics`."""
-        return {**self.last, "num_input_rows": self.input_rows,
-                "num_output_rows": self.output_rows, "rows_dropped_by_watermark": self.late_rows,
-                "watermark": self.watermark}
+        return {
+            **self.last,
+            "num_input_rows": self.input_rows,
+            "num_output_rows": self.output_rows,
+            "rows_dropped_by_watermark": self.late_rows,
+            "watermark": self.watermark,
+        }
 
 
 @dataclass
@@ -147,8 +164,9 @@ class ContinuousRun:
 class _Host:
     """The queries of one continuous run, their totals, and their savepoint requests."""
 
-    def __init__(self, spark: SparkSession, cfg: TidemarkConfig, streams, jobs,
-                 trigger_seconds: float) -> None:
+    def __init__(
+        self, spark: SparkSession, cfg: TidemarkConfig, streams, jobs, trigger_seconds: float
+    ) -> None:
         self.spark, self.cfg, self.trigger = spark, cfg, f"{trigger_seconds} seconds"
         self.log = progress_log(spark)
         self.streams = {query_name(s): s for s in streams}
@@ -169,8 +187,11 @@ class _Host:
         self.started = time.monotonic()
         from streaming_jobs.kafka import source_of
 
-        self.landing = [cfg.paths.landing_dir(s) for s in streams
-                        if source_of(cfg, stream_schema(s)) == "landing"]
+        self.landing = [
+            cfg.paths.landing_dir(s)
+            for s in streams
+            if source_of(cfg, stream_schema(s)) == "landing"
+        ]
 
     def screen(self) -> None:
         """Move aside what the hosted streams' ingestion must not read (`screen_landing`)."""
@@ -186,15 +207,18 @@ class _Host:
         """Where the query's rows go: (bronze, quarantine) for ingestion, (gold, None) for a job."""
         if name in self.streams:
             stream = self.streams[name]
-            return (self.cfg.paths.table("bronze", stream),
-                    self.cfg.paths.table("quarantine", stream))
+            return (
+                self.cfg.paths.table("bronze", stream),
+                self.cfg.paths.table("quarantine", stream),
+            )
         return self.cfg.paths.table("gold", name), None
 
     def start(self, name: str) -> None:
         writer = self.writer(name)  # creates the query's tables
         if name not in self.committed_to:  # (not again on an in-place restart)
-            self.committed_to[name] = [-1 if t is None else latest_version(t)
-                                       for t in self.tables(name)]
+            self.committed_to[name] = [
+                -1 if t is None else latest_version(t) for t in self.tables(name)
+            ]
         self.queries[name] = writer.trigger(processingTime=self.trigger).start()
 
     def written(self, name: str) -> list[int]:
@@ -211,19 +235,23 @@ class _Host:
         for name in names or list(self.queries):
             rows = self.log.take(str(self.queries[name].runId))
             if rows:
-                self.log.flush(self.cfg, rows, self.resolvers.get(name),
-                               self.specs.get(name))
+                self.log.flush(self.cfg, rows, self.resolvers.get(name), self.specs.get(name))
                 self.totals[name].add(rows)
 
     def metrics(self, name: str) -> RunMetrics:
         totals = self.totals[name]
         rows = [totals.summary_row()] if totals.batches else []
-        folded = metrics(name, rows, time.monotonic() - self.started,
-                         last_committed_batch(self.cfg.paths.checkpoint(name)),
-                         previous=self.previous[name])
+        folded = metrics(
+            name,
+            rows,
+            time.monotonic() - self.started,
+            last_committed_batch(self.cfg.paths.checkpoint(name)),
+            previous=self.previous[name],
+        )
         output, quarantined = self.written(name)
-        return replace(folded, batches=totals.batches, output_rows=output,
-                       quarantined_rows=quarantined)
+        return replace(
+            folded, batches=totals.batches, output_rows=output, quarantined_rows=quarantined
+        )
 
     def reports(self) -> dict[str, QueryReport]:
         out = {}
@@ -234,9 +262,14 @@ class _Host:
             rows = totals.input_rows - self.reported_rows[name]
             self.reported[name], self.reported_rows[name] = totals.batches, totals.input_rows
             out[name] = QueryReport(
-                name, self.metrics(name), new, rows,
-                caught_up=bool(query.isActive) and not status.get("isTriggerActive")
-                and not status.get("isDataAvailable"))
+                name,
+                self.metrics(name),
+                new,
+                rows,
+                caught_up=bool(query.isActive)
+                and not status.get("isTriggerActive")
+                and not status.get("isDataAvailable"),
+            )
         return out
 
     def stop(self, name: str) -> None:
@@ -249,8 +282,9 @@ class _Host:
         deadline = time.monotonic() + IDLE_WAIT_SECONDS
         run_id = str(query.runId)
         reported = self.log.batches_reported(run_id)
-        while query.isActive and query.status.get("isTriggerActive") \
-                and time.monotonic() < deadline:
+        while (
+            query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline
+        ):
             if self.log.wait_batch_reported(run_id, reported, timeout=0.2):
                 break
         query.stop()
@@ -264,18 +298,26 @@ class _Host:
         if not is_transient(exc) or not may_restart(self.restarts[name], now):
             return False
         # only the window's restarts are kept: memory stays bounded over a run of days
-        self.restarts[name] = [at for at in self.restarts[name]
-                               if now - at < TRANSIENT_WINDOW_SECONDS] + [now]
+        self.restarts[name] = [
+            at for at in self.restarts[name] if now - at < TRANSIENT_WINDOW_SECONDS
+        ] + [now]
         failed = self.queries[name]
         self.log.wait_terminated(str(failed.runId))
         self.flush([name])
         reason, _ = query_failure(exc, self.cfg)
         count = len(self.restarts[name])
-        record_failure(self.cfg, name, str(failed.runId),
-                       f"restarted in place after a transient error (restart {count} of at most "
-                       f"{TRANSIENT_RESTARTS} in {TRANSIENT_WINDOW_SECONDS:.0f}s): {reason}")
-        LOG.warning("continuous: %s failed transiently (%s); restarted from its last commit",
-                    name, reason[:300])
+        record_failure(
+            self.cfg,
+            name,
+            str(failed.runId),
+            f"restarted in place after a transient error (restart {count} of at most "
+            f"{TRANSIENT_RESTARTS} in {TRANSIENT_WINDOW_SECONDS:.0f}s): {reason}",
+        )
+        LOG.warning(
+            "continuous: %s failed transiently (%s); restarted from its last commit",
+            name,
+            reason[:300],
+        )
         out.restarted.append((name, reason[:1000]))
         # started again by `start_due` once the backoff has passed; the others go on meanwhile
         self.restart_due[name] = now + TRANSIENT_BACKOFF_SECONDS * 2 ** (count - 1)
@@ -283,8 +325,11 @@ class _Host:
 
     def failed(self) -> list[tuple[str, Exception]]:
         """Queries that failed and are not waiting to be restarted."""
-        return [(n, q.exception()) for n, q in self.queries.items()
-                if n not in self.restart_due and q.exception()]
+        return [
+            (n, q.exception())
+            for n, q in self.queries.items()
+            if n not in self.restart_due and q.exception()
+        ]
 
     def start_due(self) -> None:
         now = time.monotonic()
@@ -293,8 +338,9 @@ class _Host:
                 del self.restart_due[name]
                 self.start(name)
 
-    def answer_savepoint_requests(self, keep: int, out: ContinuousRun,
-                                  between: Callable[[], None] = lambda: None) -> None:
+    def answer_savepoint_requests(
+        self, keep: int, out: ContinuousRun, between: Callable[[], None] = lambda: None
+    ) -> None:
         for job in self.jobs:
             if job in self.restart_due:
                 continue  # answered once it runs again (its restart must not be started twice)
@@ -327,12 +373,17 @@ def stop_on_signals(stop: threading.Event, received: list[str]):
     def on_signal(signum, frame):
         name = signal.Signals(signum).name
         if stop.is_set():
-            raise KeyboardInterrupt(f"continuous run: a second {name}, aborting without a "
-                                    "clean stop (the batch in flight is replayed next run)")
+            raise KeyboardInterrupt(
+                f"continuous run: a second {name}, aborting without a "
+                "clean stop (the batch in flight is replayed next run)"
+            )
         received.append(name)
         stop.set()
-        LOG.warning("continuous: %s received, stopping every query at its next batch boundary "
-                    "(send it again to abort at once)", name)
+        LOG.warning(
+            "continuous: %s received, stopping every query at its next batch boundary "
+            "(send it again to abort at once)",
+            name,
+        )
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -342,12 +393,20 @@ def stop_on_signals(stop: threading.Event, received: list[str]):
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs=(),
-                   trigger_seconds: float = 10.0, should_stop: Callable[[], bool] = lambda: False,
-                   holder: str = "a continuous run", flush_seconds: float = 10.0,
-                   max_seconds: float | None = None,
-                   on_flush: Callable[[dict[str, QueryReport]], None] | None = None,
-                   savepoints_keep: int = 3) -> ContinuousRun:
+def run_continuous(
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    *,
+    streams=(),
+    jobs=(),
+    trigger_seconds: float = 10.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    holder: str = "a continuous run",
+    flush_seconds: float = 10.0,
+    max_seconds: float | None = None,
+    on_flush: Callable[[dict[str, QueryReport]], None] | None = None,
+    savepoints_keep: int = 3,
+) -> ContinuousRun:
     """Run ``streams`` (bronze ingestion) and ``jobs`` until told to stop; see the module doc."""
     names = [query_name(s) for s in streams] + list(jobs)
     if not names:
@@ -357,8 +416,11 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
     with ExitStack() as locks:
         locks.enter_context(stop_on_signals(signalled, received))
         for name in names:  # all or nothing: refuse before starting any query
-            locks.enter_context(checkpoint_lock(cfg.paths.checkpoint(name), holder,
-                                                takes_savepoint_requests=name in jobs))
+            locks.enter_context(
+                checkpoint_lock(
+                    cfg.paths.checkpoint(name), holder, takes_savepoint_requests=name in jobs
+                )
+            )
         for name in names:
             finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
             forget_previous_lineage(cfg, name)
@@ -380,8 +442,7 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
 
             while True:
                 host.start_due()
-                failed = [(n, e) for n, e in host.failed()
-                          if not host.restart_in_place(n, e, out)]
+                failed = [(n, e) for n, e in host.failed() if not host.restart_in_place(n, e, out)]
                 if failed:
                     failure = failed[0]
                     out.stopped_by = f"query {failure[0]} failed"
@@ -414,7 +475,8 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
             # one maintenance pass uploads every store's snapshot: the later calls find none
             out.snapshot_wait_seconds = sum(
                 settle_snapshots(spark, name, cfg.paths.checkpoint(name), began)
-                for name in host.names)
+                for name in host.names
+            )
         if failure:
             name, exc = failure
             reason, todo = query_failure(exc, cfg)
@@ -423,5 +485,6 @@ def run_continuous(spark: SparkSession, cfg: TidemarkConfig, *, streams=(), jobs
                 f"continuous run: streaming query {name} failed (checkpoint "
                 f"{cfg.paths.checkpoint(name)}): {reason}. The other queries were stopped cleanly. "
                 f"{todo.replace('run it again', 'start the run again')}: every query resumes "
-                "from its last committed batch.")
+                "from its last committed batch."
+            )
     return out

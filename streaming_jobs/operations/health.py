@@ -49,7 +49,9 @@ class Finding:
 
 
 def _ids(folder: Path) -> list[int]:
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+    return (
+        sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+    )
 
 
 def _log_file_error(path: Path) -> str | None:
@@ -89,25 +91,51 @@ def structural_findings(checkpoint: Path) -> list[Finding]:
     state = checkpoint / "state"
     if commits and state.is_dir():
         version = commits[-1] + 1  # batch N commits state version N + 1
-        for partition in sorted(p for op in state.iterdir() if op.name.isdigit()
-                                for p in op.iterdir() if p.name.isdigit()):
+        for partition in sorted(
+            p
+            for op in state.iterdir()
+            if op.name.isdigit()
+            for p in op.iterdir()
+            if p.name.isdigit()
+        ):
             # a join keeps several stores per partition, one folder each
-            stores = [d for d in partition.iterdir() if d.is_dir()
-                      and not d.name.startswith(("_", ".")) and d.name != "SSTs"]
+            stores = [
+                d
+                for d in partition.iterdir()
+                if d.is_dir() and not d.name.startswith(("_", ".")) and d.name != "SSTs"
+            ]
             for store in stores or [partition]:
                 names = {p.name for p in store.iterdir()}
-                if not {f"{version}.changelog", f"{version}.zip", f"{version}.delta",
-                        f"{version}.snapshot"} & names:
+                if (
+                    not {
+                        f"{version}.changelog",
+                        f"{version}.zip",
+                        f"{version}.delta",
+                        f"{version}.snapshot",
+                    }
+                    & names
+                ):
                     where = store.relative_to(state)
-                    problems.append(f"state/{where}: no files for version {version} "
-                                    f"(last committed batch {commits[-1]})")
-    return [Finding("checkpoint_corrupt", CRITICAL, f"checkpoint {checkpoint}: {p}") for p in problems]
+                    problems.append(
+                        f"state/{where}: no files for version {version} "
+                        f"(last committed batch {commits[-1]})"
+                    )
+    return [
+        Finding("checkpoint_corrupt", CRITICAL, f"checkpoint {checkpoint}: {p}") for p in problems
+    ]
 
 
-def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = (), *,
-                     stall_seconds: float = 900.0, idle_seconds: float = 3600.0,
-                     late_share: float = 0.5, watermark_ahead_seconds: float = 86400.0,
-                     now: float | None = None) -> list[Finding]:
+def check_checkpoint(
+    cfg: TidemarkConfig,
+    query: str,
+    sources: tuple[str, ...] = (),
+    *,
+    stall_seconds: float = 900.0,
+    idle_seconds: float = 3600.0,
+    late_share: float = 0.5,
+    watermark_ahead_seconds: float = 86400.0,
+    now: float | None = None,
+) -> list[Finding]:
     """Every finding for ``query``'s checkpoint (``sources``: the bronze tables it reads).
 
     Reads files and the ops tables only (no JVM): a sensor tick stays a few seconds.
@@ -119,32 +147,51 @@ def check_checkpoint(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] =
         return findings
     offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
     # No commit yet: the query is as old as its checkpoint (not behind since 1970).
-    last_commit_at = ((checkpoint / "commits" / str(commits[-1])) if commits
-                      else (checkpoint / "metadata")).stat().st_mtime
+    last_commit_at = (
+        ((checkpoint / "commits" / str(commits[-1])) if commits else (checkpoint / "metadata"))
+        .stat()
+        .st_mtime
+    )
     running = is_running(checkpoint)
     if running and offsets and (not commits or offsets[-1] > commits[-1]):
         planned_at = (checkpoint / "offsets" / str(offsets[-1])).stat().st_mtime
         if now - planned_at > stall_seconds:
-            findings.append(Finding("batch_stalled", WARNING,
-                                    f"{query}: batch {offsets[-1]} planned {now - planned_at:.0f}s "
-                                    f"ago and not committed (limit {stall_seconds:.0f}s)"))
+            findings.append(
+                Finding(
+                    "batch_stalled",
+                    WARNING,
+                    f"{query}: batch {offsets[-1]} planned {now - planned_at:.0f}s "
+                    f"ago and not committed (limit {stall_seconds:.0f}s)",
+                )
+            )
     failures = ops_tables.read(cfg, "stream_failures", where=f"job = {ops_tables.literal(query)}")
     if failures and not running:
         last = max(failures, key=lambda r: r["failed_at"])
         if last["failed_at"].timestamp() > last_commit_at:
-            findings.append(Finding("query_failed", CRITICAL,
-                                    f"{query}: its last run failed at "
-                                    f"{last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: "
-                                    f"{(last['error'] or '')[:500]}"))
+            findings.append(
+                Finding(
+                    "query_failed",
+                    CRITICAL,
+                    f"{query}: its last run failed at "
+                    f"{last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: "
+                    f"{(last['error'] or '')[:500]}",
+                )
+            )
     recent = _recent_batches(cfg, query)
-    findings += lateness_findings(recent, query, late_share=late_share,
-                                  watermark_ahead_seconds=watermark_ahead_seconds)
+    findings += lateness_findings(
+        recent, query, late_share=late_share, watermark_ahead_seconds=watermark_ahead_seconds
+    )
     findings += repair_findings(recent, query)
     behind = _unread_sources(cfg, query, sources)
     if behind and now - last_commit_at > idle_seconds:
-        findings.append(Finding("falling_behind", WARNING,
-                                f"{query}: no commit for {now - last_commit_at:.0f}s while "
-                                f"{', '.join(behind)} has new data (limit {idle_seconds:.0f}s)"))
+        findings.append(
+            Finding(
+                "falling_behind",
+                WARNING,
+                f"{query}: no commit for {now - last_commit_at:.0f}s while "
+                f"{', '.join(behind)} has new data (limit {idle_seconds:.0f}s)",
+            )
+        )
     return findings
 
 
@@ -152,10 +199,15 @@ def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> lis
     """`check_checkpoint` with the limits of ``cfg.ops`` (what every caller wants), and
     `kafka_findings` for the ingestion of a Kafka-sourced stream."""
     ops = cfg.ops
-    return check_checkpoint(cfg, query, sources, stall_seconds=ops.stall_seconds,
-                            idle_seconds=ops.idle_seconds, late_share=ops.late_share,
-                            watermark_ahead_seconds=ops.watermark_ahead_seconds) + \
-        kafka_findings(cfg, query)
+    return check_checkpoint(
+        cfg,
+        query,
+        sources,
+        stall_seconds=ops.stall_seconds,
+        idle_seconds=ops.idle_seconds,
+        late_share=ops.late_share,
+        watermark_ahead_seconds=ops.watermark_ahead_seconds,
+    ) + kafka_findings(cfg, query)
 
 
 def kafka_findings(cfg: TidemarkConfig, query: str) -> list[Finding]:
@@ -175,25 +227,40 @@ def kafka_findings(cfg: TidemarkConfig, query: str) -> list[Finding]:
     except TopicMissing:
         if not checkpoint.exists():  # nothing produced, nothing read yet: nothing to watch
             return []
-        return [Finding("source_unreachable", WARNING,
-                        f"{query}: Kafka topic {topic} is gone from {cfg.kafka.bootstrap} "
-                        "although the stream has read from it; was it deleted or renamed? "
-                        "(TIDEMARK_KAFKA_TOPIC_PREFIX, the stream's topic)")]
+        return [
+            Finding(
+                "source_unreachable",
+                WARNING,
+                f"{query}: Kafka topic {topic} is gone from {cfg.kafka.bootstrap} "
+                "although the stream has read from it; was it deleted or renamed? "
+                "(TIDEMARK_KAFKA_TOPIC_PREFIX, the stream's topic)",
+            )
+        ]
     except Exception as exc:  # noqa: BLE001 - any client error is the finding
-        return [Finding("source_unreachable", WARNING,
-                        f"{query}: Kafka topic {topic} at {cfg.kafka.bootstrap} did not answer "
-                        f"({str(exc)[:300]}); check the brokers and TIDEMARK_KAFKA_BOOTSTRAP")]
+        return [
+            Finding(
+                "source_unreachable",
+                WARNING,
+                f"{query}: Kafka topic {topic} at {cfg.kafka.bootstrap} did not answer "
+                f"({str(exc)[:300]}); check the brokers and TIDEMARK_KAFKA_BOOTSTRAP",
+            )
+        ]
     limits = cfg.kafka
     age = lag.oldest_unread_seconds
     if lag.rows > limits.lag_rows or (age is not None and age > limits.lag_seconds):
         worst = sorted(((e - r, p) for p, (r, e) in lag.partitions.items()), reverse=True)[:3]
-        return [Finding("consumer_lag", WARNING,
-                        f"{query}: {lag.rows:,} records of {topic} not read yet (limit "
-                        f"{limits.lag_rows:,}), the oldest written {age or 0:.0f}s ago (limit "
-                        f"{limits.lag_seconds:.0f}s); most behind: "
-                        + ", ".join(f"partition {p} {n:,}" for n, p in worst)
-                        + ". Is the ingestion running? (Dagster: the bronze asset; "
-                          "tidemark continuous)")]
+        return [
+            Finding(
+                "consumer_lag",
+                WARNING,
+                f"{query}: {lag.rows:,} records of {topic} not read yet (limit "
+                f"{limits.lag_rows:,}), the oldest written {age or 0:.0f}s ago (limit "
+                f"{limits.lag_seconds:.0f}s); most behind: "
+                + ", ".join(f"partition {p} {n:,}" for n, p in worst)
+                + ". Is the ingestion running? (Dagster: the bronze asset; "
+                "tidemark continuous)",
+            )
+        ]
     return []
 
 
@@ -201,15 +268,20 @@ def _unread_sources(cfg: TidemarkConfig, query: str, sources) -> list[str]:
     """Sources whose bronze table has versions the query's last recorded batch had not read."""
     if not sources:
         return []
-    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(query)}",
-                           columns=["batch_id", "source_versions"])
+    rows = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(query)}",
+        columns=["batch_id", "source_versions"],
+    )
     last = max(rows, key=lambda r: r["batch_id"]) if rows else {}
     read = {s["source_table"]: s["version_to"] for s in (last.get("source_versions") or [])}
     behind = []
     for source in sources:
         version = latest_version(cfg.paths.table("bronze", source))
-        if version is not None and version > (read.get(source) if read.get(source) is not None
-                                              else -1):
+        if version is not None and version > (
+            read.get(source) if read.get(source) is not None else -1
+        ):
             behind.append(f"bronze/{source}")
     return behind
 
@@ -218,10 +290,21 @@ RECENT_BATCHES = 10
 
 
 def _recent_batches(cfg: TidemarkConfig, query: str) -> list[dict]:
-    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(query)}",
-                           columns=["query_id", "batch_id", "ts", "watermark", "num_input_rows",
-                                    "rows_dropped_by_watermark", "state_operators",
-                                    "rolled_up_batches"])
+    rows = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(query)}",
+        columns=[
+            "query_id",
+            "batch_id",
+            "ts",
+            "watermark",
+            "num_input_rows",
+            "rows_dropped_by_watermark",
+            "state_operators",
+            "rolled_up_batches",
+        ],
+    )
     # a rollup row (retention's fold) sums many old batches: not one recent batch
     rows = [r for r in rows if r["rolled_up_batches"] is None]
     if not rows:
@@ -231,31 +314,43 @@ def _recent_batches(cfg: TidemarkConfig, query: str) -> list[dict]:
     return sorted(lineage, key=lambda r: r["batch_id"])[-RECENT_BATCHES:]
 
 
-def lateness_findings(batches: list[dict], query: str, *, late_share: float,
-                      watermark_ahead_seconds: float) -> list[Finding]:
+def lateness_findings(
+    batches: list[dict], query: str, *, late_share: float, watermark_ahead_seconds: float
+) -> list[Finding]:
     """``watermark_ahead`` and ``late_share`` from a job's recent batches (a pure function)."""
     out = []
-    ahead = [(r, (r["watermark"] - r["ts"]).total_seconds()) for r in batches
-             if r.get("watermark") and r.get("ts")]
+    ahead = [
+        (r, (r["watermark"] - r["ts"]).total_seconds())
+        for r in batches
+        if r.get("watermark") and r.get("ts")
+    ]
     if ahead:
         row, seconds = max(ahead, key=lambda item: item[1])
         if seconds > watermark_ahead_seconds:
             mark = row["watermark"].strftime("%Y-%m-%d %H:%M:%S")
-            out.append(Finding(
-                "watermark_ahead", CRITICAL,
-                f"{query}: batch {row['batch_id']} set the watermark to {mark}, "
-                f"{seconds / 3600:.1f} h ahead of the clock: an event dated in the "
-                "future moved it and every real event is now dropped as late. Quarantine that "
-                "event, then restore a savepoint taken before it (tidemark restore) or rebuild "
-                "the job (tidemark rebuild); tighten the stream's max_ahead"))
+            out.append(
+                Finding(
+                    "watermark_ahead",
+                    CRITICAL,
+                    f"{query}: batch {row['batch_id']} set the watermark to {mark}, "
+                    f"{seconds / 3600:.1f} h ahead of the clock: an event dated in the "
+                    "future moved it and every real event is now dropped as late. Quarantine that "
+                    "event, then restore a savepoint taken before it (tidemark restore) or rebuild "
+                    "the job (tidemark rebuild); tighten the stream's max_ahead",
+                )
+            )
     read = sum(r.get("num_input_rows") or 0 for r in batches)
     late = sum(r.get("rows_dropped_by_watermark") or 0 for r in batches)
     if read and late / read > late_share:
-        out.append(Finding(
-            "late_share", WARNING,
-            f"{query}: {late:,} of the {read:,} rows its last {len(batches)} batches read were "
-            f"dropped as late ({late / read:.0%}, limit {late_share:.0%}); check the watermark "
-            "(a far-future event?) and whether a source lags"))
+        out.append(
+            Finding(
+                "late_share",
+                WARNING,
+                f"{query}: {late:,} of the {read:,} rows its last {len(batches)} batches read were "
+                f"dropped as late ({late / read:.0%}, limit {late_share:.0%}); check the watermark "
+                "(a far-future event?) and whether a source lags",
+            )
+        )
     return out
 
 
@@ -273,9 +368,13 @@ def repair_findings(batches: list[dict], query: str) -> list[Finding]:
                 hit.append(f"{op.get('operator')} in batch {row['batch_id']}")
     if not repaired:
         return []
-    return [Finding(
-        "state_repaired", WARNING,
-        f"{query}: Spark repaired {repaired} state store(s) ({', '.join(hit[:5])}) by skipping "
-        f"a bad snapshot and replaying {replayed} changelog file(s); nothing was lost, but a "
-        "checkpoint file was damaged: check the disk under the checkpoints folder and take a "
-        "savepoint now (tidemark savepoint)")]
+    return [
+        Finding(
+            "state_repaired",
+            WARNING,
+            f"{query}: Spark repaired {repaired} state store(s) ({', '.join(hit[:5])}) by skipping "
+            f"a bad snapshot and replaying {replayed} changelog file(s); nothing was lost, but a "
+            "checkpoint file was damaged: check the disk under the checkpoints folder and take a "
+            "savepoint now (tidemark savepoint)",
+        )
+    ]

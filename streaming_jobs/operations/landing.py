@@ -42,8 +42,10 @@ def count_lines(path: Path) -> int:
         try:
             data = module.decompress(data)
         except Exception as exc:  # noqa: BLE001 - each codec raises its own error type
-            raise ValueError(f"{path}: its name says {path.suffix} but it does not decompress "
-                             f"({exc}); land it under its real name") from None
+            raise ValueError(
+                f"{path}: its name says {path.suffix} but it does not decompress "
+                f"({exc}); land it under its real name"
+            ) from None
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
@@ -65,13 +67,23 @@ def read_per_file(table: Path) -> dict[str, tuple]:
     except TableNotFoundError:
         return {}
     known = {f.name for f in handle.schema().fields}
-    identity = ('max("_source_size") as s, max("_source_modified") as m'
-                if {"_source_size", "_source_modified"} <= known else "null as s, null as m")
-    rows = pa.table(QueryBuilder().register("t", handle).execute(
-        f'select "_source_file" as f, count(*) as n, max("_ingest_batch_id") as b, {identity} '
-        'from t group by "_source_file"')).to_pylist()
-    return {unquote(urlsplit(r["f"]).path) if r["f"] else "": (r["n"], r["b"], r["s"], r["m"])
-            for r in rows}
+    identity = (
+        'max("_source_size") as s, max("_source_modified") as m'
+        if {"_source_size", "_source_modified"} <= known
+        else "null as s, null as m"
+    )
+    rows = pa.table(
+        QueryBuilder()
+        .register("t", handle)
+        .execute(
+            f'select "_source_file" as f, count(*) as n, max("_ingest_batch_id") as b, {identity} '
+            'from t group by "_source_file"'
+        )
+    ).to_pylist()
+    return {
+        unquote(urlsplit(r["f"]).path) if r["f"] else "": (r["n"], r["b"], r["s"], r["m"])
+        for r in rows
+    }
 
 
 def replaced(path: Path, size: int | None, modified) -> str | None:
@@ -82,11 +94,13 @@ def replaced(path: Path, size: int | None, modified) -> str | None:
     then = modified.timestamp() if hasattr(modified, "timestamp") else modified / 1e6
     if now.st_size == size and abs(now.st_mtime - then) < 1:
         return None
-    return (f"it was replaced after it was read ({size:,} bytes modified "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(then))} UTC when read, "
-            f"{now.st_size:,} bytes modified "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now.st_mtime))} UTC now): its "
-            "new content is not read; land it again under a new name")
+    return (
+        f"it was replaced after it was read ({size:,} bytes modified "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(then))} UTC when read, "
+        f"{now.st_size:,} bytes modified "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now.st_mtime))} UTC now): its "
+        "new content is not read; land it again under a new name"
+    )
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,8 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     read_as: dict[str, tuple] = {}  # (size, modified) of each file when it was read
     for layer in ("bronze", "quarantine"):
         for name, (n, batch, size, modified) in read_per_file(
-                cfg.paths.table(layer, stream)).items():
+            cfg.paths.table(layer, stream)
+        ).items():
             ingested[name] = ingested.get(name, 0) + n
             if batch is not None:
                 newest[name] = max(newest.get(name, batch), batch)
@@ -135,8 +150,13 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
         try:
             n = count_lines(path)
         except ValueError as exc:
-            findings.append(Finding("landing_unaccounted", WARNING, f"landing/{stream}/"
-                                    f"{path.name}: {str(exc).split(': ', 1)[1]}"))
+            findings.append(
+                Finding(
+                    "landing_unaccounted",
+                    WARNING,
+                    f"landing/{stream}/{path.name}: {str(exc).split(': ', 1)[1]}",
+                )
+            )
             continue
         rows = ingested.get(key, 0)
         lines, got = lines + n, got + rows
@@ -146,42 +166,63 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
             # as many lines as were read: the same file, unless its size or time changed
             change = replaced(path, *read_as[key]) if key in read_as else None
             if change:
-                findings.append(Finding("landing_unaccounted", WARNING,
-                                        f"landing/{stream}/{path.name}: {change}"))
+                findings.append(
+                    Finding(
+                        "landing_unaccounted", WARNING, f"landing/{stream}/{path.name}: {change}"
+                    )
+                )
             continue
         if rows and rows < n:
-            problem = (f"{n - rows:,} lines were added after it was read ({rows:,} of {n:,} "
-                       "ingested): a landed file is read once; land new lines as a new file")
+            problem = (
+                f"{n - rows:,} lines were added after it was read ({rows:,} of {n:,} "
+                "ingested): a landed file is read once; land new lines as a new file"
+            )
         elif rows > n:
-            problem = (f"it holds {n:,} lines but {rows:,} were ingested from its name: it was "
-                       "replaced or truncated after it was read; land every file under a unique "
-                       "name")
+            problem = (
+                f"it holds {n:,} lines but {rows:,} were ingested from its name: it was "
+                "replaced or truncated after it was read; land every file under a unique "
+                "name"
+            )
         elif read_until is not None and path.stat().st_mtime < read_until - 5:
-            problem = (f"none of its {n:,} lines were ingested though ingestion ran after it "
-                       "landed: its name was already read once (reuse of a name), or it is "
-                       "older than the source's maxFileAge; land it again under a new name")
+            problem = (
+                f"none of its {n:,} lines were ingested though ingestion ran after it "
+                "landed: its name was already read once (reuse of a name), or it is "
+                "older than the source's maxFileAge; land it again under a new name"
+            )
         else:
             continue  # landed after the last batch was planned: a later batch reads it
-        findings.append(Finding("landing_unaccounted", WARNING,
-                                f"landing/{stream}/{path.name}: {problem}"))
+        findings.append(
+            Finding("landing_unaccounted", WARNING, f"landing/{stream}/{path.name}: {problem}")
+        )
     refused_lines = _refused(folder, stream, ingested, findings)
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
             if path.is_dir() and not path.is_symlink() and not path.name.startswith((".", "_")):
                 inside = [f for f in path.rglob("*") if f.is_file() and not f.is_symlink()]
-                findings.append(Finding(
-                    "landing_unaccounted", WARNING,
-                    f"landing/{stream}/{path.name}/: a folder, and ingestion reads only the files "
-                    f"directly in landing/{stream}/: its {len(inside)} files "
-                    f"({sum(_lines_or_zero(f) for f in inside):,} lines) are not read; move each "
-                    f"up into landing/{stream}/ under a new name"))
-            if path.is_file() and path.name.startswith((".", "_")) and \
-                    now - path.stat().st_mtime > HIDDEN_GRACE_SECONDS:
-                findings.append(Finding(
-                    "landing_unaccounted", WARNING,
-                    f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
-                    f"read, and this file is {(now - path.stat().st_mtime) / 3600:.1f} h old: "
-                    "rename it when it is complete"))
+                findings.append(
+                    Finding(
+                        "landing_unaccounted",
+                        WARNING,
+                        f"landing/{stream}/{path.name}/: a folder, and ingestion reads only the files "
+                        f"directly in landing/{stream}/: its {len(inside)} files "
+                        f"({sum(_lines_or_zero(f) for f in inside):,} lines) are not read; move each "
+                        f"up into landing/{stream}/ under a new name",
+                    )
+                )
+            if (
+                path.is_file()
+                and path.name.startswith((".", "_"))
+                and now - path.stat().st_mtime > HIDDEN_GRACE_SECONDS
+            ):
+                findings.append(
+                    Finding(
+                        "landing_unaccounted",
+                        WARNING,
+                        f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
+                        f"read, and this file is {(now - path.stat().st_mtime) / 3600:.1f} h old: "
+                        "rename it when it is complete",
+                    )
+                )
     return Accounting(stream, lines, got, findings, ingested, refused_lines)
 
 
@@ -198,10 +239,14 @@ def _refused(folder: Path, stream: str, ingested: dict[str, int], findings: list
     if not folder.is_dir():
         return 0
     aside = folder / REFUSED_DIR
-    entries = [(p, f"{REFUSED_DIR}/{p.name}") for p in sorted(aside.iterdir())] \
-        if aside.is_dir() else []
-    entries += [(p, p.name) for p in sorted(folder.iterdir())
-                if not p.name.startswith((".", "_")) and landing_refusal(p) is not None]
+    entries = (
+        [(p, f"{REFUSED_DIR}/{p.name}") for p in sorted(aside.iterdir())] if aside.is_dir() else []
+    )
+    entries += [
+        (p, p.name)
+        for p in sorted(folder.iterdir())
+        if not p.name.startswith((".", "_")) and landing_refusal(p) is not None
+    ]
     total = 0
     for path, shown in entries:
         why = landing_refusal(path) or "moved aside by hand"
@@ -209,10 +254,17 @@ def _refused(folder: Path, stream: str, ingested: dict[str, int], findings: list
         total += lines
         # rows read from its name before it was moved aside (a continuous run lists the
         # folder by itself, between two screens)
-        read = ingested.get(str((folder / path.name).resolve()), 0) if path.parent == aside \
+        read = (
+            ingested.get(str((folder / path.name).resolve()), 0)
+            if path.parent == aside
             else ingested.get(str(folder.resolve() / path.name), 0)
-        advice = (f"; {read:,} of its rows were ingested before it was refused: do not land "
-                  "it again" if read else "")
-        findings.append(Finding("landing_refused", WARNING,
-                                f"landing/{stream}/{shown}: refused, {why}{advice}"))
+        )
+        advice = (
+            f"; {read:,} of its rows were ingested before it was refused: do not land it again"
+            if read
+            else ""
+        )
+        findings.append(
+            Finding("landing_refused", WARNING, f"landing/{stream}/{shown}: refused, {why}{advice}")
+        )
     return total

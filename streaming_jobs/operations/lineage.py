@@ -74,23 +74,34 @@ class Fold:
             for read in part.get("source_versions") or []:
                 low, high = ranges.setdefault(read["source_table"], [None, None])
                 ranges[read["source_table"]] = [
-                    _least(low, read.get("version_from")), _most(high, read.get("version_to"))]
-        row["source_versions"] = [{"source_table": name, "version_from": low, "version_to": high}
-                                  for name, (low, high) in sorted(ranges.items())] or None
+                    _least(low, read.get("version_from")),
+                    _most(high, read.get("version_to")),
+                ]
+        row["source_versions"] = [
+            {"source_table": name, "version_from": low, "version_to": high}
+            for name, (low, high) in sorted(ranges.items())
+        ] or None
         row["source_version_from"] = _least(*(p.get("source_version_from") for p in parts))
         row["source_version_to"] = _most(*(p.get("source_version_to") for p in parts))
-        row.update(state_operators=None, progress_json=None, durations_ms=None,
-                   input_rows_per_second=None, processed_rows_per_second=None,
-                   rolled_up_batches=len(self.batches) + (
-                       (self.previous or {}).get("rolled_up_batches") or 0))
+        row.update(
+            state_operators=None,
+            progress_json=None,
+            durations_ms=None,
+            input_rows_per_second=None,
+            processed_rows_per_second=None,
+            rolled_up_batches=len(self.batches)
+            + ((self.previous or {}).get("rolled_up_batches") or 0),
+        )
         return row
 
     @property
     def predicate(self) -> str:
         """The rows the rollup replaces: the lineage's batches up to ``upto_batch``."""
-        return (f"job = {ops_tables.literal(self.job)} and "
-                f"query_id = {ops_tables.literal(self.query_id)} and "
-                f"batch_id <= {self.upto_batch}")
+        return (
+            f"job = {ops_tables.literal(self.job)} and "
+            f"query_id = {ops_tables.literal(self.query_id)} and "
+            f"batch_id <= {self.upto_batch}"
+        )
 
 
 def _least(*values):
@@ -119,7 +130,9 @@ def plan(rows: list[dict], cutoff: datetime, savepoint_batches: dict[str, int]) 
     newest: dict[str, dict] = {}
     for row in rows:
         if row["job"] not in newest or (row["ts"], row["batch_id"]) > (
-                newest[row["job"]]["ts"], newest[row["job"]]["batch_id"]):
+            newest[row["job"]]["ts"],
+            newest[row["job"]]["batch_id"],
+        ):
             newest[row["job"]] = row
     lineages: dict[tuple[str, str], dict[int, dict]] = {}
     counts: dict[tuple[str, str, int], int] = {}
@@ -131,8 +144,10 @@ def plan(rows: list[dict], cutoff: datetime, savepoint_batches: dict[str, int]) 
         batches = lineages.setdefault(key, {})
         held = batches.get(row["batch_id"])
         # a rollup row outranks a raw report of its own last batch; else the latest report
-        if held is None or (not held.get("rolled_up_batches") and (
-                row.get("rolled_up_batches") or row["ts"] > held["ts"])):
+        if held is None or (
+            not held.get("rolled_up_batches")
+            and (row.get("rolled_up_batches") or row["ts"] > held["ts"])
+        ):
             batches[row["batch_id"]] = row
     folds = []
     for (job, query_id), batches in sorted(lineages.items()):
@@ -149,11 +164,13 @@ def plan(rows: list[dict], cutoff: datetime, savepoint_batches: dict[str, int]) 
         if not chosen:
             continue
         fold = Fold(job, query_id, chosen[-1]["batch_id"], previous, chosen)
-        for position, row in enumerate(ordered[start:start + len(chosen)], start=start):
-            fold.thresholds[row["batch_id"]] = (ordered[position - 1]["watermark"]
-                                                if position > 0 else None)
+        for position, row in enumerate(ordered[start : start + len(chosen)], start=start):
+            fold.thresholds[row["batch_id"]] = (
+                ordered[position - 1]["watermark"] if position > 0 else None
+            )
         fold.reports = sum(counts[(job, query_id, r["batch_id"])] for r in chosen) + (
-            counts[(job, query_id, previous["batch_id"])] if previous else 0)
+            counts[(job, query_id, previous["batch_id"])] if previous else 0
+        )
         folds.append(fold)
     return folds
 
@@ -180,12 +197,21 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
     # a job that reads only some rows of its source (JobSpec.reads) drops only those as late
     spec = catalogue(analysed=False).jobs.get(fold.job)
     out = []
-    for source in sorted({r["source_table"] for b in fold.batches
-                          for r in (b.get("source_versions") or [])}):
-        spans = [(b["batch_id"], r["version_from"], r["version_to"],
-                  fold.thresholds.get(b["batch_id"]), report_lost(b))
-                 for b in fold.batches for r in (b.get("source_versions") or [])
-                 if r["source_table"] == source and r.get("version_to") is not None]
+    for source in sorted(
+        {r["source_table"] for b in fold.batches for r in (b.get("source_versions") or [])}
+    ):
+        spans = [
+            (
+                b["batch_id"],
+                r["version_from"],
+                r["version_to"],
+                fold.thresholds.get(b["batch_id"]),
+                report_lost(b),
+            )
+            for b in fold.batches
+            for r in (b.get("source_versions") or [])
+            if r["source_table"] == source and r.get("version_to") is not None
+        ]
         spans = [s for s in spans if s[3] is not None]  # no threshold yet: nothing was late
         if not spans:
             continue
@@ -194,13 +220,18 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
         table = cfg.paths.table("bronze", source)
         event_time = stream_schema(source).event_time
         reads = spec.reads if spec is not None and source == spec.source else None
-        rows = (spark.read.format("delta").load(str(table))
-                .select(F.col(event_time).alias("event_time"),
-                        F.col("_metadata.row_commit_version").alias("bronze_version"),
-                        F.col("_metadata.row_id").alias("row_id"),
-                        F.col("_ingest_batch_id"),
-                        F.expr(reads or "true").alias("job_reads"))
-                .where("job_reads"))
+        rows = (
+            spark.read.format("delta")
+            .load(str(table))
+            .select(
+                F.col(event_time).alias("event_time"),
+                F.col("_metadata.row_commit_version").alias("bronze_version"),
+                F.col("_metadata.row_id").alias("row_id"),
+                F.col("_ingest_batch_id"),
+                F.expr(reads or "true").alias("job_reads"),
+            )
+            .where("job_reads")
+        )
         floor = ingest_batch_floor(table, low)
         if floor is not None:
             rows = rows.where(F.col("_ingest_batch_id") >= floor)
@@ -208,15 +239,28 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
         batches = spark.createDataFrame(
             [(b, f if f is not None else -1, t, th, lost) for b, f, t, th, lost in spans],
             "batch_id long, version_from long, version_to long, late_threshold timestamp, "
-            "report_lost boolean")
-        late = (rows.join(F.broadcast(batches),
-                          (rows.bronze_version > batches.version_from)
-                          & (rows.bronze_version <= batches.version_to))
-                .where(F.col("event_time") <= F.col("late_threshold"))
-                .select("batch_id", "bronze_version", "row_id", "event_time", "late_threshold",
-                        "report_lost"))
-        out += [{"job": fold.job, "source_table": source, **r.asDict(), "recorded_at": now}
-                for r in late.collect()]
+            "report_lost boolean",
+        )
+        late = (
+            rows.join(
+                F.broadcast(batches),
+                (rows.bronze_version > batches.version_from)
+                & (rows.bronze_version <= batches.version_to),
+            )
+            .where(F.col("event_time") <= F.col("late_threshold"))
+            .select(
+                "batch_id",
+                "bronze_version",
+                "row_id",
+                "event_time",
+                "late_threshold",
+                "report_lost",
+            )
+        )
+        out += [
+            {"job": fold.job, "source_table": source, **r.asDict(), "recorded_at": now}
+            for r in late.collect()
+        ]
     return out
 
 
@@ -232,8 +276,9 @@ def _savepoint_batches(cfg: TidemarkConfig) -> dict[str, int]:
     return out
 
 
-def fold(spark, cfg: TidemarkConfig, cutoff: datetime,
-         now: datetime | None = None) -> tuple[int, int, int]:
+def fold(
+    spark, cfg: TidemarkConfig, cutoff: datetime, now: datetime | None = None
+) -> tuple[int, int, int]:
     """Fold every lineage's batches older than ``cutoff`` (see the module doc).
 
     Returns (raw rows replaced, rollup rows written, ledger rows written).
@@ -241,10 +286,25 @@ def fold(spark, cfg: TidemarkConfig, cutoff: datetime,
     now = now or datetime.now(timezone.utc)
     if not ops_tables.exists(cfg, PROGRESS):
         return 0, 0, 0
-    columns = ["job", "query_id", "batch_id", "ts", "watermark", "rolled_up_batches",
-               "source_versions", "source_version_from", "source_version_to", "run_id",
-               *SUMMED, "state_rows", "state_memory_bytes", "state_disk_bytes", "sink_version",
-               "source_lag_rows", "state_commit_ms"]
+    columns = [
+        "job",
+        "query_id",
+        "batch_id",
+        "ts",
+        "watermark",
+        "rolled_up_batches",
+        "source_versions",
+        "source_version_from",
+        "source_version_to",
+        "run_id",
+        *SUMMED,
+        "state_rows",
+        "state_memory_bytes",
+        "state_disk_bytes",
+        "sink_version",
+        "source_lag_rows",
+        "state_commit_ms",
+    ]
     rows = ops_tables.read(cfg, PROGRESS, columns=columns)
     replaced = written = ledgered = 0
     for planned in plan(rows, cutoff, _savepoint_batches(cfg)):
@@ -262,8 +322,9 @@ def fold(spark, cfg: TidemarkConfig, cutoff: datetime,
             # changed them meanwhile): else the next maintenance plans again
             now_there = progress.read(where=planned.predicate, columns=["batch_id"])
             if len(now_there) != planned.reports:
-                LOG.info("%s: its progress changed while folding; left for the next run",
-                         planned.job)
+                LOG.info(
+                    "%s: its progress changed while folding; left for the next run", planned.job
+                )
                 continue
             progress.replace([planned.rollup()], planned.predicate)
         replaced += planned.reports

@@ -28,16 +28,23 @@ class RebuildRefused(RuntimeError):
 def failing_since_last_commit(cfg: TidemarkConfig, job: str) -> list[dict]:
     """The failures of ``job`` recorded after its last committed batch (oldest first)."""
     literal = ops_tables.literal(job)
-    failures = (ops_tables.read(cfg, "stream_failures", where=f"job = {literal}")
-                if ops_tables.exists(cfg, "stream_failures") else [])
+    failures = (
+        ops_tables.read(cfg, "stream_failures", where=f"job = {literal}")
+        if ops_tables.exists(cfg, "stream_failures")
+        else []
+    )
     if not failures:
         return []
-    progress = (ops_tables.read(cfg, "stream_progress", where=f"job = {literal}",
-                                columns=["ts"])
-                if ops_tables.exists(cfg, "stream_progress") else [])
+    progress = (
+        ops_tables.read(cfg, "stream_progress", where=f"job = {literal}", columns=["ts"])
+        if ops_tables.exists(cfg, "stream_progress")
+        else []
+    )
     last_commit = max((r["ts"] for r in progress if r["ts"] is not None), default=None)
-    return sorted((f for f in failures if last_commit is None or f["failed_at"] > last_commit),
-                  key=lambda f: f["failed_at"])
+    return sorted(
+        (f for f in failures if last_commit is None or f["failed_at"] > last_commit),
+        key=lambda f: f["failed_at"],
+    )
 
 
 def refusal(cfg: TidemarkConfig, job: str) -> str | None:
@@ -52,15 +59,18 @@ def refusal(cfg: TidemarkConfig, job: str) -> str | None:
         return None
     last = failing[-1]
     error = " ".join(str(last["error"]).split())[:600]
-    return (f"job {job} has failed {len(failing)} time(s) since its last committed batch (last "
-            f"at {last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: {error}). A rebuild deletes its gold "
-            "table and reads the same bronze again, so it would fail on the same rows with "
-            "nothing left to serve. Fix the cause first (the job, or the data: see tidemark "
-            "health), run the job once, then rebuild; or pass --force to rebuild anyway")
+    return (
+        f"job {job} has failed {len(failing)} time(s) since its last committed batch (last "
+        f"at {last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: {error}). A rebuild deletes its gold "
+        "table and reads the same bronze again, so it would fail on the same rows with "
+        "nothing left to serve. Fix the cause first (the job, or the data: see tidemark "
+        "health), run the job once, then rebuild; or pass --force to rebuild anyway"
+    )
 
 
-def rebuild(cfg: TidemarkConfig, job: str, holder: str = "tidemark rebuild",
-            force: bool = False) -> dict:
+def rebuild(
+    cfg: TidemarkConfig, job: str, holder: str = "tidemark rebuild", force: bool = False
+) -> dict:
     """Reset ``job`` to nothing; returns what was removed. Raises `RebuildRefused` (nothing
     removed) while the job fails since its last commit, unless ``force``."""
     paths = cfg.paths
@@ -71,8 +81,7 @@ def rebuild(cfg: TidemarkConfig, job: str, holder: str = "tidemark rebuild",
         if why:
             raise RebuildRefused(why)
         predicate = f"job = {ops_tables.literal(job)}"
-        for table in ("stream_progress", "stream_late_rows", "stream_failures",
-                      "expectations"):
+        for table in ("stream_progress", "stream_late_rows", "stream_failures", "expectations"):
             if ops_tables.exists(cfg, table):
                 with ops_tables.locked(cfg, table) as handle:
                     rows = len(handle.read(where=predicate, columns=["job"]))

@@ -33,31 +33,41 @@ def state_partitions(spark: SparkSession, cfg: TidemarkConfig, job: str) -> set[
     checkpoint = cfg.paths.checkpoint(job)
     if not (checkpoint / "state").is_dir():
         return set()
-    return {r.numPartitions for r in spark.read.format("state-metadata").load(str(checkpoint))
-            .select("numPartitions").collect()}
+    return {
+        r.numPartitions
+        for r in spark.read.format("state-metadata")
+        .load(str(checkpoint))
+        .select("numPartitions")
+        .collect()
+    }
 
 
-def rescale(spark: SparkSession, cfg: TidemarkConfig, job: str, partitions: int,
-            holder: str = "a rescale") -> savepoints.Savepoint:
+def rescale(
+    spark: SparkSession, cfg: TidemarkConfig, job: str, partitions: int, holder: str = "a rescale"
+) -> savepoints.Savepoint:
     """Repartition the job's state to ``partitions``; returns the savepoint taken first."""
     if partitions < 1:
         raise RescaleError(f"rescale {job}: partitions must be at least 1, not {partitions}")
     current = state_partitions(spark, cfg, job)
     if not current:
-        raise RescaleError(f"rescale {job}: its checkpoint {cfg.paths.checkpoint(job)} holds no "
-                           "state (never ran, or a stateless job): nothing to rescale")
+        raise RescaleError(
+            f"rescale {job}: its checkpoint {cfg.paths.checkpoint(job)} holds no "
+            "state (never ran, or a stateless job): nothing to rescale"
+        )
     if current == {partitions}:
         raise RescaleError(f"rescale {job}: its state already has {partitions} partitions")
     point = savepoints.take(cfg, job, keep=cfg.ops.savepoints_keep + 1, holder=holder)
     with checkpoint_lock(cfg.paths.checkpoint(job), holder):
         try:
             spark._streamingCheckpointManager.repartition(  # noqa: SLF001 - Spark 4.2's API
-                str(cfg.paths.checkpoint(job)), partitions)
+                str(cfg.paths.checkpoint(job)), partitions
+            )
         except Exception as exc:  # noqa: BLE001 - re-raised with what to do
             raise RescaleError(
                 f"rescale {job} to {partitions} partitions failed: {exc}. The checkpoint may be "
                 f"partly rewritten: run 'tidemark restore {job}' to put back savepoint "
-                f"{point.path.name} (taken just before).") from exc
+                f"{point.path.name} (taken just before)."
+            ) from exc
     after = state_partitions(spark, cfg, job)
     if after != {partitions}:
         raise RescaleError(
@@ -66,5 +76,6 @@ def rescale(spark: SparkSession, cfg: TidemarkConfig, job: str, partitions: int,
             "checkpoint). The checkpoint is unchanged and the job runs on as before; the "
             "feature is still being completed upstream (SPARK-54345). To change the partition "
             f"count today: rebuild the job from bronze with TIDEMARK_SHUFFLE_PARTITIONS={partitions} "
-            "(delete its checkpoint and gold table, run it again).")
+            "(delete its checkpoint and gold table, run it again)."
+        )
     return point

@@ -65,18 +65,20 @@ LAYERS = ("bronze", "quarantine", "gold")
 PRUNED = {
     "stream_failures": ("failed_at", None),
     "expectations": ("recorded_at", None),
-    "alerts": ("resolved_at", "firing_delivered_at is not null and "
-                              "resolved_delivered_at is not null"),
+    "alerts": (
+        "resolved_at",
+        "firing_delivered_at is not null and resolved_delivered_at is not null",
+    ),
 }
 
 # why the other ops tables keep their rows
 KEPT = {
     "stream_progress": "batches past the age folded into a rollup row per job (see the fold "
-                       "step); raw progress past the age cleared",
+    "step); raw progress past the age cleared",
     "stream_late_rows": "rows kept: the late rows of folded batches, which reconciliation's "
-                        "lateness replay reads",
+    "lateness replay reads",
     "recon_runs": "runs past the age pruned, except each job's latest (what `tidemark recon` "
-                  "reports)",
+    "reports)",
 }
 
 
@@ -228,8 +230,12 @@ def _oldest_savepoint(cfg: TidemarkConfig) -> float | None:
 MARGIN_HOURS = 5 / 60  # beyond what a savepoint or a lagging reader needs (clock skew)
 
 
-def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None,
-                 at_least: tuple[float, str] | None = None) -> tuple[float, str]:
+def retain_hours(
+    cfg: TidemarkConfig,
+    table: Path,
+    now: float | None = None,
+    at_least: tuple[float, str] | None = None,
+) -> tuple[float, str]:
     """How many hours of removed files ``VACUUM`` keeps for ``table`` (or of log entries, with
     ``at_least=(cfg.ops.log_retain_hours, ...)``), and why.
 
@@ -239,8 +245,10 @@ def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None,
     """
     now = time.time() if now is None else now
     hours, why = at_least or (cfg.ops.vacuum_retain_hours, "TIDEMARK_VACUUM_RETAIN_HOURS")
-    for since, reason in ((_oldest_savepoint(cfg), "the oldest savepoint"),
-                          (_oldest_unread(cfg, table), "a checkpoint that has not read it all")):
+    for since, reason in (
+        (_oldest_savepoint(cfg), "the oldest savepoint"),
+        (_oldest_unread(cfg, table), "a checkpoint that has not read it all"),
+    ):
         if since is not None and (now - since) / 3600 + MARGIN_HOURS > hours:
             hours, why = (now - since) / 3600 + MARGIN_HOURS, reason
     return hours, why
@@ -250,7 +258,8 @@ def retain_hours(cfg: TidemarkConfig, table: Path, now: float | None = None,
 
 # a log file of one version: its commit, its checksum, its checkpoint (one file or parts)
 VERSION_FILE = re.compile(
-    r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
+    r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$"
+)
 CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 COMPACTED_FILE = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
 
@@ -306,8 +315,9 @@ def expire_log(table: Path, keep_since: float) -> tuple[int, int | None]:
     return len(doomed), floor
 
 
-def log_retain_hours(cfg: TidemarkConfig, table: Path, layer: str,
-                     now: float | None = None) -> tuple[float, str]:
+def log_retain_hours(
+    cfg: TidemarkConfig, table: Path, layer: str, now: float | None = None
+) -> tuple[float, str]:
     """How many hours of log entries ``table`` keeps, and why: ``TIDEMARK_LOG_RETAIN_HOURS``,
     longer while a savepoint or a lagging checkpoint needs older versions (`retain_hours`);
     never less than what the table's ``VACUUM`` keeps (``VACUUM LITE`` finds removed files in
@@ -315,8 +325,9 @@ def log_retain_hours(cfg: TidemarkConfig, table: Path, layer: str,
     leaves them on disk for good, which the 90-minute soak found); bronze also back to the age
     past which progress is folded (the fold reads the statistics of the bronze commits its
     batches read, `lineage`)."""
-    hours, why = retain_hours(cfg, table, now,
-                              at_least=(cfg.ops.log_retain_hours, "TIDEMARK_LOG_RETAIN_HOURS"))
+    hours, why = retain_hours(
+        cfg, table, now, at_least=(cfg.ops.log_retain_hours, "TIDEMARK_LOG_RETAIN_HOURS")
+    )
     vacuum, vacuum_why = retain_hours(cfg, table, now)
     vacuum = math.ceil(vacuum) + MARGIN_HOURS  # VACUUM keeps whole hours (`_lake_table`)
     if vacuum > hours:
@@ -333,12 +344,19 @@ def _log(out: Maintenance, target: str, cfg: TidemarkConfig, table: Path, layer:
     before = log_files(table)
     deleted, floor = expire_log(table, time.time() - hours * 3600)
     if deleted:
-        out.steps.append(Step(target, "expire log", f"{deleted} log files before version "
-                              f"{floor} removed; kept {hours:.2f} h ({why})", before,
-                              log_files(table)))
+        out.steps.append(
+            Step(
+                target,
+                "expire log",
+                f"{deleted} log files before version {floor} removed; kept {hours:.2f} h ({why})",
+                before,
+                log_files(table),
+            )
+        )
 
 
 # -- the steps ---------------------------------------------------------------------------------
+
 
 def _guarded(out: Maintenance, target: str, action, *args) -> None:
     """Run one step; a failure is a ``failed`` step with its reason, and the others go on."""
@@ -418,8 +436,16 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
             archive.mkdir(parents=True, exist_ok=True)
             shutil.move(str(path), archive / path.name)
         moved += 1
-    out.steps.append(Step(target, policy, f"{moved} of {len(files)} files fully ingested",
-                          len(files), len(files) - moved, bytes_freed=freed))
+    out.steps.append(
+        Step(
+            target,
+            policy,
+            f"{moved} of {len(files)} files fully ingested",
+            len(files),
+            len(files) - moved,
+            bytes_freed=freed,
+        )
+    )
 
 
 def archive_dir(cfg: TidemarkConfig, stream: str) -> Path:
@@ -438,8 +464,15 @@ def _archive(out: Maintenance, target: str, folder: Path, cutoff: float) -> None
     for p in old:
         p.unlink()
     if old:
-        out.steps.append(Step(target, "delete", f"{len(old)} archived files past retention",
-                              rows_removed=0, bytes_freed=freed))
+        out.steps.append(
+            Step(
+                target,
+                "delete",
+                f"{len(old)} archived files past retention",
+                rows_removed=0,
+                bytes_freed=freed,
+            )
+        )
 
 
 def _update_mode_gold(cfg: TidemarkConfig) -> set[str]:
@@ -454,32 +487,64 @@ def _active_files(table: Path) -> int:
     return len(DeltaTable(str(table)).file_uris())
 
 
-def _lake_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Path,
-                compact: bool, merged_by: str | None) -> None:
+def _lake_table(
+    out: Maintenance,
+    target: str,
+    spark,
+    cfg: TidemarkConfig,
+    table: Path,
+    compact: bool,
+    merged_by: str | None,
+) -> None:
     from delta.tables import DeltaTable
 
     files_before, bytes_before = _disk(table)
     if compact and _active_files(table) > 1:  # one file or none: nothing to bin-pack
         handle = DeltaTable.forPath(spark, str(table))
         try:
-            with checkpoint_lock(cfg.paths.checkpoint(merged_by), "maintenance (OPTIMIZE)") \
-                    if merged_by else nullcontext():
+            with (
+                checkpoint_lock(cfg.paths.checkpoint(merged_by), "maintenance (OPTIMIZE)")
+                if merged_by
+                else nullcontext()
+            ):
                 tries = retry_conflicts(lambda: handle.optimize().executeCompaction())
-            out.steps.append(Step(target, "optimize", "small files bin-packed" + (
-                f" (after {tries - 1} conflicts with a concurrent writer)" if tries > 1 else ""),
-                files_before))
+            out.steps.append(
+                Step(
+                    target,
+                    "optimize",
+                    "small files bin-packed"
+                    + (
+                        f" (after {tries - 1} conflicts with a concurrent writer)"
+                        if tries > 1
+                        else ""
+                    ),
+                    files_before,
+                )
+            )
         except CheckpointBusy:
-            out.steps.append(Step(target, "skipped", f"not compacted: job {merged_by} is "
-                                  "running and writes it with MERGE"))
+            out.steps.append(
+                Step(
+                    target,
+                    "skipped",
+                    f"not compacted: job {merged_by} is running and writes it with MERGE",
+                )
+            )
         except ConcurrentCompaction as exc:
             out.steps.append(Step(target, "skipped", f"not compacted: {exc}"))
     hours, why = retain_hours(cfg, table)
     hours = math.ceil(hours)  # Delta rounds VACUUM's RETAIN to whole hours: never down
     _vacuum(spark, table, hours)
     files_after, bytes_after = _disk(table)
-    out.steps.append(Step(target, "vacuum", f"kept {hours} h of removed files ({why})",
-                          files_before, files_after,
-                          bytes_freed=max(bytes_before - bytes_after, 0)))
+    out.steps.append(
+        Step(
+            target,
+            "vacuum",
+            f"kept {hours} h of removed files ({why})",
+            files_before,
+            files_after,
+            bytes_freed=max(bytes_before - bytes_after, 0),
+        )
+    )
 
 
 class ConcurrentCompaction(Exception):
@@ -505,7 +570,8 @@ def retry_conflicts(action, attempts: int = CONFLICT_ATTEMPTS, pause: float = 2.
                 raise ConcurrentCompaction(
                     f"{attempts} attempts each lost to a concurrent commit "
                     f"({str(exc).split(']')[0].lstrip('[')}); the next maintenance run "
-                    "compacts it") from exc
+                    "compacts it"
+                ) from exc
             time.sleep(pause * attempt)
     return attempts
 
@@ -517,11 +583,17 @@ def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table:
 
     files_before, bytes_before = _disk(table)
     hours = math.ceil(cfg.ops.vacuum_retain_hours)
-    anew = Step(target, "skipped", "a reconciliation is writing the table anew; the next run "
-                "vacuums it", files_before, files_before)
+    anew = Step(
+        target,
+        "skipped",
+        "a reconciliation is writing the table anew; the next run vacuums it",
+        files_before,
+        files_before,
+    )
     try:
-        DeltaTable(str(table)).vacuum(retention_hours=hours, enforce_retention_duration=False,
-                                      dry_run=False)
+        DeltaTable(str(table)).vacuum(
+            retention_hours=hours, enforce_retention_duration=False, dry_run=False
+        )
     except Exception:  # noqa: BLE001 - a table feature delta-rs lacks: Spark's own VACUUM
         if latest_version(table) is None:
             # a reconciliation is writing the table anew right now: its log is gone, or it
@@ -536,8 +608,16 @@ def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table:
             out.steps.append(anew)
             return
     files_after, bytes_after = _disk(table)
-    out.steps.append(Step(target, "vacuum", f"kept {hours} h of removed files", files_before,
-                          files_after, bytes_freed=max(bytes_before - bytes_after, 0)))
+    out.steps.append(
+        Step(
+            target,
+            "vacuum",
+            f"kept {hours} h of removed files",
+            files_before,
+            files_after,
+            bytes_freed=max(bytes_before - bytes_after, 0),
+        )
+    )
     _log(out, target, cfg, table, "dbt")
 
 
@@ -549,8 +629,10 @@ def _vacuum(spark, table: Path, hours: int) -> None:
     computed what readers need, see `retain_hours`)."""
     # Delta 4.4 ignores a RETAIN other than 0 hours (keeping the table's 7-day default) unless
     # retentionWindowIgnore is off: found by the soak, whose VACUUMs deleted nothing
-    lifted = {"spark.databricks.delta.retentionDurationCheck.enabled": "false",
-              "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false"}
+    lifted = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
+    }
     previous = {key: spark.conf.get(key, None) for key in lifted}
     for key, value in lifted.items():
         spark.conf.set(key, value)
@@ -585,8 +667,9 @@ def _log_starts_after(table: Path, since: float) -> bool:
         return True  # expired meanwhile: the log starts later still
 
 
-def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
-               cutoff: datetime) -> None:
+def _ops_table(
+    out: Maintenance, target: str, cfg: TidemarkConfig, name: str, cutoff: datetime
+) -> None:
     from deltalake import DeltaTable
 
     removed = 0
@@ -608,19 +691,27 @@ def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
             for row in rows:
                 if row["job"] not in latest or row["finished_at"] > latest[row["job"]][1]:
                     latest[row["job"]] = (row["run_key"], row["finished_at"])
-            kept = " or ".join(
-                f"(run_key = {ops_tables.literal(key)} and "
-                + (f"job = {ops_tables.literal(job)})" if job is not None else "job is null)")
-                for job, (key, _) in latest.items()) or "false"
-            predicate = (f"finished_at < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))}"
-                         f" and not ({kept})")
+            kept = (
+                " or ".join(
+                    f"(run_key = {ops_tables.literal(key)} and "
+                    + (f"job = {ops_tables.literal(job)})" if job is not None else "job is null)")
+                    for job, (key, _) in latest.items()
+                )
+                or "false"
+            )
+            predicate = (
+                f"finished_at < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))}"
+                f" and not ({kept})"
+            )
             stale = locked.read(where=predicate, columns=["run_key"])
             if stale:
                 locked.delete(predicate)
                 removed = len(stale)
         elif name == "stream_progress":
-            predicate = (f"ts < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))} "
-                         "and progress_json is not null")
+            predicate = (
+                f"ts < {ops_tables.literal(cutoff.strftime('%Y-%m-%d %H:%M:%S'))} "
+                "and progress_json is not null"
+            )
             if locked.read(where=predicate, columns=["ts"]):
                 locked.update_sql({"progress_json": "NULL"}, predicate)
         path = ops_tables.path(cfg, name)
@@ -635,23 +726,41 @@ def _ops_table(out: Maintenance, target: str, cfg: TidemarkConfig, name: str,
         expire_log(path, time.time() - hours * 3600)
         log_after = log_files(path)
     files_after, bytes_after = _disk(path)
-    out.steps.append(Step(target, "prune+compact" if name in PRUNED or removed else "compact",
-                          (f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
-                           if name in PRUNED else KEPT.get(name, "rows kept"))
-                          + f"; log files {log_before:,} -> {log_after:,}",
-                          files_before, files_after, removed,
-                          max(bytes_before - bytes_after, 0)))
+    out.steps.append(
+        Step(
+            target,
+            "prune+compact" if name in PRUNED or removed else "compact",
+            (
+                f"rows older than {cutoff:%Y-%m-%d %H:%M} UTC pruned"
+                if name in PRUNED
+                else KEPT.get(name, "rows kept")
+            )
+            + f"; log files {log_before:,} -> {log_after:,}",
+            files_before,
+            files_after,
+            removed,
+            max(bytes_before - bytes_after, 0),
+        )
+    )
 
 
-def _fold_progress(out: Maintenance, target: str, spark, cfg: TidemarkConfig,
-                   cutoff: datetime) -> None:
+def _fold_progress(
+    out: Maintenance, target: str, spark, cfg: TidemarkConfig, cutoff: datetime
+) -> None:
     from streaming_jobs.operations import lineage
 
     replaced, rollups, late = lineage.fold(spark, cfg, cutoff)
     if rollups:
-        out.steps.append(Step(target, "fold", f"{replaced:,} batch rows of {rollups} jobs "
-                              f"folded into their rollup rows; {late:,} late rows recorded in "
-                              "ops/stream_late_rows", rows_removed=replaced - rollups))
+        out.steps.append(
+            Step(
+                target,
+                "fold",
+                f"{replaced:,} batch rows of {rollups} jobs "
+                f"folded into their rollup rows; {late:,} late rows recorded in "
+                "ops/stream_late_rows",
+                rows_removed=replaced - rollups,
+            )
+        )
 
 
 def _replaced(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
@@ -680,10 +789,8 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
     for layer in LAYERS:
         for table in delta_tables(cfg.paths.table(layer, "")):
             merged_by = table.name if layer == "gold" and table.name in merged else None
-            _guarded(out, f"{layer}/{table.name}", _lake_table, spark, cfg, table, True,
-                     merged_by)
-    for schema in sorted(cfg.paths.warehouse.glob("*.db")) if cfg.paths.warehouse.is_dir() \
-            else []:
+            _guarded(out, f"{layer}/{table.name}", _lake_table, spark, cfg, table, True, merged_by)
+    for schema in sorted(cfg.paths.warehouse.glob("*.db")) if cfg.paths.warehouse.is_dir() else []:
         for table in delta_tables(schema):
             _guarded(out, f"dbt/{schema.stem}.{table.name}", _dbt_table, spark, cfg, table)
     _guarded(out, "ops/stream_progress", _fold_progress, spark, cfg, cutoff)
@@ -702,13 +809,19 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
 
 def table(report: Maintenance) -> list[str]:
     """The steps as markdown table lines (the CLI prints them, Dagster shows them)."""
+
     def n(value) -> str:
         return "" if value is None else f"{value:,}"
 
-    lines = ["| target | action | files before | files after | rows removed | MB freed | "
-             "seconds | detail |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| target | action | files before | files after | rows removed | MB freed | "
+        "seconds | detail |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in report.steps:
-        lines.append(f"| {s.target} | {s.action} | {n(s.files_before)} | {n(s.files_after)} | "
-                     f"{n(s.rows_removed)} | {s.bytes_freed / 1e6:.1f} | {s.seconds:.1f} | "
-                     f"{s.detail} |")
+        lines.append(
+            f"| {s.target} | {s.action} | {n(s.files_before)} | {n(s.files_after)} | "
+            f"{n(s.rows_removed)} | {s.bytes_freed / 1e6:.1f} | {s.seconds:.1f} | "
+            f"{s.detail} |"
+        )
     return lines

@@ -43,8 +43,12 @@ from streaming_jobs.checkpoints import last_committed_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version
 from streaming_jobs.operations.health import structural_findings
-from streaming_jobs.checkpoints import (CheckpointBusy, checkpoint_lock, is_running,
-                                             takes_savepoint_requests)
+from streaming_jobs.checkpoints import (
+    CheckpointBusy,
+    checkpoint_lock,
+    is_running,
+    takes_savepoint_requests,
+)
 
 
 class SavepointError(RuntimeError):
@@ -83,16 +87,22 @@ def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
     """Copy the job's checkpoint; the caller holds its lock (no batch can be in flight)."""
     checkpoint = cfg.paths.checkpoint(job)
     if restores.pending(cfg, job):
-        raise SavepointError(f"job {job}: a restore of its checkpoint was cut short; it finishes "
-                             "at the job's next run (or `tidemark restore`), then take one")
+        raise SavepointError(
+            f"job {job}: a restore of its checkpoint was cut short; it finishes "
+            "at the job's next run (or `tidemark restore`), then take one"
+        )
     batch = last_committed_batch(checkpoint)
     if batch is None:
-        raise SavepointError(f"job {job}: checkpoint {checkpoint} has no committed batch "
-                             "yet; run the job once before taking a savepoint")
+        raise SavepointError(
+            f"job {job}: checkpoint {checkpoint} has no committed batch "
+            "yet; run the job once before taking a savepoint"
+        )
     broken = structural_findings(checkpoint)
     if broken:
-        raise SavepointError(f"job {job}: refusing to save a broken checkpoint ("
-                             f"{broken[0].message}); restore an earlier savepoint instead")
+        raise SavepointError(
+            f"job {job}: refusing to save a broken checkpoint ("
+            f"{broken[0].message}); restore an earlier savepoint instead"
+        )
     version = latest_version(cfg.paths.table("gold", job))
     taken_at = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     target = cfg.paths.savepoints / job / f"{taken_at}-b{batch}"
@@ -101,8 +111,10 @@ def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
         shutil.rmtree(stale, ignore_errors=True)
     staging = target.with_name(f".{target.name}.partial")
     shutil.copytree(checkpoint, staging / "checkpoint")
-    restores.write_json(staging / "savepoint.json",
-                {"job": job, "batch_id": batch, "gold_version": version, "taken_at": taken_at})
+    restores.write_json(
+        staging / "savepoint.json",
+        {"job": job, "batch_id": batch, "gold_version": version, "taken_at": taken_at},
+    )
     staging.rename(target)  # complete or absent
     for old in savepoints(cfg, job)[:-keep] if keep > 0 else []:
         shutil.rmtree(old.path, ignore_errors=True)
@@ -116,6 +128,7 @@ def take(cfg: TidemarkConfig, job: str, *, keep: int = 3, holder: str = "a savep
 
 
 # -- savepoints of running jobs: requests answered by the continuous run ----------------------
+
 
 def _requests(cfg: TidemarkConfig, job: str) -> Path:
     return cfg.paths.savepoints / job / ".requests"
@@ -136,17 +149,32 @@ def pending(cfg: TidemarkConfig, job: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.request")) if folder.is_dir() else []
 
 
-def answer(cfg: TidemarkConfig, job: str, request_id: str, *, savepoint: Savepoint | None = None,
-           error: str | None = None) -> None:
+def answer(
+    cfg: TidemarkConfig,
+    job: str,
+    request_id: str,
+    *,
+    savepoint: Savepoint | None = None,
+    error: str | None = None,
+) -> None:
     """Record the outcome of a request (by the run that owns the checkpoint)."""
     folder = _requests(cfg, job)
-    restores.write_json(folder / f"{request_id}.answer",
-                {"savepoint": savepoint.path.name if savepoint else None, "error": error})
+    restores.write_json(
+        folder / f"{request_id}.answer",
+        {"savepoint": savepoint.path.name if savepoint else None, "error": error},
+    )
     (folder / f"{request_id}.request").unlink(missing_ok=True)
 
 
-def wait_for_answer(cfg: TidemarkConfig, job: str, request_id: str, *, keep: int = 3,
-                    holder: str = "a savepoint", timeout_seconds: float = 600.0) -> Savepoint:
+def wait_for_answer(
+    cfg: TidemarkConfig,
+    job: str,
+    request_id: str,
+    *,
+    keep: int = 3,
+    holder: str = "a savepoint",
+    timeout_seconds: float = 600.0,
+) -> Savepoint:
     """The savepoint the owner took for ``request_id``. If the owner stops before answering (the
     continuous run ended), the request is withdrawn and the savepoint taken here; if it neither
     answers nor stops in time, `SavepointError`."""
@@ -163,18 +191,21 @@ def wait_for_answer(cfg: TidemarkConfig, job: str, request_id: str, *, keep: int
             raise SavepointError(
                 f"job {job}: the run that owns its checkpoint did not answer the savepoint "
                 f"request within {timeout_seconds:.0f}s (a batch that takes that long?); the "
-                "request was withdrawn. Try again later.")
+                "request was withdrawn. Try again later."
+            )
         time.sleep(0.5)
     outcome = json.loads(reply.read_text())
     reply.unlink(missing_ok=True)
     if outcome.get("error"):
-        raise SavepointError(f"job {job}: the continuous run could not take the savepoint: "
-                             f"{outcome['error']}")
+        raise SavepointError(
+            f"job {job}: the continuous run could not take the savepoint: {outcome['error']}"
+        )
     return Savepoint.read(cfg.paths.savepoints / job / outcome["savepoint"])
 
 
-def take_all(cfg: TidemarkConfig, jobs, *, keep: int = 3,
-             holder: str = "a savepoint") -> dict[str, Savepoint | str]:
+def take_all(
+    cfg: TidemarkConfig, jobs, *, keep: int = 3, holder: str = "a savepoint"
+) -> dict[str, Savepoint | str]:
     """A savepoint of every job, running or not: per job the `Savepoint`, or why there is none.
 
     Jobs a continuous run hosts are asked all at once (it answers them in one pass); the
@@ -200,8 +231,15 @@ def take_all(cfg: TidemarkConfig, jobs, *, keep: int = 3,
 
 # -- restore ----------------------------------------------------------------------------------
 
-def restore(spark, cfg: TidemarkConfig, job: str, savepoint: Savepoint | None = None,
-            *, holder: str = "a restore") -> Savepoint:
+
+def restore(
+    spark,
+    cfg: TidemarkConfig,
+    job: str,
+    savepoint: Savepoint | None = None,
+    *,
+    holder: str = "a restore",
+) -> Savepoint:
     """Put ``savepoint`` (default: the latest) back as the job's checkpoint; see the module doc."""
     available = savepoints(cfg, job)
     if savepoint is None:
@@ -210,12 +248,12 @@ def restore(spark, cfg: TidemarkConfig, job: str, savepoint: Savepoint | None = 
                 f"job {job}: no savepoint under {cfg.paths.savepoints / job} to restore. Take "
                 f"them regularly (tidemark savepoint {job}, or the savepoint schedule). Without "
                 "one, the job can only be rebuilt from bronze: delete its checkpoint and gold "
-                "table and run it again.")
+                "table and run it again."
+            )
         savepoint = available[-1]
     with checkpoint_lock(cfg.paths.checkpoint(job), holder):
         # an earlier restore cut short is finished first; then this one, in stages
         restores.finish_pending(lambda: spark, cfg, job)
-        steps = restores.plan(cfg, job, savepoint.path, savepoint.batch_id,
-                              savepoint.gold_version)
+        steps = restores.plan(cfg, job, savepoint.path, savepoint.batch_id, savepoint.gold_version)
         restores.finish(spark, cfg, steps)
     return savepoint

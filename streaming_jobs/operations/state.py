@@ -57,9 +57,15 @@ class Reading:
 
 
 def _reading(row: dict) -> Reading:
-    ops = tuple(OperatorReading(o["operator"], o["rows"] or 0, o["memory_bytes"] or 0,
-                                dict(o["custom"] or {}).get("rocksdbSstFileSize", 0))
-                for o in (row["state_operators"] or []))
+    ops = tuple(
+        OperatorReading(
+            o["operator"],
+            o["rows"] or 0,
+            o["memory_bytes"] or 0,
+            dict(o["custom"] or {}).get("rocksdbSstFileSize", 0),
+        )
+        for o in (row["state_operators"] or [])
+    )
     return Reading(row["job"], row["batch_id"], row["ts"], ops)
 
 
@@ -68,29 +74,40 @@ def history(cfg: TidemarkConfig, job: str, last: int = 20) -> list[Reading]:
 
     Read from ``ops/stream_progress`` with delta-rs: no JVM, so a sensor tick stays short.
     """
-    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(job)}",
-                           columns=["job", "batch_id", "ts", "state_operators"])
+    rows = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(job)}",
+        columns=["job", "batch_id", "ts", "state_operators"],
+    )
     rows = [r for r in rows if r["state_operators"]]
     rows.sort(key=lambda r: (r["ts"], r["batch_id"]))
     return [_reading(r) for r in rows[-last:]]
 
 
-def level(reading: Reading, limits: StateThresholds, previous: str = "ok",
-          hysteresis: float = 0.1) -> tuple[str, str]:
+def level(
+    reading: Reading, limits: StateThresholds, previous: str = "ok", hysteresis: float = 0.1
+) -> tuple[str, str]:
     """The reading's level and why, given the level it had (for hysteresis)."""
     size = max(reading.memory_bytes, reading.disk_bytes)
-    checks = (("critical", reading.rows, limits.critical_rows, "rows"),
-              ("critical", size, limits.critical_bytes, "bytes"),
-              ("warning", reading.rows, limits.warn_rows, "rows"),
-              ("warning", size, limits.warn_bytes, "bytes"))
+    checks = (
+        ("critical", reading.rows, limits.critical_rows, "rows"),
+        ("critical", size, limits.critical_bytes, "bytes"),
+        ("warning", reading.rows, limits.warn_rows, "rows"),
+        ("warning", size, limits.warn_bytes, "bytes"),
+    )
     for name, value, limit, unit in checks:
         # Above the line: this level. Held at a level already: stay until clearly under it.
         held = LEVELS.index(previous) >= LEVELS.index(name)
         if value > limit or (held and value > limit * (1 - hysteresis)):
-            return name, (f"state {unit} {value:,} {'>' if value > limit else 'still near'} "
-                          f"{name} threshold {limit:,} (batch {reading.batch_id})")
-    return "ok", (f"state rows {reading.rows:,} / bytes {size:,} under warn thresholds "
-                  f"{limits.warn_rows:,} rows / {limits.warn_bytes:,} bytes")
+            return name, (
+                f"state {unit} {value:,} {'>' if value > limit else 'still near'} "
+                f"{name} threshold {limit:,} (batch {reading.batch_id})"
+            )
+    return "ok", (
+        f"state rows {reading.rows:,} / bytes {size:,} under warn thresholds "
+        f"{limits.warn_rows:,} rows / {limits.warn_bytes:,} bytes"
+    )
 
 
 @dataclass(frozen=True)
@@ -99,8 +116,9 @@ class Growth:
     hours_to_critical: float | None  # None: not growing
 
 
-def growth(readings: list[Reading], limits: StateThresholds,
-           min_span_hours: float = 0.25) -> Growth | None:
+def growth(
+    readings: list[Reading], limits: StateThresholds, min_span_hours: float = 0.25
+) -> Growth | None:
     """Least-squares rows/hour over the readings; None with fewer than 3, or spanning less
     than ``min_span_hours`` (a job that just started fills its state up to its watermark or
     TTL: that ramp is not a trend)."""
@@ -141,11 +159,16 @@ def _state_variables(properties: str | None) -> list[str]:
     except ValueError:
         return []
     # "$..." variables are Spark's own bookkeeping (timers, TTL indexes), not the job's state
-    return [v["stateName"] for v in info.get("stateVariables", [])
-            if v.get("stateName") and not v["stateName"].startswith("$")]
+    return [
+        v["stateName"]
+        for v in info.get("stateVariables", [])
+        if v.get("stateName") and not v["stateName"].startswith("$")
+    ]
 
 
-def inspect(spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5) -> list[OperatorState]:
+def inspect(
+    spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5
+) -> list[OperatorState]:
     """Per stateful operator of the job's checkpoint: what it holds, and its largest keys."""
     checkpoint = str(cfg.paths.checkpoint(job))
     if not (cfg.paths.checkpoint(job) / "state").is_dir():
@@ -160,17 +183,32 @@ def inspect(spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5) ->
     for m in meta:
         props = m.asDict().get("operatorProperties")
         variables = _state_variables(props)
-        op = OperatorState(m.operatorId, m.operatorName, m.stateStoreName, m.numPartitions,
-                           m.minBatchId, m.maxBatchId, variables)
+        op = OperatorState(
+            m.operatorId,
+            m.operatorName,
+            m.stateStoreName,
+            m.numPartitions,
+            m.minBatchId,
+            m.maxBatchId,
+            variables,
+        )
         reads = [{"stateVarName": v} for v in variables] or [{"storeName": m.stateStoreName}]
         for options in reads:
-            state = (spark.read.format("statestore").option("operatorId", m.operatorId)
-                     .options(**options).load(checkpoint))
+            state = (
+                spark.read.format("statestore")
+                .option("operatorId", m.operatorId)
+                .options(**options)
+                .load(checkpoint)
+            )
             held = [c for c in state.columns if c not in ("key", "partition_id")]
-            sized = state.select(F.to_json(F.struct("key")).alias("key"),
-                                 F.length(F.to_json(F.struct(*held))).alias("bytes"))
+            sized = state.select(
+                F.to_json(F.struct("key")).alias("key"),
+                F.length(F.to_json(F.struct(*held))).alias("bytes"),
+            )
             op.rows += state.count()
-            op.largest += [(r.key, r.bytes) for r in sized.orderBy(F.col("bytes").desc()).limit(top).collect()]
+            op.largest += [
+                (r.key, r.bytes) for r in sized.orderBy(F.col("bytes").desc()).limit(top).collect()
+            ]
         op.largest = sorted(op.largest, key=lambda kv: -kv[1])[:top]
         out.append(op)
     return out

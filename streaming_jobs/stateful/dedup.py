@@ -7,9 +7,13 @@ from pyspark.sql import DataFrame
 from streaming_jobs.schemas import StreamSchema
 
 
-def dedup_within_watermark(events: DataFrame, event_time: str, watermark: str,
-                           key: str | tuple[str, ...] = "event_id",
-                           reads: str | None = None) -> DataFrame:
+def dedup_within_watermark(
+    events: DataFrame,
+    event_time: str,
+    watermark: str,
+    key: str | tuple[str, ...] = "event_id",
+    reads: str | None = None,
+) -> DataFrame:
     """Watermark ``events`` on ``event_time`` and keep the first copy of each ``key``.
 
     ``key`` is one column or several. In a stream, events behind the watermark are dropped
@@ -36,8 +40,10 @@ def dedup_within_watermark(events: DataFrame, event_time: str, watermark: str,
     return timed.dropDuplicates(columns)
 
 
-def dedup_stream(events: DataFrame, stream: StreamSchema, watermark: str,
-                 reads: str | None = None) -> DataFrame:
+def dedup_stream(
+    events: DataFrame, stream: StreamSchema, watermark: str, reads: str | None = None
+) -> DataFrame:
     """`dedup_within_watermark` on the stream's own event time and declared dedup key."""
-    return dedup_within_watermark(events, stream.event_time, watermark, key=stream.dedup_key,
-                                  reads=reads)
+    return dedup_within_watermark(
+        events, stream.event_time, watermark, key=stream.dedup_key, reads=reads
+    )

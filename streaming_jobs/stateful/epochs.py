@@ -42,8 +42,11 @@ class Epochs:
         first, last, count, total = first[order], last[order], count[order], total[order]
         # sweep: a run starts where the gap to the latest end seen so far exceeds the ttl
         reach = np.maximum.accumulate(last)
-        starts = np.concatenate([[True], first[1:] - reach[:-1] > ttl_ms]) if len(first) else \
-            np.array([], dtype=bool)
+        starts = (
+            np.concatenate([[True], first[1:] - reach[:-1] > ttl_ms])
+            if len(first)
+            else np.array([], dtype=bool)
+        )
         group = np.cumsum(starts) - 1
         n = int(group[-1]) + 1 if len(group) else 0
         return Epochs(

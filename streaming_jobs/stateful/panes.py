@@ -21,8 +21,9 @@ def pane_starts(times_ms: np.ndarray, slide_ms: int) -> np.ndarray:
     return (times_ms // slide_ms) * slide_ms
 
 
-def add_to_panes(starts: np.ndarray, counts: np.ndarray,
-                 new_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def add_to_panes(
+    starts: np.ndarray, counts: np.ndarray, new_starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Pane counts (sorted by start) with one more event at each of ``new_starts``."""
     merged = np.concatenate([starts, new_starts])
     weights = np.concatenate([counts, np.ones(len(new_starts), dtype=np.int64)])
@@ -30,8 +31,7 @@ def add_to_panes(starts: np.ndarray, counts: np.ndarray,
     return unique, np.bincount(inverse, weights=weights).astype(np.int64)
 
 
-def counts_at(starts: np.ndarray, counts: np.ndarray, ends: np.ndarray,
-              size_ms: int) -> np.ndarray:
+def counts_at(starts: np.ndarray, counts: np.ndarray, ends: np.ndarray, size_ms: int) -> np.ndarray:
     """The count of each window ending at ``ends``: panes starting in [end - size, end)."""
     prefix = np.concatenate([[0], np.cumsum(counts)])
     hi = np.searchsorted(starts, ends, side="left")
@@ -39,9 +39,16 @@ def counts_at(starts: np.ndarray, counts: np.ndarray, ends: np.ndarray,
     return prefix[hi] - prefix[lo]
 
 
-def change_points(starts: np.ndarray, counts: np.ndarray, *, size_ms: int, slide_ms: int,
-                  after_ms: int | None, until_ms: int | None,
-                  last_value: int) -> tuple[np.ndarray, np.ndarray]:
+def change_points(
+    starts: np.ndarray,
+    counts: np.ndarray,
+    *,
+    size_ms: int,
+    slide_ms: int,
+    after_ms: int | None,
+    until_ms: int | None,
+    last_value: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """Window ends in ``(after_ms, until_ms]`` where the count differs from the one before.
 
     ``last_value`` is the count of the last window already emitted (0 before any). ``None``
@@ -60,16 +67,18 @@ def change_points(starts: np.ndarray, counts: np.ndarray, *, size_ms: int, slide
     return candidates[changed], values[changed]
 
 
-def next_change_after(starts: np.ndarray, *, size_ms: int, slide_ms: int,
-                      after_ms: int) -> int | None:
+def next_change_after(
+    starts: np.ndarray, *, size_ms: int, slide_ms: int, after_ms: int
+) -> int | None:
     """The first window end after ``after_ms`` where the count may change (a timer's time)."""
     candidates = np.concatenate([starts + slide_ms, starts + size_ms + slide_ms])
     later = candidates[candidates > after_ms]
     return int(later.min()) if len(later) else None
 
 
-def drop_departed(starts: np.ndarray, counts: np.ndarray, *, size_ms: int, slide_ms: int,
-                  until_ms: int) -> tuple[np.ndarray, np.ndarray]:
+def drop_departed(
+    starts: np.ndarray, counts: np.ndarray, *, size_ms: int, slide_ms: int, until_ms: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Forget panes that left every window ending at or before ``until_ms``."""
     keep = starts + size_ms + slide_ms > until_ms
     return starts[keep], counts[keep]

@@ -32,8 +32,9 @@ from streaming_jobs.stateful import panes
 from streaming_jobs.stateful.frames import epoch_ms, timestamps
 from streaming_jobs.intervals import interval_seconds
 
-STATE_SCHEMA = ("starts array<long>, counts array<long>, emitted_end long, "
-                "emitted_value long, timer long")
+STATE_SCHEMA = (
+    "starts array<long>, counts array<long>, emitted_end long, emitted_value long, timer long"
+)
 
 
 def _ms(interval: str, what: str) -> int:
@@ -43,21 +44,25 @@ def _ms(interval: str, what: str) -> int:
     return seconds * 1000
 
 
-def _frame(key_col: str, key, ends: np.ndarray, values: np.ndarray, size_ms: int,
-           count_col: str) -> pd.DataFrame:
-    return pd.DataFrame({
-        key_col: [key] * len(ends),
-        "window_start": timestamps(ends - size_ms),
-        "window_end": timestamps(ends),
-        count_col: values.astype("int64"),
-    })
+def _frame(
+    key_col: str, key, ends: np.ndarray, values: np.ndarray, size_ms: int, count_col: str
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            key_col: [key] * len(ends),
+            "window_start": timestamps(ends - size_ms),
+            "window_end": timestamps(ends),
+            count_col: values.astype("int64"),
+        }
+    )
 
 
 class PaneCounter(StatefulProcessor):
     """Per key: pane counts in state, change points out as the watermark passes them."""
 
-    def __init__(self, key_col: str, time_col: str, count_col: str, size_ms: int,
-                 slide_ms: int) -> None:
+    def __init__(
+        self, key_col: str, time_col: str, count_col: str, size_ms: int, slide_ms: int
+    ) -> None:
         self.key_col, self.time_col, self.count_col = key_col, time_col, count_col
         self.size_ms, self.slide_ms = size_ms, slide_ms
 
@@ -71,22 +76,36 @@ class PaneCounter(StatefulProcessor):
             empty = np.array([], dtype=np.int64)
             return empty, empty, None, 0, None
         starts, counts, emitted_end, emitted_value, timer = stored
-        return (np.asarray(starts, dtype=np.int64), np.asarray(counts, dtype=np.int64),
-                emitted_end, emitted_value, timer)
+        return (
+            np.asarray(starts, dtype=np.int64),
+            np.asarray(counts, dtype=np.int64),
+            emitted_end,
+            emitted_value,
+            timer,
+        )
 
-    def _advance(self, key, starts, counts, emitted_end, emitted_value, timer,
-                 watermark_ms: int) -> Iterator[pd.DataFrame]:
+    def _advance(
+        self, key, starts, counts, emitted_end, emitted_value, timer, watermark_ms: int
+    ) -> Iterator[pd.DataFrame]:
         ends, values = panes.change_points(
-            starts, counts, size_ms=self.size_ms, slide_ms=self.slide_ms,
-            after_ms=emitted_end, until_ms=watermark_ms, last_value=emitted_value)
+            starts,
+            counts,
+            size_ms=self.size_ms,
+            slide_ms=self.slide_ms,
+            after_ms=emitted_end,
+            until_ms=watermark_ms,
+            last_value=emitted_value,
+        )
         if len(ends):
             emitted_value = int(values[-1])
             yield _frame(self.key_col, key[0], ends, values, self.size_ms, self.count_col)
         emitted_end = watermark_ms if emitted_end is None else max(emitted_end, watermark_ms)
-        starts, counts = panes.drop_departed(starts, counts, size_ms=self.size_ms,
-                                             slide_ms=self.slide_ms, until_ms=emitted_end)
-        wanted = panes.next_change_after(starts, size_ms=self.size_ms, slide_ms=self.slide_ms,
-                                         after_ms=emitted_end)
+        starts, counts = panes.drop_departed(
+            starts, counts, size_ms=self.size_ms, slide_ms=self.slide_ms, until_ms=emitted_end
+        )
+        wanted = panes.next_change_after(
+            starts, size_ms=self.size_ms, slide_ms=self.slide_ms, after_ms=emitted_end
+        )
         if timer is not None and timer != wanted and timer > watermark_ms:
             self.handle.deleteTimer(timer)
         if wanted is not None and wanted != timer:
@@ -100,21 +119,37 @@ class PaneCounter(StatefulProcessor):
         starts, counts, emitted_end, emitted_value, timer = self._load()
         for batch in rows:
             starts, counts = panes.add_to_panes(
-                starts, counts, panes.pane_starts(epoch_ms(batch[self.time_col]), self.slide_ms))
-        yield from self._advance(key, starts, counts, emitted_end, emitted_value, timer,
-                                 timerValues.getCurrentWatermarkInMs())
+                starts, counts, panes.pane_starts(epoch_ms(batch[self.time_col]), self.slide_ms)
+            )
+        yield from self._advance(
+            key,
+            starts,
+            counts,
+            emitted_end,
+            emitted_value,
+            timer,
+            timerValues.getCurrentWatermarkInMs(),
+        )
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         starts, counts, emitted_end, emitted_value, _ = self._load()
-        yield from self._advance(key, starts, counts, emitted_end, emitted_value, None,
-                                 timerValues.getCurrentWatermarkInMs())
+        yield from self._advance(
+            key,
+            starts,
+            counts,
+            emitted_end,
+            emitted_value,
+            None,
+            timerValues.getCurrentWatermarkInMs(),
+        )
 
     def close(self) -> None:
         pass
 
 
-def sliding_counts(events: DataFrame, *, key: str, event_time: str, size: str, slide: str,
-                   count_col: str) -> DataFrame:
+def sliding_counts(
+    events: DataFrame, *, key: str, event_time: str, size: str, slide: str, count_col: str
+) -> DataFrame:
     """Change points of the per-``key`` count over sliding windows of ``size`` every ``slide``.
 
     ``events`` must already carry the watermark (the job's deduplication sets it). On a static
@@ -123,22 +158,33 @@ def sliding_counts(events: DataFrame, *, key: str, event_time: str, size: str, s
     size_ms, slide_ms = _ms(size, "window"), _ms(slide, "slide")
     if size_ms % slide_ms:
         raise ValueError(f"sliding window: window {size!r} must be a multiple of slide {slide!r}")
-    schema = (f"{key} string, window_start timestamp, window_end timestamp, "
-              f"{count_col} long")
+    schema = f"{key} string, window_start timestamp, window_end timestamp, {count_col} long"
     slim = events.select(key, event_time)
     grouped = slim.groupBy(key)
     if events.isStreaming:
         return grouped.transformWithStateInPandas(
             PaneCounter(key, event_time, count_col, size_ms, slide_ms),
-            schema, "Append", "EventTime")
+            schema,
+            "Append",
+            "EventTime",
+        )
 
     def all_change_points(frame: pd.DataFrame) -> pd.DataFrame:
         none = np.array([], dtype=np.int64)
         starts, counts = panes.add_to_panes(
-            none, none, panes.pane_starts(epoch_ms(frame[event_time]), slide_ms))
-        ends, values = panes.change_points(starts, counts, size_ms=size_ms, slide_ms=slide_ms,
-                                           after_ms=None, until_ms=None, last_value=0)
+            none, none, panes.pane_starts(epoch_ms(frame[event_time]), slide_ms)
+        )
+        ends, values = panes.change_points(
+            starts,
+            counts,
+            size_ms=size_ms,
+            slide_ms=slide_ms,
+            after_ms=None,
+            until_ms=None,
+            last_value=0,
+        )
         return _frame(key, frame[key].iloc[0], ends, values, size_ms, count_col)
 
     return grouped.applyInPandas(all_change_points, schema).select(
-        key, F.col("window_start"), F.col("window_end"), count_col)
+        key, F.col("window_start"), F.col("window_end"), count_col
+    )

@@ -59,18 +59,28 @@ def test_a_job_module_in_a_user_folder_runs_and_is_an_asset(spark, cfg, user_job
     keys = {key for a in streaming_assets() for key in a.keys}
     assert AssetKey(["gold", "merchant_failures_10m"]) in keys
 
-    events = [txn("a", "u1", 1), txn("b", "u2", 4), txn("c", "u3", 12), txn("d", "u1", 13, "APPROVED"),
-              txn("e", "u1", 40)]
+    events = [
+        txn("a", "u1", 1),
+        txn("b", "u2", 4),
+        txn("c", "u3", 12),
+        txn("d", "u1", 13, "APPROVED"),
+        txn("e", "u1", 40),
+    ]
     for e, merchant in zip(events, ["m1", "m1", "m1", "m2", "m2"]):
         e["merchant"] = merchant
     land(cfg, "w.jsonl", events)
     run_bronze(spark, cfg, "transactions")
     run_job(spark, cfg, spec)
-    got = {(r.merchant, r.window_start.minute): r.failures
-           for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    got = {
+        (r.merchant, r.window_start.minute): r.failures
+        for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()
+    }
     # watermark 40 - 5 = 35: windows [0,10) and [10,20) are final; [40,50) is still open
-    expected = Counter((e["merchant"], int(e["event_time"][14:16]) // 10 * 10)
-                       for e in events if e["status"] == "FAILED" and int(e["event_time"][14:16]) < 30)
+    expected = Counter(
+        (e["merchant"], int(e["event_time"][14:16]) // 10 * 10)
+        for e in events
+        if e["status"] == "FAILED" and int(e["event_time"][14:16]) < 30
+    )
     assert got == dict(expected)
 
 
@@ -91,9 +101,19 @@ def test_a_job_without_dbt_models_streams_but_is_left_out_of_reconciliation(user
 
     reconciled = job_vars(reconciled_jobs())
     assert "merchant_failures_10m" not in reconciled
-    assert set(reconciled) == {"failed_txn_velocity", "zone_revenue_hourly", "user_sessions",
-                               "user_activity_profile", "order_payment_match", "events_by_type"}
-    assert reconciled["zone_revenue_hourly"]["keys"] == ["pickup_zone", "window_start", "window_end"]
+    assert set(reconciled) == {
+        "failed_txn_velocity",
+        "zone_revenue_hourly",
+        "user_sessions",
+        "user_activity_profile",
+        "order_payment_match",
+        "events_by_type",
+    }
+    assert reconciled["zone_revenue_hourly"]["keys"] == [
+        "pickup_zone",
+        "window_start",
+        "window_end",
+    ]
     assert reconciled["failed_txn_velocity"]["window_seconds"] == 86_400
 
 
@@ -111,7 +131,7 @@ LOGINS = textwrap.dedent('''
     ))
 ''')
 
-FAILED_LOGINS_SQL = textwrap.dedent('''\
+FAILED_LOGINS_SQL = textwrap.dedent("""\
     -- failed_logins_10m: failed sign-ins per user per 10-minute window.
     -- State: one count per open window, bounded by the 5-minute watermark.
     --
@@ -124,26 +144,38 @@ FAILED_LOGINS_SQL = textwrap.dedent('''\
     from events
     where outcome = 'failed'
     group by user_id, window(event_time, '10 minutes')
-''')
+""")
 
 
 def login(event_id: str, user: str, minute: int, outcome: str = "failed") -> dict:
-    return {"event_id": event_id, "user_id": user, "outcome": outcome,
-            "event_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
+    return {
+        "event_id": event_id,
+        "user_id": user,
+        "outcome": outcome,
+        "event_time": f"2026-01-01T00:{minute:02d}:00.000Z",
+    }
 
 
 # wave 1: watermark 21 - 5 = 16. wave 2: the failure at minute 8 is behind it (late);
 # watermark 35 - 5 = 30, so windows ending by 30 are final and [30, 40) is open.
 LOGIN_WAVES = [
-    [login("l1", "u1", 1), login("l2", "u1", 3), login("l2", "u1", 3), login("l3", "u1", 4, "ok"),
-     login("l4", "u2", 12), login("l5", "u1", 21)],
+    [
+        login("l1", "u1", 1),
+        login("l2", "u1", 3),
+        login("l2", "u1", 3),
+        login("l3", "u1", 4, "ok"),
+        login("l4", "u2", 12),
+        login("l5", "u1", 21),
+    ],
     [login("l6", "u1", 8), login("l7", "u2", 35)],
 ]
 
 
 def failures_per_window(events) -> Counter:
     distinct = {e["event_id"]: e for e in events if e["outcome"] == "failed"}
-    return Counter((e["user_id"], int(e["event_time"][14:16]) // 10 * 10) for e in distinct.values())
+    return Counter(
+        (e["user_id"], int(e["event_time"][14:16]) // 10 * 10) for e in distinct.values()
+    )
 
 
 @pytest.fixture
@@ -179,20 +211,41 @@ def test_a_sql_job_over_a_new_stream_is_one_file_each_and_reconciles(spark, cfg,
     everything = [e for wave in LOGIN_WAVES for e in wave]
     on_time = failures_per_window([e for e in everything if e["event_id"] != "l6"])
     truth = failures_per_window(everything)
-    gold = {(r.user_id, r.window_start.minute if r.window_start.hour == 0 else None): r.failures
-            for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    gold = {
+        (r.user_id, r.window_start.minute if r.window_start.hour == 0 else None): r.failures
+        for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()
+    }
     assert gold == {k: n for k, n in on_time.items() if k[1] + 10 <= 30}
 
     result = dbt("build", "--select", "+recon_failed_logins_10m", "+int_late_events")
     assert result.returncode == 0, result.stdout[-3000:]
     recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_failed_logins_10m")).collect()
     got = {(r.user_id, r.window_start.minute): r.recon_class for r in recon}
-    expected = {k: ("window_open" if k[1] + 10 > 30 else
-                    "match" if truth[k] == on_time.get(k) else "late_dropped") for k in truth}
-    assert got == expected == {("u1", 0): "late_dropped", ("u2", 10): "match",
-                               ("u1", 20): "match", ("u2", 30): "window_open"}
-    replay = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
-        "job = 'failed_logins_10m'").collect()[0]
+    expected = {
+        k: (
+            "window_open"
+            if k[1] + 10 > 30
+            else "match"
+            if truth[k] == on_time.get(k)
+            else "late_dropped"
+        )
+        for k in truth
+    }
+    assert (
+        got
+        == expected
+        == {
+            ("u1", 0): "late_dropped",
+            ("u2", 10): "match",
+            ("u1", 20): "match",
+            ("u2", 30): "window_open",
+        }
+    )
+    replay = (
+        read_table(spark, cfg.paths.dbt_table("batch", "int_late_events"))
+        .where("job = 'failed_logins_10m'")
+        .collect()[0]
+    )
     assert replay.late_events_replayed == replay.late_events_reported == 1
 
 
@@ -200,18 +253,30 @@ def _meter(event_id: str, device: str, minute: float) -> dict:
     from datetime import datetime, timedelta
 
     t = datetime(2026, 1, 1) + timedelta(minutes=minute)
-    return {"event_id": event_id, "device_id": device, "value": 1.0,
-            "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+    return {
+        "event_id": event_id,
+        "device_id": device,
+        "value": 1.0,
+        "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+    }
 
 
 # (wave, event id, device, minute): d1's first epoch is forgotten once the watermark (max - 10
 # minutes) passes its last event + 30 minutes; m9 arrives behind the watermark (60) and is
 # dropped as late; m2 comes twice; m8 arrives before m7, out of order
 METER_EVENTS = [
-    (0, "m1", "d1", 0), (0, "m2", "d1", 5), (0, "m2", "d1", 5), (0, "m3", "d1", 20),
+    (0, "m1", "d1", 0),
+    (0, "m2", "d1", 5),
+    (0, "m2", "d1", 5),
+    (0, "m3", "d1", 20),
     (0, "m4", "d2", 0),
-    (1, "m5", "d1", 60), (1, "m6", "d2", 25), (1, "m8", "d3", 75), (1, "m7", "d3", 70),
-    (2, "m9", "d1", 58), (2, "m10", "d2", 100), (2, "m11", "d4", 101),
+    (1, "m5", "d1", 60),
+    (1, "m6", "d2", 25),
+    (1, "m8", "d3", 75),
+    (1, "m7", "d3", 70),
+    (2, "m9", "d1", 58),
+    (2, "m10", "d2", 100),
+    (2, "m11", "d4", 101),
 ]
 
 
@@ -241,27 +306,32 @@ def test_the_keyed_scaffold_runs_and_reconciles(spark, cfg, tmp_path, monkeypatc
     folder = tmp_path / "team_jobs"
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
     scaffold("stream", "meters", folder=str(folder))
-    path = scaffold("job", "meter_activity", folder=str(folder), source="meters", sql=False,
-                    keyed=True)
+    path = scaffold(
+        "job", "meter_activity", folder=str(folder), source="meters", sql=False, keyed=True
+    )
     assert path.name == "meter_activity.py" and not load_problems()
     spec = get_job("meter_activity")
-    assert (spec.keys, spec.output_mode, spec.state.ttl) == (("device_id",), "update",
-                                                             "30 minutes")
+    assert (spec.keys, spec.output_mode, spec.state.ttl) == (("device_id",), "update", "30 minutes")
 
     late = 0
     for wave in range(3):
-        land(cfg, f"w{wave}.jsonl", [_meter(e, d, m) for w, e, d, m in METER_EVENTS if w == wave],
-             stream="meters")
+        land(
+            cfg,
+            f"w{wave}.jsonl",
+            [_meter(e, d, m) for w, e, d, m in METER_EVENTS if w == wave],
+            stream="meters",
+        )
         run_bronze(spark, cfg, "meters")
         late += run_job(spark, cfg, spec).late_rows_dropped
     assert late == 1  # m9
 
     on_time = newest_epochs([e for e in METER_EVENTS if e[1] != "m9"])
     truth = newest_epochs(METER_EVENTS)
-    gold = {r.device_id: (r.events, r.active_seconds)
-            for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
-    assert gold == on_time == {"d1": (1, 0.0), "d2": (1, 0.0), "d3": (2, 300.0),
-                               "d4": (1, 0.0)}
+    gold = {
+        r.device_id: (r.events, r.active_seconds)
+        for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()
+    }
+    assert gold == on_time == {"d1": (1, 0.0), "d2": (1, 0.0), "d3": (2, 300.0), "d4": (1, 0.0)}
 
     result = dbt("build", "--select", "+recon_meter_activity", "+int_late_events")
     assert result.returncode == 0, result.stdout[-3000:]
@@ -292,18 +362,29 @@ group by window(order_time, '10 minutes')
 
 
 def _order(order_id: str, minute: int) -> dict:
-    return {"event_id": f"o-{order_id}", "order_id": order_id, "user_id": "u1", "amount": 1.0,
-            "order_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
+    return {
+        "event_id": f"o-{order_id}",
+        "order_id": order_id,
+        "user_id": "u1",
+        "amount": 1.0,
+        "order_time": f"2026-01-01T00:{minute:02d}:00.000Z",
+    }
 
 
 def _payment(order_id: str, minute: int) -> dict:
-    return {"event_id": f"p-{order_id}", "payment_id": f"pay-{order_id}", "order_id": order_id,
-            "amount": 1.0, "payment_time": f"2026-01-01T00:{minute:02d}:00.000Z"}
+    return {
+        "event_id": f"p-{order_id}",
+        "payment_id": f"pay-{order_id}",
+        "order_id": order_id,
+        "amount": 1.0,
+        "payment_time": f"2026-01-01T00:{minute:02d}:00.000Z",
+    }
 
 
 @pytest.mark.long  # about 100 s: make test-long (CI's time budget)
 def test_a_window_after_a_time_bounded_join_reconciles_with_nothing_unexplained_by_default(
-        spark, cfg, tmp_path, monkeypatch):
+    spark, cfg, tmp_path, monkeypatch
+):
     """Spark holds the windows after the join back by its 20-minute bound: windows that end
     within 20 minutes of the watermark are not emitted yet, and are window_open, not missing."""
     from helpers import dbt
@@ -318,21 +399,28 @@ def test_a_window_after_a_time_bounded_join_reconciles_with_nothing_unexplained_
     spec = get_job("paid_orders_10m")
     assert spec.recon_open_when == (
         f"coalesce(t.window_end, o.window_end) > s.stream_watermark - interval "
-        f"{info.delay_seconds} seconds")
+        f"{info.delay_seconds} seconds"
+    )
 
     minutes = {"a": 1, "b": 12, "c": 24, "d": 33, "e": 44, "f": 52, "g": 57}  # e is never paid
     waves = [[k for k, m in minutes.items() if m < 30], [k for k, m in minutes.items() if m >= 30]]
     for wave, ids in enumerate(waves):
         land(cfg, f"o{wave}.jsonl", [_order(i, minutes[i]) for i in ids], stream="orders")
-        land(cfg, f"p{wave}.jsonl", [_payment(i, minutes[i] + 2) for i in ids if i != "e"],
-             stream="payments")
+        land(
+            cfg,
+            f"p{wave}.jsonl",
+            [_payment(i, minutes[i] + 2) for i in ids if i != "e"],
+            stream="payments",
+        )
         run_bronze(spark, cfg, "orders")
         run_bronze(spark, cfg, "payments")
         run_job(spark, cfg, spec)
     # the watermark is the slower stream's: orders' 00:57 - 5 min = 00:52; the join holds the
     # windows back to 00:32, so [30, 40) and [50, 60) are not emitted yet
-    gold = {r.window_start.minute: r.paid
-            for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    gold = {
+        r.window_start.minute: r.paid
+        for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()
+    }
     assert gold == {0: 1, 10: 1, 20: 1}
 
     result = dbt("build", "--select", "+recon_paid_orders_10m")
@@ -343,13 +431,18 @@ def test_a_window_after_a_time_bounded_join_reconciles_with_nothing_unexplained_
 
 
 def login_on(event_id: str, user: str, day: int, minute: int) -> dict:
-    return {"event_id": event_id, "user_id": user, "outcome": "failed",
-            "event_time": f"2026-01-{day:02d}T00:{minute:02d}:00.000Z"}
+    return {
+        "event_id": event_id,
+        "user_id": user,
+        "outcome": "failed",
+        "event_time": f"2026-01-{day:02d}T00:{minute:02d}:00.000Z",
+    }
 
 
 @pytest.mark.long  # about 100 s: make test-long (CI's time budget)
 def test_a_windowed_sql_jobs_next_reconciliation_recomputes_only_the_days_it_changed(
-        spark, endpoint_cfg, team_folder):
+    spark, endpoint_cfg, team_folder
+):
     """A SQL job over windows of one stream is reconciled by the day its window ends: the
     second run replaces only the days from the first that changed (two builds in the
     endpoint's one warm JVM), with every row's class checked. That an incremental run equals a
@@ -369,30 +462,48 @@ def test_a_windowed_sql_jobs_next_reconciliation_recomputes_only_the_days_it_cha
         run_job(spark, cfg, spec)
 
     def classes():
-        return {(r.user_id, r.window_start.day, r.window_start.minute): r.recon_class
-                for r in read_table(spark, cfg.paths.dbt_table(
-                    "recon", "recon_failed_logins_10m")).collect()}
+        return {
+            (r.user_id, r.window_start.day, r.window_start.minute): r.recon_class
+            for r in read_table(
+                spark, cfg.paths.dbt_table("recon", "recon_failed_logins_10m")
+            ).collect()
+        }
 
     # day 1 closes; u1's window on day 2 stays open (the watermark is day 1, 23:56)
-    stream("a.jsonl", [login_on("l1", "u1", 1, 1), login_on("l2", "u1", 1, 3),
-                       login_on("l2", "u1", 1, 3), login_on("l3", "u2", 1, 12),
-                       login_on("l4", "u1", 2, 1)])
+    stream(
+        "a.jsonl",
+        [
+            login_on("l1", "u1", 1, 1),
+            login_on("l2", "u1", 1, 3),
+            login_on("l2", "u1", 1, 3),
+            login_on("l3", "u2", 1, 12),
+            login_on("l4", "u1", 2, 1),
+        ],
+    )
     first = dbt("build", *select)
     assert first.returncode == 0, first.stdout[-3000:]
     assert scopes(first.stderr)["failed_logins_10m"] == "in full: first reconciliation"
-    assert classes() == {("u1", 1, 0): "match", ("u2", 1, 10): "match",
-                         ("u1", 2, 0): "window_open"}
+    assert classes() == {("u1", 1, 0): "match", ("u2", 1, 10): "match", ("u1", 2, 0): "window_open"}
 
     # a click on day 3 moves the watermark past u1's day-2 window: days 2 and 3 change
     stream("b.jsonl", [login_on("l5", "u2", 3, 20)])
     second = dbt("build", *select)
     assert second.returncode == 0, second.stdout[-3000:]
     assert scopes(second.stderr)["failed_logins_10m"] == "from 2026-01-02"
-    for kind, name in (("batch", "int_failed_logins_10m__batch"),
-                       ("recon", "recon_failed_logins_10m")):
+    for kind, name in (
+        ("batch", "int_failed_logins_10m__batch"),
+        ("recon", "recon_failed_logins_10m"),
+    ):
         table = cfg.paths.dbt_table(kind, name)
-        [info] = [a["commitInfo"] for a in commit_actions(table, latest_version(table))
-                  if "commitInfo" in a]
+        [info] = [
+            a["commitInfo"]
+            for a in commit_actions(table, latest_version(table))
+            if "commitInfo" in a
+        ]
         assert "2026-01-02" in str(info.get("operationParameters")), info  # day 1 kept
-    assert classes() == {("u1", 1, 0): "match", ("u2", 1, 10): "match",
-                         ("u1", 2, 0): "match", ("u2", 3, 20): "window_open"}
+    assert classes() == {
+        ("u1", 1, 0): "match",
+        ("u2", 1, 10): "match",
+        ("u1", 2, 0): "match",
+        ("u2", 3, 20): "window_open",
+    }

@@ -54,29 +54,57 @@ def until(what, condition, timeout=300.0, every=1.0):
 def land_wave(cfg, wave: int) -> None:
     """Clicks and transactions ``wave`` x 20 minutes into event time (watermarks advance)."""
     base = wave * 20
-    land(cfg, f"clicks-{wave}.jsonl",
-         [click(f"c{wave}-{i}", f"u{i % 4}", base + i / 2) for i in range(24)], stream="clicks")
-    land(cfg, f"txn-{wave}.jsonl",
-         [txn(f"t{wave}-{i}", f"u{i % 3}", base + i / 2, status="FAILED" if i % 2 else "APPROVED")
-          for i in range(24)], stream="transactions")
+    land(
+        cfg,
+        f"clicks-{wave}.jsonl",
+        [click(f"c{wave}-{i}", f"u{i % 4}", base + i / 2) for i in range(24)],
+        stream="clicks",
+    )
+    land(
+        cfg,
+        f"txn-{wave}.jsonl",
+        [
+            txn(f"t{wave}-{i}", f"u{i % 3}", base + i / 2, status="FAILED" if i % 2 else "APPROVED")
+            for i in range(24)
+        ],
+        stream="transactions",
+    )
 
 
 @pytest.mark.long  # about 7 min: make test-long (CI keeps its parts: test_continuous, test_operations, test_dagster)
 def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_once(
-        spark, endpoint_cfg):
+    spark, endpoint_cfg
+):
     cfg = endpoint_cfg
     land_wave(cfg, 0)
-    dagster = DagsterDev(cfg, free_port(), env={
-        "TIDEMARK_RECON_CRON": "* * * * *",  # the schedule fires every minute
-        "TIDEMARK_SAVEPOINT_CRON": "0 0 1 1 *"})  # savepoints are launched by hand below
+    dagster = DagsterDev(
+        cfg,
+        free_port(),
+        env={
+            "TIDEMARK_RECON_CRON": "* * * * *",  # the schedule fires every minute
+            "TIDEMARK_SAVEPOINT_CRON": "0 0 1 1 *",
+        },
+    )  # savepoints are launched by hand below
     try:
         gql = dagster.start()
         # Off until data has streamed (the UI's toggle): a reconciliation of nothing would only
         # compete for the two cores with the continuous run starting up.
         assert gql.set_schedule("reconciliation_schedule", False) == "STOPPED"
-        continuous = gql.launch("continuous_streaming_job", {"ops": {"run_continuously": {
-            "config": {"jobs": HOSTED, "trigger_seconds": 2.0, "flush_seconds": 3.0,
-                       "heartbeat_seconds": 3.0}}}})
+        continuous = gql.launch(
+            "continuous_streaming_job",
+            {
+                "ops": {
+                    "run_continuously": {
+                        "config": {
+                            "jobs": HOSTED,
+                            "trigger_seconds": 2.0,
+                            "flush_seconds": 3.0,
+                            "heartbeat_seconds": 3.0,
+                        }
+                    }
+                }
+            },
+        )
         until("the continuous run to start", lambda: gql.status(continuous) == "STARTED")
         # its checkpoint tags hold the queue (below) without burying the Runs page: the UI
         # shows its few other tags only
@@ -98,18 +126,33 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
         # A second run on a running checkpoint cannot run: the queue holds the incremental
         # streaming job (its checkpoint tags are taken), and a direct run is refused by the lock.
         # (the hosted jobs' assets, as "Materialize selected" in the UI launches them)
-        incremental = gql.launch("streaming_job", assets=[
-            *(["bronze", s] for s in ("clicks", "transactions")), *(["gold", j] for j in HOSTED)])
+        incremental = gql.launch(
+            "streaming_job",
+            assets=[
+                *(["bronze", s] for s in ("clicks", "transactions")),
+                *(["gold", j] for j in HOSTED),
+            ],
+        )
         with pytest.raises(CheckpointBusy, match=f"owned by Dagster run {continuous}"):
             run_job(spark, cfg, get_job("events_by_type"))
 
         # Meanwhile: a savepoint run and the scheduled reconciliation complete (not queue).
         saving = gql.launch("savepoint_job")
         assert gql.wait(saving, timeout=300) == "SUCCESS"
-        scheduled = until("a scheduled reconciliation", lambda: next(
-            (r["runId"] for r in gql.runs("reconciliation_job") if
-             {"key": "dagster/schedule_name", "value": "reconciliation_schedule"} in r["tags"]
-             and r["runId"] not in before_streamed), None), timeout=600)
+        scheduled = until(
+            "a scheduled reconciliation",
+            lambda: next(
+                (
+                    r["runId"]
+                    for r in gql.runs("reconciliation_job")
+                    if {"key": "dagster/schedule_name", "value": "reconciliation_schedule"}
+                    in r["tags"]
+                    and r["runId"] not in before_streamed
+                ),
+                None,
+            ),
+            timeout=600,
+        )
         assert gql.wait(scheduled, timeout=900) == "SUCCESS"
         # incremental, on today's partition of event time (orchestration/recon_partitions.py)
         [run] = [r for r in gql.runs("reconciliation_job") if r["runId"] == scheduled]
@@ -134,9 +177,15 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
             assert all(t["endTimestamp"] - t["timestamp"] < 30 for t in ticks), ticks
 
         land_wave(cfg, 2)
-        assert wait_caught_up([*(AssetKey(["bronze", s]) for s in ("clicks", "transactions")),
-                               *(AssetKey(["gold", j]) for j in HOSTED)],
-                              since=time.time(), timeout=300, trigger_seconds=2.0)
+        assert wait_caught_up(
+            [
+                *(AssetKey(["bronze", s]) for s in ("clicks", "transactions")),
+                *(AssetKey(["gold", j]) for j in HOSTED),
+            ],
+            since=time.time(),
+            timeout=300,
+            trigger_seconds=2.0,
+        )
         gql.terminate(continuous)
         assert gql.wait(continuous, timeout=300) == "CANCELED"
         # The queue lets the incremental run go once the checkpoints are free.
@@ -167,8 +216,9 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
     assert all(latest[job]["rows_compared"] > 0 for job in HOSTED)
     # the scheduled run during streaming reconciled streamed rows too: two runs of history
     # that compared rows, per hosted job
-    assert all(sum(1 for r in summary if r["job"] == job and r["rows_compared"] > 0) >= 2
-               for job in HOSTED), summary
+    assert all(
+        sum(1 for r in summary if r["job"] == job and r["rows_compared"] > 0) >= 2 for job in HOSTED
+    ), summary
 
     # The savepoint the continuous run took restores: the job replays from it to the same gold.
     job = "failed_txn_velocity"
@@ -183,17 +233,37 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
     # endpoint target (no tidemark-dbt: the project's own vars hold the built-in jobs)
     from streaming_jobs.config import CHECKOUT
 
-    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-           "TIDEMARK_SQL_PORT": str(cfg.sql.port), "DBT_TARGET_PATH": str(cfg.paths.dbt / "t2"),
-           "DBT_LOG_PATH": str(cfg.paths.dbt / "t2")}
-    built = subprocess.run([str(Path(sys.executable).with_name("dbt")), "build", "--profiles-dir",
-                            ".", "--target", "endpoint", "--select", f"+recon_{job}",
-                            "recon_summary"], cwd=CHECKOUT / "dbt_project", env=env,
-                           capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+        "TIDEMARK_SQL_PORT": str(cfg.sql.port),
+        "DBT_TARGET_PATH": str(cfg.paths.dbt / "t2"),
+        "DBT_LOG_PATH": str(cfg.paths.dbt / "t2"),
+    }
+    built = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("dbt")),
+            "build",
+            "--profiles-dir",
+            ".",
+            "--target",
+            "endpoint",
+            "--select",
+            f"+recon_{job}",
+            "recon_summary",
+        ],
+        cwd=CHECKOUT / "dbt_project",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert built.returncode == 0, built.stdout[-3000:]
     summary = rows(cfg.paths.dbt_table("recon", "recon_summary"))
     newest = max((r for r in summary if r["job"] == job), key=lambda r: r["reconciled_at"])
-    assert newest["unexplained_rows"] == 0 and newest["rows_compared"] == latest[job]["rows_compared"]
+    assert (
+        newest["unexplained_rows"] == 0 and newest["rows_compared"] == latest[job]["rows_compared"]
+    )
     # a build of one job's models appends that job's summary row alone: the other jobs' recon
     # tables are from an earlier run, and their counts under this run would mix two states
     assert [r["job"] for r in summary if r["invocation_id"] == newest["invocation_id"]] == [job]

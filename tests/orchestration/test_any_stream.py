@@ -18,7 +18,7 @@ from streaming_jobs.registry import registry
 from orchestration import cli
 from orchestration.scaffold import scaffold
 
-SENSORS = '''
+SENSORS = """
 from pyspark.sql import types as T
 from streaming_jobs.schemas import Field, StreamSchema
 
@@ -35,7 +35,7 @@ STREAMS = [
         Field("level", T.StringType(), "how bad"),
         Field("raised_at", T.TimestampType(), "when (UTC)"))),
 ]
-'''
+"""
 
 TOP_SITES = """-- hot_sites_top2: the two sites with the most readings per sliding 10-minute window.
 -- source: readings
@@ -93,14 +93,25 @@ def make_waves(seed: int = 5, waves: int = 3, minutes: int = 15):
         for sensor, site in SENSOR_SITE.items():
             t = START + timedelta(minutes=wave * minutes, seconds=rnd.randint(0, 50))
             while t < START + timedelta(minutes=(wave + 1) * minutes):
-                readings.append({"sensor_id": sensor, "site": site,
-                                 "celsius": round(rnd.uniform(20, 40), 1), "read_at": iso(t)})
+                readings.append(
+                    {
+                        "sensor_id": sensor,
+                        "site": site,
+                        "celsius": round(rnd.uniform(20, 40), 1),
+                        "read_at": iso(t),
+                    }
+                )
                 # bursts with pauses longer than the session gap
                 t += timedelta(seconds=rnd.choice([20, 40, 70, 200, 250]))
         for _ in range(6):
             at = START + timedelta(minutes=wave * minutes, seconds=rnd.randint(0, minutes * 60 - 1))
-            alarms.append({"site": rnd.choice(SITES), "level": rnd.choice(["warn", "crit"]),
-                           "raised_at": iso(at.replace(microsecond=0))})
+            alarms.append(
+                {
+                    "site": rnd.choice(SITES),
+                    "level": rnd.choice(["warn", "crit"]),
+                    "raised_at": iso(at.replace(microsecond=0)),
+                }
+            )
         readings += rnd.sample(readings, 5)  # resent copies
         alarms += alarms[:2]
         out.append((readings, alarms))
@@ -122,8 +133,10 @@ def expected_top(readings) -> dict:
         first = floor(t, 5)
         for start in (first - timedelta(minutes=5), first):  # 10-minute windows every 5
             counts[(start, start + timedelta(minutes=10))][r["site"]] += 1
-    return {w: tuple(sorted(((n, s) for s, n in per.items()), reverse=True)[:2])
-            for w, per in counts.items()}
+    return {
+        w: tuple(sorted(((n, s) for s, n in per.items()), reverse=True)[:2])
+        for w, per in counts.items()
+    }
 
 
 def expected_pairs(readings, alarms) -> set:
@@ -146,10 +159,14 @@ def expected_sessions(readings) -> dict:
                 session.append(point)
             else:
                 out[(sensor, session[0][0], session[-1][0] + GAP)] = (
-                    len(session), max(c for _, c in session))
+                    len(session),
+                    max(c for _, c in session),
+                )
                 session = [point]
         out[(sensor, session[0][0], session[-1][0] + GAP)] = (
-            len(session), max(c for _, c in session))
+            len(session),
+            max(c for _, c in session),
+        )
     return out
 
 
@@ -174,17 +191,24 @@ def sensors_folder(tmp_path, monkeypatch):
     # the session job starts from the scaffold, edited as a user would
     path = scaffold("job", "sensor_sessions", folder=str(folder), source="readings")
     text = path.read_text()
-    text = text.replace("-- sensor_sessions: events of readings per 5-minute window",
-                        "-- sensor_sessions: readings per sensor session (3-minute gap)")
-    text = text.replace("-- keys: window_start, window_end\n-- measures: events\n",
-                        "-- keys: sensor_id, session_start, session_end\n"
-                        "-- measures: readings, peak\n")
+    text = text.replace(
+        "-- sensor_sessions: events of readings per 5-minute window",
+        "-- sensor_sessions: readings per sensor session (3-minute gap)",
+    )
+    text = text.replace(
+        "-- keys: window_start, window_end\n-- measures: events\n",
+        "-- keys: sensor_id, session_start, session_end\n-- measures: readings, peak\n",
+    )
     body = text.index("select")
-    path.write_text(text[:body] + (
-        "select sensor_id, session_window.start as session_start,\n"
-        "       session_window.end as session_end, count(*) as readings, max(celsius) as peak\n"
-        "from events\n"
-        "group by sensor_id, session_window(read_at, '3 minutes')\n"))
+    path.write_text(
+        text[:body]
+        + (
+            "select sensor_id, session_window.start as session_start,\n"
+            "       session_window.end as session_end, count(*) as readings, max(celsius) as peak\n"
+            "from events\n"
+            "group by sensor_id, session_window(read_at, '3 minutes')\n"
+        )
+    )
     return folder
 
 
@@ -198,7 +222,8 @@ def select(*assets: str) -> str:
 @pytest.mark.slow
 @pytest.mark.long  # CI: test_add_a_job's new stream and keyed scaffold; make test-long
 def test_streams_without_ids_through_dagster_reconcile_against_independent_answers(
-        spark, cfg, sensors_folder):
+    spark, cfg, sensors_folder
+):
     jobs = registry()
     assert jobs["sensor_sessions"].recon_open_when.startswith("coalesce(t.session_end")
     assert jobs["hot_alarmed_windows"].measures == ()
@@ -214,20 +239,24 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
     readings = distinct([r for w in waves for r in w[0]], ("sensor_id", "read_at"))
     alarms = distinct([a for w in waves for a in w[1]], ("site", "level", "raised_at"))
     assert read_table(spark, cfg.paths.table("bronze", "readings")).count() == sum(
-        len(w[0]) for w in waves)  # bronze keeps every copy; the jobs drop them
+        len(w[0]) for w in waves
+    )  # bronze keeps every copy; the jobs drop them
 
     from streaming_jobs import ops_tables
 
     progress = ops_tables.read(cfg, "stream_progress", columns=["job", "watermark"])
-    watermark = {j: max(r["watermark"] for r in progress if r["job"] == j and r["watermark"])
-                 for j in JOBS}
+    watermark = {
+        j: max(r["watermark"] for r in progress if r["job"] == j and r["watermark"]) for j in JOBS
+    }
     watermark = {j: w.replace(tzinfo=None) for j, w in watermark.items()}
 
     def rows(job):
         return read_table(spark, cfg.paths.table("gold", job)).collect()
 
-    top = {(r.window_start, r.window_end): tuple((s.readings, s.site) for s in r.top_sites)
-           for r in rows("hot_sites_top2")}
+    top = {
+        (r.window_start, r.window_end): tuple((s.readings, s.site) for s in r.top_sites)
+        for r in rows("hot_sites_top2")
+    }
     want_top = expected_top(readings)
     assert top and top == {w: v for w, v in want_top.items() if w[1] <= watermark["hot_sites_top2"]}
 
@@ -235,8 +264,10 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
     want_pairs = expected_pairs(readings, alarms)
     assert pairs and pairs == {p for p in want_pairs if p[2] <= watermark["hot_alarmed_windows"]}
 
-    sessions = {(r.sensor_id, r.session_start, r.session_end): (r.readings, r.peak)
-                for r in rows("sensor_sessions")}
+    sessions = {
+        (r.sensor_id, r.session_start, r.session_end): (r.readings, r.peak)
+        for r in rows("sensor_sessions")
+    }
     want_sessions = expected_sessions(readings)
     closed = {k: v for k, v in want_sessions.items() if k[2] <= watermark["sensor_sessions"]}
     assert sessions and sessions == closed
@@ -248,14 +279,22 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
     from orchestration.recon_report import UNEXPLAINED
 
     for job in JOBS:
-        classes = [r.recon_class for r in read_table(
-            spark, cfg.paths.dbt_table("recon", f"recon_{job}")).collect()]
+        classes = [
+            r.recon_class
+            for r in read_table(spark, cfg.paths.dbt_table("recon", f"recon_{job}")).collect()
+        ]
         assert classes and not set(classes) & set(UNEXPLAINED), (job, sorted(set(classes)))
-    top_classes = {(r.window_start, r.window_end): r.recon_class for r in read_table(
-        spark, cfg.paths.dbt_table("recon", "recon_hot_sites_top2")).collect()}
-    assert top_classes == {w: "match" if w[1] <= watermark["hot_sites_top2"] else "window_open"
-                           for w in want_top}
-    session_classes = {(r.sensor_id, r.session_start): r.recon_class for r in read_table(
-        spark, cfg.paths.dbt_table("recon", "recon_sensor_sessions")).collect()}
-    assert session_classes == {(k[0], k[1]): "match" if k in closed else "window_open"
-                               for k in want_sessions}
+    top_classes = {
+        (r.window_start, r.window_end): r.recon_class
+        for r in read_table(spark, cfg.paths.dbt_table("recon", "recon_hot_sites_top2")).collect()
+    }
+    assert top_classes == {
+        w: "match" if w[1] <= watermark["hot_sites_top2"] else "window_open" for w in want_top
+    }
+    session_classes = {
+        (r.sensor_id, r.session_start): r.recon_class
+        for r in read_table(spark, cfg.paths.dbt_table("recon", "recon_sensor_sessions")).collect()
+    }
+    assert session_classes == {
+        (k[0], k[1]): "match" if k in closed else "window_open" for k in want_sessions
+    }

@@ -44,11 +44,19 @@ def alive(pid: int) -> bool:
 @pytest.mark.long  # a dev server start: make test-long
 def test_sigterm_stops_tidemark_dev_and_everything_it_started(cfg):
     """SIGTERM to `tidemark dev` left `dagster dev` running."""
-    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-           "TIDEMARK_SQL_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+        "TIDEMARK_SQL_PORT": str(free_port()),
+    }
     tidemark = str(Path(sys.executable).with_name("tidemark"))
-    proc = subprocess.Popen([tidemark, "dev", "--port", str(free_port())], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [tidemark, "dev", "--port", str(free_port())],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     said = []
     try:
         deadline = time.monotonic() + 300

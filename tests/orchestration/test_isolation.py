@@ -28,30 +28,34 @@ group by merchant, window(event_time, '10 minutes')
 BROKEN = {
     "syntax_error.py": "def build(:\n",
     "bad_import.py": "import no_such_module_anywhere\n",
-    "bad_stream.py": ("from pyspark.sql import types as T\n"
-                      "from streaming_jobs.schemas import Field, StreamSchema\n"
-                      "STREAM = StreamSchema(name='Bad Name', event_time='t', "
-                      "fields=(Field('t', T.TimestampType(), 'when'),))\n"),
+    "bad_stream.py": (
+        "from pyspark.sql import types as T\n"
+        "from streaming_jobs.schemas import Field, StreamSchema\n"
+        "STREAM = StreamSchema(name='Bad Name', event_time='t', "
+        "fields=(Field('t', T.TimestampType(), 'when'),))\n"
+    ),
     "no_keys.sql": "-- source: transactions\n-- watermark: 5 minutes\nselect 1 as x from events\n",
     "unknown_stream.sql": GOOD.replace("-- source: transactions", "-- source: nowhere"),
     "twice.sql": GOOD.replace("-- source:", "-- name: failed_txn_velocity\n-- source:"),
     "escapes.sql": GOOD.replace("-- source:", "-- name: ../../outside\n-- source:"),
-    "unbounded.sql": ("-- unbounded: payments per order, forever.\n-- source: orders\n"
-                      "-- joins: payments\n-- keys: order_id, payment_id\n-- measures: paid\n"
-                      "-- watermark: 10 minutes\n"
-                      "select o.order_id, p.payment_id, p.amount as paid\n"
-                      "from orders o join payments p on o.order_id = p.order_id\n"),
+    "unbounded.sql": (
+        "-- unbounded: payments per order, forever.\n-- source: orders\n"
+        "-- joins: payments\n-- keys: order_id, payment_id\n-- measures: paid\n"
+        "-- watermark: 10 minutes\n"
+        "select o.order_id, p.payment_id, p.amount as paid\n"
+        "from orders o join payments p on o.order_id = p.order_id\n"
+    ),
 }
 
 
 def job_file_alerts(cfg) -> dict[str, dict]:
-    return {r["job"]: r for r in ops_tables.read(cfg, "alerts")
-            if r["kind"] == "job_file"}
+    return {r["job"]: r for r in ops_tables.read(cfg, "alerts") if r["kind"] == "job_file"}
 
 
 @pytest.mark.slow
-def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(spark, cfg, tmp_path,
-                                                                       monkeypatch):
+def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(
+    spark, cfg, tmp_path, monkeypatch
+):
     from orchestration.definitions import build_definitions
     from orchestration.defs.ops.sensors import checkpoint_health_sensor
     from orchestration.resources import TidemarkResource
@@ -74,9 +78,13 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(spark, cf
     land(cfg, "w.jsonl", [dict(txn(f"e{i}", "u1", i), merchant="m1") for i in range(1, 31)])
     instance = DagsterInstance.ephemeral()
     result = defs.resolve_job_def("streaming_job").execute_in_process(
-        instance=instance, asset_selection=[AssetKey(["bronze", "transactions"]),
-                                            AssetKey(["gold", "merchant_failures"]),
-                                            AssetKey(["gold", "failed_txn_velocity"])])
+        instance=instance,
+        asset_selection=[
+            AssetKey(["bronze", "transactions"]),
+            AssetKey(["gold", "merchant_failures"]),
+            AssetKey(["gold", "failed_txn_velocity"]),
+        ],
+    )
     assert result.success
     windows = read_table(spark, cfg.paths.table("gold", "merchant_failures")).collect()
     # minutes 1..30 FAILED for m1, watermark 30 - 5: [0,10) and [10,20) are final
@@ -84,13 +92,22 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(spark, cf
     assert not (cfg.data_root.parent / "outside").exists()
 
     # the sensor ticks and names every broken file in a critical alert of its own
-    context = build_sensor_context(instance=instance, resources={
-        "tidemark": TidemarkResource(data_root=str(cfg.data_root))})
+    context = build_sensor_context(
+        instance=instance, resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))}
+    )
     tick = checkpoint_health_sensor(context)
     assert {e.asset_key.path[1] for e in tick.asset_events} >= {"merchant_failures"}
     raised = job_file_alerts(cfg)
-    assert set(raised) == {"syntax_error", "bad_import", "bad_stream", "no_keys",
-                           "unknown_stream", "twice", "escapes", "unbounded"}
+    assert set(raised) == {
+        "syntax_error",
+        "bad_import",
+        "bad_stream",
+        "no_keys",
+        "unknown_stream",
+        "twice",
+        "escapes",
+        "unbounded",
+    }
     assert all(r["severity"] == "critical" and r["resolved_at"] is None for r in raised.values())
     for subject, expected in {
         "syntax_error": "SyntaxError",
@@ -106,15 +123,26 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(spark, cf
 
     # fixed and removed files resolve their alerts at the next tick
     (folder / "no_keys.sql").write_text(GOOD.replace("merchant_failures:", "no_keys:"))
-    for name in ("syntax_error.py", "bad_import.py", "bad_stream.py", "unknown_stream.sql",
-                 "twice.sql", "escapes.sql", "unbounded.sql"):
+    for name in (
+        "syntax_error.py",
+        "bad_import.py",
+        "bad_stream.py",
+        "unknown_stream.sql",
+        "twice.sql",
+        "escapes.sql",
+        "unbounded.sql",
+    ):
         (folder / name).unlink()
     checkpoint_health_sensor(context)
     assert all(r["resolved_at"] is not None for r in job_file_alerts(cfg).values())
 
 
-BAD_SETTINGS = {"TIDEMARK_SAVEPOINTS_KEEP": "0", "TIDEMARK_RECON_CRON": "every hour",
-                "TIDEMARK_STALL_SECONDS": "nan", "TIDEMARK_ALERT_RETRY_SECONDS": "soon"}
+BAD_SETTINGS = {
+    "TIDEMARK_SAVEPOINTS_KEEP": "0",
+    "TIDEMARK_RECON_CRON": "every hour",
+    "TIDEMARK_STALL_SECONDS": "nan",
+    "TIDEMARK_ALERT_RETRY_SECONDS": "soon",
+}
 
 
 def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(cfg, monkeypatch):
@@ -126,18 +154,27 @@ def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(c
     for name, value in BAD_SETTINGS.items():
         monkeypatch.setenv(name, value)
     # the command line stays strict: one message naming the variable, no traceback, nothing runs
-    cli = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "summary"],
-                         capture_output=True, text=True, env=os.environ.copy())
+    cli = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "summary"],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
     assert cli.returncode == 2 and "Traceback" not in cli.stderr
     assert cli.stderr.startswith("tidemark: TIDEMARK_") and cli.stderr.count("\n") == 1
     try:
         defs = build_definitions()  # loads
         assert defs.resolve_schedule_def("reconciliation_schedule").cron_schedule == "0 * * * *"
         assert TidemarkConfig.from_env().ops.savepoints_keep == 3  # the default
-        assert {s.name for s in defs.sensors} >= {"checkpoint_health_sensor", "state_size_sensor",
-                                                  "expectations_sensor"}
-        context = build_sensor_context(instance=DagsterInstance.ephemeral(), resources={
-            "tidemark": TidemarkResource(data_root=str(cfg.data_root))})
+        assert {s.name for s in defs.sensors} >= {
+            "checkpoint_health_sensor",
+            "state_size_sensor",
+            "expectations_sensor",
+        }
+        context = build_sensor_context(
+            instance=DagsterInstance.ephemeral(),
+            resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))},
+        )
         checkpoint_health_sensor(context)
         raised = {r["job"]: r for r in ops_tables.read(cfg, "alerts") if r["kind"] == "setting"}
         assert set(raised) == set(BAD_SETTINGS)
@@ -147,7 +184,10 @@ def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(c
         tolerate_bad_settings(False)  # fixed, and the code server restarted
         tolerate_bad_settings(True)
         checkpoint_health_sensor(context)
-        assert all(r["resolved_at"] is not None for r in ops_tables.read(cfg, "alerts")
-                   if r["kind"] == "setting")
+        assert all(
+            r["resolved_at"] is not None
+            for r in ops_tables.read(cfg, "alerts")
+            if r["kind"] == "setting"
+        )
     finally:
         tolerate_bad_settings(False)

@@ -35,13 +35,18 @@ def instance(tmp_path):
 
 
 def resources(cfg):
-    return {"tidemark": TidemarkResource(data_root=str(cfg.data_root)),
-            "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root))}
+    return {
+        "tidemark": TidemarkResource(data_root=str(cfg.data_root)),
+        "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root)),
+    }
 
 
 def evaluations(result, check: str) -> dict[str, object]:
-    return {e.asset_key.path[-1]: e for e in result.asset_events
-            if getattr(e, "check_name", None) == check}
+    return {
+        e.asset_key.path[-1]: e
+        for e in result.asset_events
+        if getattr(e, "check_name", None) == check
+    }
 
 
 def incidents(spark, cfg, prefix: str) -> list[dict]:
@@ -50,7 +55,8 @@ def incidents(spark, cfg, prefix: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_savepoint(
-        spark, cfg, instance):
+    spark, cfg, instance
+):
     spec = get_job(VELOCITY)
     scenarios.land_wave(cfg, 1)
     run_bronze(spark, cfg, "transactions")
@@ -62,7 +68,9 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     late += second.late_rows_dropped
     assert second.checkpoint_batch_id > point.batch_id  # batches after the savepoint exist
     # A healthy system: the sensor finds nothing and requests nothing.
-    healthy = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    healthy = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
     assert healthy.run_requests == []
     assert all(e.passed for e in evaluations(healthy, CHECKPOINT_CHECK).values())
 
@@ -71,25 +79,32 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
 
-    first = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    first = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
     verdict = evaluations(first, CHECKPOINT_CHECK)[VELOCITY]
     assert not verdict.passed and f"offsets/{latest}" in verdict.metadata["details"].value
-    assert [e.passed for j, e in evaluations(first, CHECKPOINT_CHECK).items() if j != VELOCITY] \
-        == [True] * 5
+    assert [e.passed for j, e in evaluations(first, CHECKPOINT_CHECK).items() if j != VELOCITY] == [
+        True
+    ] * 5
     assert len(first.run_requests) == 1
     request = first.run_requests[0]
     assert request.run_config["ops"]["recover"]["config"] == {"job": VELOCITY, "restore": True}
     opened = incidents(spark, cfg, f"checkpoint:{VELOCITY}")
     assert [(r["kind"], r["severity"], r["resolved_at"]) for r in opened] == [
-        ("checkpoint_corrupt", "critical", None)]
+        ("checkpoint_corrupt", "critical", None)
+    ]
     # Evaluated again before recovery: the same incident (no second alert), the same run key.
-    again = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    again = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
     assert [r.run_key for r in again.run_requests] == [request.run_key]
     assert len(incidents(spark, cfg, f"checkpoint:{VELOCITY}")) == 1
 
     # The requested recovery run restores the savepoint and catches up from bronze.
-    result = recovery_job.execute_in_process(run_config=request.run_config,
-                                             resources=resources(cfg), instance=instance)
+    result = recovery_job.execute_in_process(
+        run_config=request.run_config, resources=resources(cfg), instance=instance
+    )
     assert result.success
     gold = read_table(spark, cfg.paths.table("gold", VELOCITY))
     got = {(r.user_id, r.window_start, r.window_end): r.failed_count for r in gold.collect()}
@@ -98,21 +113,29 @@ def test_corrupted_checkpoint_is_found_alerted_and_restored_from_the_latest_save
     replaced = list((cfg.paths.checkpoints / ".replaced").iterdir())
     assert len(replaced) == 1  # the broken checkpoint is kept for inspection
 
-    after = checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    after = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
     assert after.run_requests == [] and evaluations(after, CHECKPOINT_CHECK)[VELOCITY].passed
     [row] = incidents(spark, cfg, f"checkpoint:{VELOCITY}")
     assert row["resolved_at"] is not None and alerts.owed(row) is None  # resolution delivered
 
     # The reconciliation of the recovered job (its models and tests, the late accounting):
     # nothing unexplained, and the late events replayed from bronze are the ones reported.
-    built = dbt("build", "--select", f"+recon_{VELOCITY}", "+int_late_events",
-                "--exclude", "test_type:unit")
+    built = dbt(
+        "build", "--select", f"+recon_{VELOCITY}", "+int_late_events", "--exclude", "test_type:unit"
+    )
     assert built.returncode == 0, built.stdout[-3000:]
-    classes = {r.recon_class for r in read_table(
-        spark, cfg.paths.dbt_table("recon", f"recon_{VELOCITY}")).collect()}
+    classes = {
+        r.recon_class
+        for r in read_table(spark, cfg.paths.dbt_table("recon", f"recon_{VELOCITY}")).collect()
+    }
     assert "match" in classes and not classes & set(UNEXPLAINED)
-    counts = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
-        f"job = '{VELOCITY}'").collect()
+    counts = (
+        read_table(spark, cfg.paths.dbt_table("batch", "int_late_events"))
+        .where(f"job = '{VELOCITY}'")
+        .collect()
+    )
     assert [(r.late_events_replayed, r.late_events_reported) for r in counts] == [(late, late)]
 
 
@@ -129,8 +152,9 @@ SPEC = replace(BASE, name="clicks_small_state", partition_by=(), table_propertie
 
 
 @pytest.mark.slow
-def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instance, tmp_path,
-                                                            monkeypatch):
+def test_state_over_warn_raises_one_alert_and_one_resolution(
+    spark, cfg, instance, tmp_path, monkeypatch
+):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     (jobs / "clicks_small_state.py").write_text(SMALL_STATE_JOB)
@@ -146,15 +170,30 @@ def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instanc
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, spec)
     assert dedup_rows() == 30
-    ticks = [state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=None))]
-    observed = [e for e in ticks[0].asset_events if e.asset_key.path[-1] == spec.name
-                and type(e).__name__ == "AssetObservation"]
+    ticks = [
+        state_size_sensor(
+            build_sensor_context(resources=resources(cfg), instance=instance, cursor=None)
+        )
+    ]
+    observed = [
+        e
+        for e in ticks[0].asset_events
+        if e.asset_key.path[-1] == spec.name and type(e).__name__ == "AssetObservation"
+    ]
     assert [o.metadata["state_rows"].value for o in observed] == [30]
     for _ in range(3):  # still over: more evaluations, no new alert, no repeated observation
-        ticks.append(state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance,
-                                                            cursor=ticks[-1].cursor)))
-    assert not any(type(e).__name__ == "AssetObservation" and e.asset_key.path[-1] == spec.name
-                   for t in ticks[1:] for e in t.asset_events)
+        ticks.append(
+            state_size_sensor(
+                build_sensor_context(
+                    resources=resources(cfg), instance=instance, cursor=ticks[-1].cursor
+                )
+            )
+        )
+    assert not any(
+        type(e).__name__ == "AssetObservation" and e.asset_key.path[-1] == spec.name
+        for t in ticks[1:]
+        for e in t.asset_events
+    )
     assert all(not evaluations(t, STATE_CHECK)[spec.name].passed for t in ticks)
     [row] = incidents(spark, cfg, f"state:{spec.name}:state_size")
     assert row["severity"] == "warning" and row["seen_count"] == 4 and row["resolved_at"] is None
@@ -166,8 +205,13 @@ def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instanc
     run_job(spark, cfg, spec)
     assert dedup_rows() == 5
     for _ in range(2):
-        ticks.append(state_size_sensor(build_sensor_context(resources=resources(cfg), instance=instance,
-                                                            cursor=ticks[-1].cursor)))
+        ticks.append(
+            state_size_sensor(
+                build_sensor_context(
+                    resources=resources(cfg), instance=instance, cursor=ticks[-1].cursor
+                )
+            )
+        )
     assert evaluations(ticks[-1], STATE_CHECK)[spec.name].passed
     [row] = incidents(spark, cfg, f"state:{spec.name}:state_size")
     assert row["resolved_at"] is not None and alerts.owed(row) is None
@@ -176,13 +220,16 @@ def test_state_over_warn_raises_one_alert_and_one_resolution(spark, cfg, instanc
     assert {r["job"] for r in alerts.load(cfg)} == {spec.name}
 
 
-
 @pytest.mark.slow
 def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(spark, cfg):
     spec = get_job("events_by_type")
     for wave in range(4):
-        land(cfg, f"w{wave}.jsonl", [click(f"w{wave}-{i}", f"u{i % 4}", wave * 2 + i / 10)
-                                    for i in range(6)], stream="clicks")
+        land(
+            cfg,
+            f"w{wave}.jsonl",
+            [click(f"w{wave}-{i}", f"u{i % 4}", wave * 2 + i / 10) for i in range(6)],
+            stream="clicks",
+        )
         run_bronze(spark, cfg, "clicks")
         run_job(spark, cfg, spec)
         savepoints.take(cfg, spec.name, keep=2)
@@ -195,16 +242,25 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
     [op] = inspect(spark, cfg, spec.name, top=3)
     assert op.operator == "dedupeWithinWatermark" and op.partitions == 4
     # every click of the last 10 minutes of event time is still in dedup state
-    assert op.rows == spark.read.format("statestore").load(
-        str(cfg.paths.checkpoint(spec.name))).count() > 0
+    assert (
+        op.rows
+        == spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+        > 0
+    )
     assert len(op.largest) == 3 and "event_id" in op.largest[0][0]
     # the runbook's command for a state alert, in a process of its own (no stream ever ran in
     # its session): the same operator and rows
-    shown = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "state", spec.name,
-                            "--top", "3"], capture_output=True, text=True, timeout=600)
+    shown = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "state", spec.name, "--top", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert shown.returncode == 0, shown.stderr[-3000:]
-    assert (f"{spec.name} operator {op.operator_id} dedupeWithinWatermark (store default): "
-            f"{op.rows:,} rows, 4 partitions") in shown.stdout, shown.stdout
+    assert (
+        f"{spec.name} operator {op.operator_id} dedupeWithinWatermark (store default): "
+        f"{op.rows:,} rows, 4 partitions"
+    ) in shown.stdout, shown.stdout
 
     with pytest.raises(savepoints.SavepointError, match="no savepoint"):
         savepoints.restore(spark, cfg, "user_sessions")
@@ -231,13 +287,17 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
         operate.rescale(cfg, Namespace(job=spec.name, partitions=2))
     assert state_partitions(spark, cfg, spec.name) == {4}
     assert len(savepoints.savepoints(cfg, spec.name)) == 1  # taken before the attempt
-    assert spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count() == held
+    assert (
+        spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count() == held
+    )
 
     second = [click(f"b{i}", f"u{i % 3}", 6 + i / 2) for i in range(6)] + [first[-1]]  # a duplicate
     land(cfg, "b.jsonl", second, stream="clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, spec)
-    ids = sorted(r.event_id for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect())
+    ids = sorted(
+        r.event_id for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()
+    )
     assert ids == sorted({e["event_id"] for e in first + second})  # the duplicate was still known
 
     capsys.readouterr()
@@ -249,8 +309,9 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
         operate.rescale(cfg, Namespace(job=spec.name, partitions=4))
 
 
-def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, cfg, instance,
-                                                                        monkeypatch):
+def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
+    spark, cfg, instance, monkeypatch
+):
     from orchestration.defs.streaming.jobs import continuous_streaming_job as make_job
 
     continuous_streaming_job = make_job()
@@ -258,11 +319,14 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, 
 
     bad = {"ops": {"run_continuously": {"config": {"jobs": ["no_such_job"]}}}}
     failed = continuous_streaming_job.execute_in_process(
-        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False)
+        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False
+    )
     assert not failed.success
 
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
-    waiting = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+    waiting = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
     assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
     # ... but the crash is said at once: a warning naming the run, its error and the restart
     [crashed] = alerts.open_alerts(cfg)
@@ -270,32 +334,57 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(spark, 
     assert failed.run_id in crashed["message"] and "no_such_job" in crashed["message"]
     assert "restart 1 of 3" in crashed["message"]
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
-    tick = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor))
+    tick = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor)
+    )
     [request] = tick.run_requests
     assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == bad
-    again = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor))
+    again = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor)
+    )
     assert again.run_requests == []  # one restart per failed run
     assert [a["alert_id"] for a in alerts.open_alerts(cfg)] == [crashed["alert_id"]]  # one incident
 
     # The restart (launched as the sensor asks, here with a job that works) commits: resolved.
     land(cfg, "r.jsonl", [click(f"r{i}", "u1", i) for i in range(3)], stream="clicks")
     restarted = continuous_streaming_job.execute_in_process(
-        run_config={"ops": {"run_continuously": {"config": {
-            "jobs": ["events_by_type"], "trigger_seconds": 1.0, "flush_seconds": 1.0,
-            "max_seconds": 15.0}}}},
-        resources=resources(cfg), instance=instance, raise_on_error=False, tags=request.tags)
+        run_config={
+            "ops": {
+                "run_continuously": {
+                    "config": {
+                        "jobs": ["events_by_type"],
+                        "trigger_seconds": 1.0,
+                        "flush_seconds": 1.0,
+                        "max_seconds": 15.0,
+                    }
+                }
+            }
+        },
+        resources=resources(cfg),
+        instance=instance,
+        raise_on_error=False,
+        tags=request.tags,
+    )
     assert restarted.success
-    recovered = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor))
+    recovered = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor)
+    )
     assert recovered.run_requests == [] and alerts.open_alerts(cfg) == []
     [closed] = alerts.load(cfg)
     assert restarted.run_id in closed["resolution"]
 
     # The last allowed attempt failed too: no restart, one critical alert.
     last = continuous_streaming_job.execute_in_process(
-        run_config=bad, resources=resources(cfg), instance=instance, raise_on_error=False,
-        tags={ATTEMPT_TAG: "3", "tidemark/restart_of": failed.run_id})
+        run_config=bad,
+        resources=resources(cfg),
+        instance=instance,
+        raise_on_error=False,
+        tags={ATTEMPT_TAG: "3", "tidemark/restart_of": failed.run_id},
+    )
     assert not last.success
-    final = streaming_restart_sensor(build_sensor_context(resources=resources(cfg), instance=instance, cursor=recovered.cursor))
+    final = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=recovered.cursor)
+    )
     assert final.run_requests == []
     [alert] = alerts.open_alerts(cfg)
     assert (alert["kind"], alert["severity"]) == ("restart_exhausted", "critical")
@@ -354,8 +443,9 @@ def test_sensors_evaluate_without_starting_a_jvm(spark, cfg):
     land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(5)], stream="clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, get_job("events_by_type"))
-    result = subprocess.run([sys.executable, "-c", NO_JVM_PROBE], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", NO_JVM_PROBE], capture_output=True, text=True, timeout=300
+    )
     line = next(l for l in result.stdout.splitlines() if l.startswith("PROBE "))
     probe = json.loads(line.removeprefix("PROBE "))
     assert probe["jvm"] is False

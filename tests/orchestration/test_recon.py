@@ -16,8 +16,10 @@ from streaming_jobs.lake import read_table
 
 def built_messages(cfg) -> dict[str, str]:
     """What the last dbt invocation said of each node it ran (its run_results.json)."""
-    return {r["unique_id"].split(".")[-1]: r["message"] for r in json.loads(
-        (cfg.paths.dbt / "target" / "run_results.json").read_text())["results"]}
+    return {
+        r["unique_id"].split(".")[-1]: r["message"]
+        for r in json.loads((cfg.paths.dbt / "target" / "run_results.json").read_text())["results"]
+    }
 
 
 @pytest.mark.slow
@@ -43,13 +45,19 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
     # a row per reconciled job, also for the jobs that have nothing to compare yet
     assert sorted(r.job for r in summary) == sorted(reconciled_jobs())
-    assert all(r.rows_compared == r.unexplained_rows == 0 and r.stream_watermark is None
-               for r in summary if r.job != "failed_txn_velocity")
+    assert all(
+        r.rows_compared == r.unexplained_rows == 0 and r.stream_watermark is None
+        for r in summary
+        if r.job != "failed_txn_velocity"
+    )
     row = next(r for r in summary if r.job == "failed_txn_velocity")
     assert row.unexplained_rows == 0 and row.rows_compared == len(expected)
     assert row.late_events_replayed == row.late_events_reported == reported_late == 1
-    late = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
-        "job = 'failed_txn_velocity'").collect()[0]
+    late = (
+        read_table(spark, cfg.paths.dbt_table("batch", "int_late_events"))
+        .where("job = 'failed_txn_velocity'")
+        .collect()[0]
+    )
     assert late.events_not_yet_read == 3
 
     # Again, with nothing new: no stream ran a batch since, so the windows open last time are
@@ -67,16 +75,22 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     again = dbt("build")
     assert again.returncode == 0, again.stdout[-3000:]
     assert set(scopes(again.stderr).values()) == {
-        "nothing new since the last reconciliation: left out of this run"}, again.stderr
+        "nothing new since the last reconciliation: left out of this run"
+    }, again.stderr
     assert {job: version(f"recon_{job}") for job in reconciled_jobs()} == before
     assert "no_unexplained_rows__failed_txn_velocity" not in again.stdout
     assert "recon_summary__job_not_null" in again.stdout  # the shared models still ran
-    batches = {r["batch_id"] for r in ops_tables.read(cfg, "stream_progress")
-               if r["job"] == "failed_txn_velocity"}
-    positions = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions"))).to_pyarrow_table(
-        ).to_pylist()
-    assert [r["batch_id"] for r in positions if r["job"] == "failed_txn_velocity"] == [
-        max(batches)]
+    batches = {
+        r["batch_id"]
+        for r in ops_tables.read(cfg, "stream_progress")
+        if r["job"] == "failed_txn_velocity"
+    }
+    positions = (
+        DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions")))
+        .to_pyarrow_table()
+        .to_pylist()
+    )
+    assert [r["batch_id"] for r in positions if r["job"] == "failed_txn_velocity"] == [max(batches)]
 
     # The stream reads what bronze took meanwhile: that job is recomputed, the others are left
     # out, and the summary still gets a row for every job (theirs are current as they stand).
@@ -89,7 +103,8 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     reasons = scopes(mixed.stderr)
     assert reasons.pop("failed_txn_velocity").startswith("from "), mixed.stderr
     assert set(reasons.values()) == {
-        "nothing new since the last reconciliation: left out of this run"}, mixed.stderr
+        "nothing new since the last reconciliation: left out of this run"
+    }, mixed.stderr
     assert version("recon_failed_txn_velocity") > before["failed_txn_velocity"]
     # Views are re-created only when their SQL changed (macros/views.sql): the progress view's
     # pin moved with the batch the stream ran; the bronze views read their tables by path and
@@ -98,25 +113,40 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     assert said["stg_transactions"] == "unchanged view staging.stg_transactions: kept", said
     assert said["stg_clicks"] == "unchanged view staging.stg_clicks: kept", said
     assert not said["stg_stream_progress"].startswith("unchanged"), said
-    summary = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_summary"))).to_pyarrow_table(
-        ).to_pylist()
+    summary = (
+        DeltaTable(str(cfg.paths.dbt_table("recon", "recon_summary")))
+        .to_pyarrow_table()
+        .to_pylist()
+    )
     newest = max(r["reconciled_at"] for r in summary)
-    assert sorted(r["job"] for r in summary if r["reconciled_at"] == newest) == \
-        sorted(reconciled_jobs())
+    assert sorted(r["job"] for r in summary if r["reconciled_at"] == newest) == sorted(
+        reconciled_jobs()
+    )
     # only the job the run rebuilt moved its position (to the batch the stream ran)
-    positions = DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions"))).to_pyarrow_table(
-        ).to_pylist()
+    positions = (
+        DeltaTable(str(cfg.paths.dbt_table("recon", "recon_positions")))
+        .to_pyarrow_table()
+        .to_pylist()
+    )
     latest = max(r["reconciled_at"] for r in positions)
     assert {(r["job"], r["batch_id"]) for r in positions if r["reconciled_at"] == latest} == {
-        ("failed_txn_velocity", max(r["batch_id"] for r in ops_tables.read(cfg, "stream_progress")
-                                    if r["job"] == "failed_txn_velocity"))}
+        (
+            "failed_txn_velocity",
+            max(
+                r["batch_id"]
+                for r in ops_tables.read(cfg, "stream_progress")
+                if r["job"] == "failed_txn_velocity"
+            ),
+        )
+    }
     # That the history grows run after run (append, not replace) is test_always_on's: two
     # reconciliations of each hosted job in one recon_summary.
 
 
 @pytest.mark.slow
-def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream(spark, cfg,
-                                                                                 capsys):
+def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream(
+    spark, cfg, capsys
+):
     from datetime import timedelta
 
     from dagster import AssetKey, AssetSelection, DagsterInstance
@@ -135,51 +165,74 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
     gold = DeltaTable.forPath(spark, path)
 
     def where(key) -> str:
-        return (f"user_id = '{key[0]}' and window_start = timestamp'{key[1]}' "
-                f"and window_end = timestamp'{key[2]}'")
+        return (
+            f"user_id = '{key[0]}' and window_start = timestamp'{key[1]}' "
+            f"and window_end = timestamp'{key[2]}'"
+        )
 
     gold.delete(where(deleted))
     gold.update(where(changed), {"failed_count": "failed_count + 5"})
-    read_table(spark, cfg.paths.table("gold", "failed_txn_velocity")).where(where(doubled)) \
-        .write.format("delta").mode("append").save(path)
-    spark.createDataFrame([(*ghost, 3)], "user_id string, window_start timestamp, "
-                          "window_end timestamp, failed_count long") \
-        .write.format("delta").mode("append").save(path)
+    read_table(spark, cfg.paths.table("gold", "failed_txn_velocity")).where(
+        where(doubled)
+    ).write.format("delta").mode("append").save(path)
+    spark.createDataFrame(
+        [(*ghost, 3)],
+        "user_id string, window_start timestamp, window_end timestamp, failed_count long",
+    ).write.format("delta").mode("append").save(path)
 
     defs = build_definitions()
     # the job's models for failed_txn_velocity, and recon_summary downstream of them (the other
     # jobs' models have nothing to reconcile here)
-    recon, summary = AssetKey(["recon", "recon_failed_txn_velocity"]), AssetKey(
-        ["recon", "recon_summary"])
-    selection = ((AssetSelection.keys(recon).upstream() & AssetSelection.groups(RECON_GROUP))
-                 | AssetSelection.keys(summary)).resolve(defs.resolve_asset_graph())
+    recon, summary = (
+        AssetKey(["recon", "recon_failed_txn_velocity"]),
+        AssetKey(["recon", "recon_summary"]),
+    )
+    selection = (
+        (AssetSelection.keys(recon).upstream() & AssetSelection.groups(RECON_GROUP))
+        | AssetSelection.keys(summary)
+    ).resolve(defs.resolve_asset_graph())
     assert summary in selection and len(selection) < 10
     result = defs.resolve_job_def("reconciliation_job").execute_in_process(
-        instance=DagsterInstance.ephemeral(), raise_on_error=False, tags=incremental_tags(cfg),
-        asset_selection=list(selection))
+        instance=DagsterInstance.ephemeral(),
+        raise_on_error=False,
+        tags=incremental_tags(cfg),
+        asset_selection=list(selection),
+    )
     assert not result.success
 
     recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity")).collect()
     got = {(r.user_id, r.window_start, r.window_end): r.recon_class for r in recon}
-    faulty = {deleted: "missing_in_stream", changed: "value_mismatch",
-              doubled: "value_mismatch", ghost: "missing_in_batch"}
+    faulty = {
+        deleted: "missing_in_stream",
+        changed: "value_mismatch",
+        doubled: "value_mismatch",
+        ghost: "missing_in_batch",
+    }
     assert got == {**expected, **faulty}
-    diffs = {(r.user_id, r.window_start, r.window_end): (r.failed_count_diff, r.stream_rows)
-             for r in recon}
+    diffs = {
+        (r.user_id, r.window_start, r.window_end): (r.failed_count_diff, r.stream_rows)
+        for r in recon
+    }
     assert diffs[changed] == (5, 1) and diffs[doubled] == (expected_count(doubled), 2)
 
-    checks = {e.event_specific_data.asset_check_key.name: e.event_specific_data.passed
-              for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    checks = {
+        e.event_specific_data.asset_check_key.name: e.event_specific_data.passed
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
     blocking = [name for name in checks if name == "no_unexplained_rows__failed_txn_velocity"]
     assert blocking and not any(checks[name] for name in blocking)
-    materialized = {e.event_specific_data.materialization.asset_key
-                    for e in result.get_asset_materialization_events()}
+    materialized = {
+        e.event_specific_data.materialization.asset_key
+        for e in result.get_asset_materialization_events()
+    }
     assert AssetKey(["recon", "recon_failed_txn_velocity"]) in materialized
     assert AssetKey(["recon", "recon_summary"]) not in materialized  # downstream did not run
 
     # The failed run is what every report shows: never "no reconciliation", never 0 unexplained.
-    unexplained = sum(1 for c in got.values() if c in
-                      ("missing_in_stream", "value_mismatch", "missing_in_batch"))
+    unexplained = sum(
+        1 for c in got.values() if c in ("missing_in_stream", "value_mismatch", "missing_in_batch")
+    )
     assert unexplained == 4
     from orchestration import recon_runs
     from orchestration.cli import main as tidemark
@@ -188,12 +241,19 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
     status = recon_runs.status(cfg)
     row = status.jobs["failed_txn_velocity"]
     assert (row["status"], row["run_status"], row["unexplained_rows"], row["rows_compared"]) == (
-        "failed", "failed", unexplained, len(got))
+        "failed",
+        "failed",
+        unexplained,
+        len(got),
+    )
     assert row["dagster_run_id"] == result.run_id
     assert f"no_unexplained_rows__failed_txn_velocity: {unexplained} rows" in row["failed_checks"]
-    observed = [e.event_specific_data.asset_observation for e in result.all_events
-                if e.event_type_value == "ASSET_OBSERVATION"
-                and e.event_specific_data.asset_observation.asset_key == summary]
+    observed = [
+        e.event_specific_data.asset_observation
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+        and e.event_specific_data.asset_observation.asset_key == summary
+    ]
     assert len(observed) == 1
     shown = {k: v.value for k, v in observed[0].metadata.items()}
     assert shown["run_status"] == "failed" and shown["unexplained_rows"] == unexplained
@@ -204,12 +264,15 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
         capsys.readouterr()
         assert tidemark([command]) == 1, command
         last = capsys.readouterr().out.strip().splitlines()[-1]
-        assert last.startswith("reconciliation FAILED: ") and (
-            f"failed_txn_velocity: {unexplained} unexplained rows") in last, (command, last)
+        assert (
+            last.startswith("reconciliation FAILED: ")
+            and (f"failed_txn_velocity: {unexplained} unexplained rows") in last
+        ), (command, last)
     table, totals = overview(cfg)
     assert totals["unexplained_rows"] == unexplained
-    assert "**FAILED**" in next(line for line in table.splitlines()
-                                if line.startswith("| failed_txn_velocity "))
+    assert "**FAILED**" in next(
+        line for line in table.splitlines() if line.startswith("| failed_txn_velocity ")
+    )
 
 
 def expected_count(key) -> int:
@@ -227,7 +290,8 @@ def _recon_rows(spark, cfg) -> list[tuple]:
 @pytest.mark.slow
 @pytest.mark.long  # CI: test_retention's fold; make test-long
 def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row_as_before(
-        spark, endpoint_cfg):
+    spark, endpoint_cfg
+):
     cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)
     from datetime import datetime, timedelta, timezone
 
@@ -245,39 +309,52 @@ def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row
     result = dbt("build", *select)
     assert result.returncode == 0, result.stdout[-3000:]
     before = _recon_rows(spark, cfg)
-    assert {r.recon_class for r in read_table(spark, cfg.paths.dbt_table(
-        "recon", f"recon_{job}")).collect()} >= {"match", "late_dropped"}
+    assert {
+        r.recon_class
+        for r in read_table(spark, cfg.paths.dbt_table("recon", f"recon_{job}")).collect()
+    } >= {"match", "late_dropped"}
     batches = {r["batch_id"] for r in ops_tables.read(cfg, "stream_progress") if r["job"] == job}
 
     replaced, rollups, ledgered = lineage.fold(
-        spark, cfg, cutoff=datetime.now(timezone.utc) + timedelta(days=1))
+        spark, cfg, cutoff=datetime.now(timezone.utc) + timedelta(days=1)
+    )
 
     # one rollup row and the newest batch are left of the job's batches; the counts hold
-    rows = sorted((r for r in ops_tables.read(cfg, "stream_progress") if r["job"] == job),
-                  key=lambda r: r["batch_id"])
+    rows = sorted(
+        (r for r in ops_tables.read(cfg, "stream_progress") if r["job"] == job),
+        key=lambda r: r["batch_id"],
+    )
     assert [r["rolled_up_batches"] for r in rows] == [len(batches) - 1, None]
     assert rows[-1]["batch_id"] == max(batches)
     assert sum(r["rows_dropped_by_watermark"] for r in rows) == reported_late == 1
     assert rollups >= 1 and replaced >= len(batches) - 1
     # the ledger holds exactly the event the scenario made late, by its bronze row id
     late = [r for r in ops_tables.read(cfg, "stream_late_rows") if r["job"] == job]
-    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).select(
-        "event_id", "_metadata.row_id").collect()
-    assert sorted(e.event_id for e in bronze if e.row_id in {r["row_id"] for r in late}) == \
-        sorted(scenarios.LATE)
+    bronze = (
+        read_table(spark, cfg.paths.table("bronze", "transactions"))
+        .select("event_id", "_metadata.row_id")
+        .collect()
+    )
+    assert sorted(e.event_id for e in bronze if e.row_id in {r["row_id"] for r in late}) == sorted(
+        scenarios.LATE
+    )
     assert ledgered == len(late) == 1
 
     result = dbt("--full", "build", *select)
     assert result.returncode == 0, result.stdout[-3000:]
     assert _recon_rows(spark, cfg) == before
-    counts = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
-        f"job = '{job}'").collect()[0]
+    counts = (
+        read_table(spark, cfg.paths.dbt_table("batch", "int_late_events"))
+        .where(f"job = '{job}'")
+        .collect()[0]
+    )
     assert counts.late_events_replayed == counts.late_events_reported == 1
 
 
 @pytest.mark.long  # a composed fault trial (lost report, then a fold): make test-long
 def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and_after_a_fold(
-        spark, endpoint_cfg):
+    spark, endpoint_cfg
+):
     """A kill between a batch's sink commit and its checkpoint commit: the batch runs again,
     the Delta sink skips it (exactly once) and Spark reports it read and dropped nothing. The
     replay still finds the rows it dropped as late; late_counts_agree holds with them apart."""
@@ -292,8 +369,9 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
 
     job, spec = "events_by_type", get_job("events_by_type")
     # a batch's late threshold is the previous batch's watermark: two batches set it (1409)
-    waves = [[click(f"w{w}-{i}", f"u{i % 3}", 1400 + 10 * w + i) for i in range(10)]
-             for w in range(4)]
+    waves = [
+        [click(f"w{w}-{i}", f"u{i % 3}", 1400 + 10 * w + i) for i in range(10)] for w in range(4)
+    ]
     late = [click("late-1", "u1", 1300), click("late-2", "u2", 1310)]
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     try:
@@ -307,8 +385,11 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
                 assert dropped == len(late)
                 # the process dies after the batch's gold commit, before its checkpoint commit
                 # and before its progress was flushed
-                cut = max(r["batch_id"] for r in ops_tables.read(cfg, "stream_progress")
-                          if r["job"] == job)
+                cut = max(
+                    r["batch_id"]
+                    for r in ops_tables.read(cfg, "stream_progress")
+                    if r["job"] == job
+                )
                 commits = cfg.paths.checkpoint(job) / "commits"
                 for name in (str(cut), f".{cut}.crc"):
                     (commits / name).unlink(missing_ok=True)
@@ -317,8 +398,11 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
     finally:
         spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
 
-    rerun = [r for r in ops_tables.read(cfg, "stream_progress")
-             if r["job"] == job and r["batch_id"] == cut]
+    rerun = [
+        r
+        for r in ops_tables.read(cfg, "stream_progress")
+        if r["job"] == job and r["batch_id"] == cut
+    ]
     assert [(r["num_input_rows"], r["rows_dropped_by_watermark"]) for r in rerun] == [(0, 0)]
     gold = read_table(spark, cfg.paths.table("gold", job)).collect()
     assert sorted(r.event_id for r in gold) == sorted(e["event_id"] for w in waves for e in w)
@@ -328,14 +412,21 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
         if full:  # fold every batch but the newest: the ledger carries the lost report
             lineage.fold(spark, cfg, cutoff=datetime.now(timezone.utc) + timedelta(days=1))
             ledger = [r for r in ops_tables.read(cfg, "stream_late_rows") if r["job"] == job]
-            assert sorted((r["batch_id"], r["report_lost"]) for r in ledger) == [
-                (cut, True)] * len(late)
+            assert sorted((r["batch_id"], r["report_lost"]) for r in ledger) == [(cut, True)] * len(
+                late
+            )
         result = dbt(*(["--full"] if full else []), "build", *select)
         assert result.returncode == 0, result.stdout[-3000:]
-        counts = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
-            f"job = '{job}'").collect()[0]
-        assert (counts.late_events_replayed, counts.late_events_reported,
-                counts.late_events_report_lost) == (len(late), 0, len(late))
+        counts = (
+            read_table(spark, cfg.paths.dbt_table("batch", "int_late_events"))
+            .where(f"job = '{job}'")
+            .collect()[0]
+        )
+        assert (
+            counts.late_events_replayed,
+            counts.late_events_reported,
+            counts.late_events_report_lost,
+        ) == (len(late), 0, len(late))
 
 
 @pytest.mark.slow
@@ -346,9 +437,12 @@ def test_a_bronze_row_missing_its_key_fails_the_staging_test_naming_each_column(
     run_bronze(spark, cfg, "transactions")
     # A row the ingestion would have quarantined, written past it: no event_id and no event time.
     bronze = cfg.paths.table("bronze", "transactions")
-    bad = (read_table(spark, bronze).where("event_id = 't1'")
-           .withColumn("event_id", F.lit(None).cast("string"))
-           .withColumn("event_time", F.lit(None).cast("timestamp")))
+    bad = (
+        read_table(spark, bronze)
+        .where("event_id = 't1'")
+        .withColumn("event_id", F.lit(None).cast("string"))
+        .withColumn("event_time", F.lit(None).cast("timestamp"))
+    )
     bad.write.format("delta").mode("append").save(str(bronze))
 
     result = dbt("build", "--select", "stg_transactions", "--store-failures")
@@ -358,4 +452,6 @@ def test_a_bronze_row_missing_its_key_fails_the_staging_test_naming_each_column(
     stored = cfg.paths.warehouse / "dbt_test__audit.db" / "stg_transactions__not_null"
     rows = spark.read.parquet(str(stored)).collect()
     assert sorted((r.column_name, r.null_rows) for r in rows) == [
-        ("event_id", 1), ("event_time", 1)]
+        ("event_id", 1),
+        ("event_time", 1),
+    ]

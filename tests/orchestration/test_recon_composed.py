@@ -81,34 +81,57 @@ def test_composed_sessions_and_profiles_equal_a_backfill(spark, cfg):
     assert said["user_sessions"] == "from 2026-01-02", said
     assert said["user_activity_profile"] == "from 2026-01-02", said
 
-    sessions = {(r.user_id, r.window_start): r for r in read_table(
-        spark, cfg.paths.dbt_table("batch", "int_user_sessions__batch")).where(
-        "basis = 'all'").collect()}
+    sessions = {
+        (r.user_id, r.window_start): r
+        for r in read_table(spark, cfg.paths.dbt_table("batch", "int_user_sessions__batch"))
+        .where("basis = 'all'")
+        .collect()
+    }
     # u1: one session from day 1 00:00 to its last click + 5 minutes, 453 distinct clicks
     u1 = sessions[("u1", at(0))]
     assert (u1.clicks, u1.window_end, u1.spend) == (453, at(452 * 4 + 5), 452 * 1.25)
     assert u1.recon_date == dt.date(2026, 1, 2)  # the day it ends
     # u5: the bridging click makes one session of three clicks
     assert [(s.window_start, s.clicks) for k, s in sessions.items() if k[0] == "u5"] == [
-        (at(DAY + 500), 3)]
+        (at(DAY + 500), 3)
+    ]
 
-    profiles = {(r.basis, r.user_id): r for r in read_table(
-        spark, cfg.paths.dbt_table("batch", "int_user_activity_profile__batch")).collect()}
-    expected = {"u1": (453, at(0), at(452 * 4)), "u2": (3, at(DAY + 385), at(DAY + 410)),
-                "u3": (2, at(DAY + 370), at(DAY + 390)), "u5": (3, at(DAY + 500), at(DAY + 510)),
-                "u6": (1, at(DAY + 600), at(DAY + 600)), "u9": (1, at(DAY + 900), at(DAY + 900))}
-    assert {u: (p.visits, p.first_activity, p.last_activity)
-            for (basis, u), p in profiles.items() if basis == "all"} == expected
+    profiles = {
+        (r.basis, r.user_id): r
+        for r in read_table(
+            spark, cfg.paths.dbt_table("batch", "int_user_activity_profile__batch")
+        ).collect()
+    }
+    expected = {
+        "u1": (453, at(0), at(452 * 4)),
+        "u2": (3, at(DAY + 385), at(DAY + 410)),
+        "u3": (2, at(DAY + 370), at(DAY + 390)),
+        "u5": (3, at(DAY + 500), at(DAY + 510)),
+        "u6": (1, at(DAY + 600), at(DAY + 600)),
+        "u9": (1, at(DAY + 900), at(DAY + 900)),
+    }
+    assert {
+        u: (p.visits, p.first_activity, p.last_activity)
+        for (basis, u), p in profiles.items()
+        if basis == "all"
+    } == expected
     assert profiles[("all", "u2")].total_spend == 6.5
     # what the stream counted: u5's bridging click was on time, u2's was late
     on_time = {u: p.visits for (basis, u), p in profiles.items() if basis == "on_time"}
     assert on_time == {"u1": 451, "u2": 2, "u3": 1, "u5": 3, "u6": 1, "u9": 1}
-    on_time_u5 = read_table(spark, cfg.paths.dbt_table("batch", "int_user_sessions__batch")).where(
-        "basis = 'on_time' and user_id = 'u5'").collect()
+    on_time_u5 = (
+        read_table(spark, cfg.paths.dbt_table("batch", "int_user_sessions__batch"))
+        .where("basis = 'on_time' and user_id = 'u5'")
+        .collect()
+    )
     assert [(s.window_start, s.clicks) for s in on_time_u5] == [(at(DAY + 500), 3)]
 
-    tables = [("batch", "int_user_sessions__batch"), ("batch", "int_user_activity_profile__batch"),
-              ("recon", "recon_user_sessions"), ("recon", "recon_user_activity_profile")]
+    tables = [
+        ("batch", "int_user_sessions__batch"),
+        ("batch", "int_user_activity_profile__batch"),
+        ("recon", "recon_user_sessions"),
+        ("recon", "recon_user_activity_profile"),
+    ]
     composed = {t: table_rows(cfg, *t) for t in tables}
     # a backfill of these four tables (the rest of the project is as the incremental run left it)
     backfill = dbt("--full", *BUILD, "--select", *(name for _, name in tables))

@@ -28,16 +28,31 @@ WAVES = 3
 BUILD = ("build", "--exclude-resource-type", "unit_test")
 # every job is incremental: by day, and user_activity_profile (keyed state without a day) by
 # composing the profiles of the users with new clicks (as user_sessions composes its sessions)
-INCREMENTAL = ("events_by_type", "failed_txn_velocity", "order_payment_match", "user_sessions",
-          "zone_revenue_hourly", "user_activity_profile")
+INCREMENTAL = (
+    "events_by_type",
+    "failed_txn_velocity",
+    "order_payment_match",
+    "user_sessions",
+    "zone_revenue_hourly",
+    "user_activity_profile",
+)
 
 
 @pytest.mark.long
 @pytest.mark.slow
 def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
     start = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-    gens = {s: GeneratorConfig(stream=s, events=EVENTS, files=WAVES, seed=23, start=start,
-                               rate=EVENTS / (DAYS * 86_400)) for s in STREAMS}
+    gens = {
+        s: GeneratorConfig(
+            stream=s,
+            events=EVENTS,
+            files=WAVES,
+            seed=23,
+            start=start,
+            rate=EVENTS / (DAYS * 86_400),
+        )
+        for s in STREAMS
+    }
     files = {s: generate(g) for s, g in gens.items()}
     reasons = []
     for wave in range(WAVES):
@@ -57,7 +72,9 @@ def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
         reasons.append(scopes(built.stderr))
 
     # the first run is in full; the later ones start at a day after the first event's
-    assert all(reasons[0][job] == "in full: first reconciliation" for job in INCREMENTAL), reasons[0]
+    assert all(reasons[0][job] == "in full: first reconciliation" for job in INCREMENTAL), reasons[
+        0
+    ]
     for later in reasons[1:]:
         for job in INCREMENTAL:
             assert later[job].startswith(("from ", "nothing new")), (job, later)
@@ -66,7 +83,8 @@ def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
     assert skipped, f"the last run recomputed every day of every job: {reasons[-1]}"
 
     tables = [("batch", f"int_{job}__batch") for job in INCREMENTAL] + [
-        ("recon", f"recon_{job}") for job in INCREMENTAL]
+        ("recon", f"recon_{job}") for job in INCREMENTAL
+    ]
     incremental = {t: table_rows(cfg, *t) for t in tables}
 
     backfill = dbt("--full", *BUILD)
@@ -80,8 +98,9 @@ def test_incremental_reconciliation_equals_a_backfill(spark, cfg):
     summary = summary_rows(cfg)
     runs = sorted({(r["reconciled_at"], r["invocation_id"]) for r in summary})
     assert len(runs) == WAVES + 2  # the waves' runs, the cut one and the backfill
-    last_incremental, backfilled = ([r for r in summary if r["invocation_id"] == run[1]]
-                                    for run in runs[-2:])
+    last_incremental, backfilled = (
+        [r for r in summary if r["invocation_id"] == run[1]] for run in runs[-2:]
+    )
     assert summary_counts(last_incremental) == summary_counts(backfilled)
     assert all(r["unexplained_rows"] == 0 for r in backfilled)
 

@@ -37,14 +37,19 @@ def with_text(event_id: str, old: str, new: str) -> bytes:
     return line(event_id).replace(old.encode(), new.encode())
 
 
-FUTURE = "event_time 9999-12-31 00:00:00 is more than 1 day after its ingest time (the " \
-         "stream's max_ahead)"
+FUTURE = (
+    "event_time 9999-12-31 00:00:00 is more than 1 day after its ingest time (the "
+    "stream's max_ahead)"
+)
 # (case, the landed line, its quarantine reason or None for bronze)
 CASES = [
     ("valid", line("ok1"), None),
     ("valid, unicode text", line("ok2", merchant="café ☕"), None),
-    ("valid, keys in another order", json.dumps(dict(reversed(list(
-        txn("ok3", "u1", 2).items())))).encode(), None),
+    (
+        "valid, keys in another order",
+        json.dumps(dict(reversed(list(txn("ok3", "u1", 2).items())))).encode(),
+        None,
+    ),
     ("empty line", b"", "empty line"),
     ("blank line", b"   \t", "empty line"),
     ("not JSON", b'{"event_id": "x1", ', "invalid JSON"),
@@ -52,69 +57,120 @@ CASES = [
     ("a JSON string", b'"just text"', "not a JSON object"),
     ("two objects on a line", line("x3") + line("x4"), "more than one JSON value on the line"),
     ("an object and text", line("x5") + b" trailing", "more than one JSON value on the line"),
-    ("a field missing", with_text("x6", ',"merchant":"m1"', ""),
-     "missing required field(s): merchant"),
+    (
+        "a field missing",
+        with_text("x6", ',"merchant":"m1"', ""),
+        "missing required field(s): merchant",
+    ),
     ("a field null", line("x7", merchant=None), "missing required field(s): merchant"),
     ("a number as text", line("x8", amount="12.5"), "amount is a JSON string, not a number"),
     ("NaN as text", line("x9", amount="NaN"), "amount is a JSON string, not a number"),
     ("Infinity as text", line("x10", amount="Infinity"), "amount is a JSON string, not a number"),
-    ("a string field holding a number", line("x11", merchant=42),
-     "merchant is a JSON bigint, not a string"),
-    ("a string field holding an object", line("x12", merchant={"name": "m"}),
-     "merchant is a JSON object, not a string"),
-    ("a string field holding a boolean", line("x13", currency=True),
-     "currency is a JSON boolean, not a string"),
-    ("a time without its date", line("x14", event_time="00:00:01"),
-     "event_time has no date (a timestamp is an ISO-8601 date and time)"),
-    ("a date that does not exist", line("x15", event_time="2026-02-30T00:00:00Z"),
-     "event_time is not a valid timestamp"),
+    (
+        "a string field holding a number",
+        line("x11", merchant=42),
+        "merchant is a JSON bigint, not a string",
+    ),
+    (
+        "a string field holding an object",
+        line("x12", merchant={"name": "m"}),
+        "merchant is a JSON object, not a string",
+    ),
+    (
+        "a string field holding a boolean",
+        line("x13", currency=True),
+        "currency is a JSON boolean, not a string",
+    ),
+    (
+        "a time without its date",
+        line("x14", event_time="00:00:01"),
+        "event_time has no date (a timestamp is an ISO-8601 date and time)",
+    ),
+    (
+        "a date that does not exist",
+        line("x15", event_time="2026-02-30T00:00:00Z"),
+        "event_time is not a valid timestamp",
+    ),
     ("an empty key", line(""), "key event_id is blank"),
     ("a blank key", line("   "), "key event_id is blank"),
     ("far future", line("x16", event_time="9999-12-31T00:00:00Z"), FUTURE),
-    ("not UTF-8", line("x17", merchant="caf\udce9").replace(b"\\udce9", b"\xe9"),
-     "not valid UTF-8 (its bytes are kept in raw_bytes)"),
-    ("control bytes, not UTF-8", b"\xff\xfe" + line("x18"),
-     "not valid UTF-8 (its bytes are kept in raw_bytes)"),
-    ("a stream expectation (quarantine)", line("x19", amount=-5.0),
-     "expectation nonnegative_amount failed: amount >= 0"),
+    (
+        "not UTF-8",
+        line("x17", merchant="caf\udce9").replace(b"\\udce9", b"\xe9"),
+        "not valid UTF-8 (its bytes are kept in raw_bytes)",
+    ),
+    (
+        "control bytes, not UTF-8",
+        b"\xff\xfe" + line("x18"),
+        "not valid UTF-8 (its bytes are kept in raw_bytes)",
+    ),
+    (
+        "a stream expectation (quarantine)",
+        line("x19", amount=-5.0),
+        "expectation nonnegative_amount failed: amount >= 0",
+    ),
     # a line ends at '\n' only: a CR is a byte of its line wherever it is
-    ("a CR inside a string", line("x20", merchant="a\rb").replace(b"\\r", b"\r"),
-     "invalid JSON"),
-    ("two objects joined by a CR", line("x21") + b"\r" + line("x22"),
-     "more than one JSON value on the line"),
+    ("a CR inside a string", line("x20", merchant="a\rb").replace(b"\\r", b"\r"), "invalid JSON"),
+    (
+        "two objects joined by a CR",
+        line("x21") + b"\r" + line("x22"),
+        "more than one JSON value on the line",
+    ),
     ("a line ending in a lone CR", line("ok4") + b"\r", None),
-    ("year 0001 (bronze keeps it; the jobs count it as late)",
-     line("ok5", event_time="0001-01-01T00:00:00Z"), None),
+    (
+        "year 0001 (bronze keeps it; the jobs count it as late)",
+        line("ok5", event_time="0001-01-01T00:00:00Z"),
+        None,
+    ),
     ("a key of invisible characters", line("\u00a0\u200b"), "key event_id is blank"),
     # reconciliation sums fractional numbers exactly, as decimal(38, 9): one it cannot hold
     # would keep it red for good
-    ("a huge number", line("x25", amount=1e30),
-     "amount 1.0E30 is beyond ±1e+18 (the stream's max_abs)"),
-    ("the largest double", line("x26", amount=1.7976931348623157e308),
-     "amount 1.7976931348623157E308 is beyond ±1e+18 (the stream's max_abs)"),
-    ("a number past the largest double",
-     with_text("x27", '"amount":10.0', '"amount":1e999'), "amount is not a valid double"),
+    (
+        "a huge number",
+        line("x25", amount=1e30),
+        "amount 1.0E30 is beyond ±1e+18 (the stream's max_abs)",
+    ),
+    (
+        "the largest double",
+        line("x26", amount=1.7976931348623157e308),
+        "amount 1.7976931348623157E308 is beyond ±1e+18 (the stream's max_abs)",
+    ),
+    (
+        "a number past the largest double",
+        with_text("x27", '"amount":10.0', '"amount":1e999'),
+        "amount is not a valid double",
+    ),
     ("a large number within the bound", line("ok6", amount=123456789012.5), None),
     # copies of one event in one batch: identical ones are all kept (the jobs drop them); of
     # differing ones bronze keeps the copy whose fields sort first, the same in every replay
     ("an exact duplicate", line("ok1"), None),
-    ("a copy with another payload (kept: its fields sort first)", line("dup1", merchant="a"),
-     None),
-    ("a copy with another payload (quarantined)", line("dup1", merchant="b"),
-     "duplicate event_id with a different payload (bronze keeps the copy of the batch whose "
-     "fields sort first)"),
-    ("nested deeper than the parser goes", with_text(
-        "x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
-     "nested deeper than 999 levels (the stream's max_depth)"),
-    ("a line longer than the stream's max_line_bytes", line("x24", merchant="m" * 5000),
-     "line longer than 4,000 bytes (the stream's max_line_bytes)"),
+    ("a copy with another payload (kept: its fields sort first)", line("dup1", merchant="a"), None),
+    (
+        "a copy with another payload (quarantined)",
+        line("dup1", merchant="b"),
+        "duplicate event_id with a different payload (bronze keeps the copy of the batch whose "
+        "fields sort first)",
+    ),
+    (
+        "nested deeper than the parser goes",
+        with_text("x23", ',"merchant":"m1"', ',"merchant":"m1","deep":' + "[" * 999 + "]" * 999),
+        "nested deeper than 999 levels (the stream's max_depth)",
+    ),
+    (
+        "a line longer than the stream's max_line_bytes",
+        line("x24", merchant="m" * 5000),
+        "line longer than 4,000 bytes (the stream's max_line_bytes)",
+    ),
 ]
 
 
 @pytest.mark.slow
 def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monkeypatch):
-    monkeypatch.setitem(STREAMS, "transactions", replace(
-        STREAMS["transactions"], expectations=(NONNEGATIVE,), max_line_bytes=4000))
+    monkeypatch.setitem(
+        STREAMS,
+        "transactions",
+        replace(STREAMS["transactions"], expectations=(NONNEGATIVE,), max_line_bytes=4000),
+    )
     folder = cfg.paths.landing_dir("transactions")
     folder.mkdir(parents=True)
     landed = b"".join(raw + b"\n" for _, raw, _ in CASES)
@@ -131,11 +187,16 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
     run_bronze(spark, cfg, "transactions")
 
     # (not event_time: Python's datetime cannot hold the year-0001 one)
-    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).select(
-        "event_id", "merchant", "_source_file").collect()
+    bronze = (
+        read_table(spark, cfg.paths.table("bronze", "transactions"))
+        .select("event_id", "merchant", "_source_file")
+        .collect()
+    )
     quarantine = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
-    expected_bronze = sorted([json.loads(raw)["event_id"] for _, raw, reason in CASES
-                              if reason is None] + ["crlf1", "crlf2", "gz1", "gz2"])
+    expected_bronze = sorted(
+        [json.loads(raw)["event_id"] for _, raw, reason in CASES if reason is None]
+        + ["crlf1", "crlf2", "gz1", "gz2"]
+    )
     assert sorted(r.event_id for r in bronze) == expected_bronze
     assert next(r.merchant for r in bronze if r.event_id == "ok2") == "café ☕"
 
@@ -147,16 +208,16 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
         if reason is not None:
             assert by_bytes.get(raw) == reason, (case, by_bytes.get(raw), reason)
     assert got == want  # each line exactly once, its bytes exactly as landed
-    assert all(r.raw_line is not None and r._source_file.endswith("catalogue.jsonl")
-               for r in quarantine)
+    assert all(
+        r.raw_line is not None and r._source_file.endswith("catalogue.jsonl") for r in quarantine
+    )
     # raw_line is text any reader decodes (U+FFFD for bytes that are not UTF-8), and both tables
     # read in delta-rs and pandas, a year-0001 event included
     assert all(r.raw_line == bytes(r.raw_bytes).decode("utf-8", "replace") for r in quarantine)
     from deltalake import DeltaTable
 
     for layer, rows in (("bronze", bronze), ("quarantine", quarantine)):
-        assert len(DeltaTable(str(cfg.paths.table(layer, "transactions"))).to_pandas()) \
-            == len(rows)
+        assert len(DeltaTable(str(cfg.paths.table(layer, "transactions"))).to_pandas()) == len(rows)
 
     # nothing lost: every landed line is in bronze, in quarantine, or in a file that is named
     landed_lines = sum(count_lines(f) for f in folder.iterdir())
@@ -197,8 +258,9 @@ def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, c
     assert not quarantine
     assert sorted(r.event_id for r in bronze) == ["n0", "n1", "n2", "n3", "w2"]  # each once
     # each row's lineage names its file, whatever the name
-    came_from = {r.event_id: os.path.basename(unquote(urlsplit(r._source_file).path))
-                 for r in bronze}
+    came_from = {
+        r.event_id: os.path.basename(unquote(urlsplit(r._source_file).path)) for r in bronze
+    }
     assert came_from == {**{f"n{i}": name for i, name in enumerate(odd)}, "w2": "next.jsonl"}
 
     aside = folder / "_refused"
@@ -222,11 +284,11 @@ def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, c
     assert not accounting.holds  # refused files and the folder are named, never "healthy"
 
 
-
 @pytest.mark.slow
 @pytest.mark.long  # a job and two reconciliations over the catalogue: make test-long
 def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gold_loses_a_row(
-        spark, cfg):
+    spark, cfg
+):
     """Every kind of bad input, landed, ingested, streamed by a job and reconciled for real:
     green where both sides agree; red (never "0 compared") once gold lost a row."""
     import subprocess
@@ -245,8 +307,11 @@ def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gol
     run_job(spark, cfg, spec)
     # the next wave, two days later: its watermark closes the first day's windows into gold
     (folder / "next.jsonl").write_bytes(
-        line("w2a", event_time="2026-01-03T00:00:00Z") + b"\n"
-        + line("w2b", event_time="2026-01-03T00:00:30Z") + b"\n")
+        line("w2a", event_time="2026-01-03T00:00:00Z")
+        + b"\n"
+        + line("w2b", event_time="2026-01-03T00:00:30Z")
+        + b"\n"
+    )
     run_bronze(spark, cfg, "transactions")
     run_job(spark, cfg, spec)
     gold = cfg.paths.table("gold", spec.name)
@@ -256,8 +321,12 @@ def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gol
         return dbt("build", "--exclude-resource-type", "unit_test", *extra)
 
     def latest():
-        return read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).where(
-            f"job = '{spec.name}'").orderBy("reconciled_at").collect()[-1]
+        return (
+            read_table(spark, cfg.paths.dbt_table("recon", "recon_summary"))
+            .where(f"job = '{spec.name}'")
+            .orderBy("reconciled_at")
+            .collect()[-1]
+        )
 
     green = reconcile()
     assert green.returncode == 0, green.stdout[-3000:] + green.stderr[-2000:]
@@ -270,8 +339,9 @@ def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gol
     red = reconcile()
     assert "gold table changed outside its stream" in red.stderr, red.stderr[-2000:]
     assert red.returncode != 0, red.stdout[-3000:]  # the blocking check failed
-    recon = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "recon"],
-                           capture_output=True, text=True)
+    recon = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "recon"], capture_output=True, text=True
+    )
     assert recon.returncode == 1, recon.stdout
     assert spec.name in recon.stdout.splitlines()[-1] and "unexplained" in recon.stdout
 
@@ -280,15 +350,24 @@ def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gol
 # .venv/bin/python tests/streaming/test_bad_input.py` rewrites it; the test below fails when it
 # is stale.
 DOC = Path(__file__).resolve().parents[2] / "docs/reliability.md"
-BEGIN = ("<!-- bad-input table: generated from tests/streaming/test_bad_input.py (run it with "
-         "python to update) -->")
+BEGIN = (
+    "<!-- bad-input table: generated from tests/streaming/test_bad_input.py (run it with "
+    "python to update) -->"
+)
 END = "<!-- end of the bad-input table -->"
 FILE_CASES = [
-    ("a ':' , '%', '#', a space or unicode in a file name", "bronze: ingested, lineage names the file"),
-    ("'?', '*', '[', ']', '{', '}' or '\\' in a file name, or a name not UTF-8",
-     "refused: moved to landing/<stream>/_refused/, its lines counted as refused"),
-    ("a symbolic link (to a file outside the landing folder)",
-     "refused: moved aside; what it points to is never read"),
+    (
+        "a ':' , '%', '#', a space or unicode in a file name",
+        "bronze: ingested, lineage names the file",
+    ),
+    (
+        "'?', '*', '[', ']', '{', '}' or '\\' in a file name, or a name not UTF-8",
+        "refused: moved to landing/<stream>/_refused/, its lines counted as refused",
+    ),
+    (
+        "a symbolic link (to a file outside the landing folder)",
+        "refused: moved aside; what it points to is never read",
+    ),
     ("a sub-folder", "not read: named by the accounting with its files and lines"),
     ("a file replaced under its name, as many lines", "named by the accounting (size, time)"),
     ("a file named .gz, .bz2 or .deflate", "read and counted decompressed"),
@@ -297,8 +376,10 @@ FILE_CASES = [
 
 
 def render_table() -> str:
-    rows = [f"| {case} | {'bronze' if reason is None else 'quarantine: `' + reason + '`'} |"
-            for case, _, reason in CASES]
+    rows = [
+        f"| {case} | {'bronze' if reason is None else 'quarantine: `' + reason + '`'} |"
+        for case, _, reason in CASES
+    ]
     rows += [f"| {case} | {outcome} |" for case, outcome in FILE_CASES]
     return "\n".join([BEGIN, "| input | where it ends |", "|---|---|", *rows, END])
 
@@ -306,7 +387,9 @@ def render_table() -> str:
 def test_the_reliability_docs_bad_input_table_is_the_catalogue():
     text = DOC.read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
-    assert text[start:end] == render_table(), "run: PYTHONPATH=tests .venv/bin/python tests/streaming/test_bad_input.py"
+    assert text[start:end] == render_table(), (
+        "run: PYTHONPATH=tests .venv/bin/python tests/streaming/test_bad_input.py"
+    )
 
 
 if __name__ == "__main__":

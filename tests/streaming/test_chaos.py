@@ -20,8 +20,14 @@ def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tm
     trials = chaos.run_trials(points, trials=1, seed=11, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert (t.events_lost, t.events_duplicated, t.gold_rows_lost, t.gold_rows_duplicated,
-                t.manual_interventions, t.alerts_lost) == (0, 0, 0, 0, 0, 0), t
+        assert (
+            t.events_lost,
+            t.events_duplicated,
+            t.gold_rows_lost,
+            t.gold_rows_duplicated,
+            t.manual_interventions,
+            t.alerts_lost,
+        ) == (0, 0, 0, 0, 0, 0), t
     # a kill between a 2xx answer and its commit re-sends that one notification, no more
     assert trials[2].alerts_reposted <= 1
     summary = chaos.summarize(trials)
@@ -40,8 +46,14 @@ def test_killed_maintenance_and_full_disks_lose_nothing(spark, tmp_path):
     trials = chaos.run_trials(points, trials=1, seed=12, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert (t.events_lost, t.events_duplicated, t.gold_rows_lost, t.gold_rows_duplicated,
-                t.manual_interventions, t.lineage_differences) == (0, 0, 0, 0, 0, 0), t
+        assert (
+            t.events_lost,
+            t.events_duplicated,
+            t.gold_rows_lost,
+            t.gold_rows_duplicated,
+            t.manual_interventions,
+            t.lineage_differences,
+        ) == (0, 0, 0, 0, 0, 0), t
     # the progress the lateness replay reads after a killed maintenance and the next one is
     # what an uninterrupted one leaves: per query (ingestion and the job) its batches, input
     # and late drops, and the late rows recorded for folded batches (the job reads FAILED

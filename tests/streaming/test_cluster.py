@@ -34,8 +34,10 @@ def gold_rows(root: Path, job: str) -> Counter:
     from deltalake import DeltaTable
 
     rows = DeltaTable(str(root / "lake" / "gold" / job)).to_pyarrow_table().to_pylist()
-    return Counter(tuple(sorted((k, round(v, 6) if isinstance(v, float) else str(v))
-                                for k, v in r.items())) for r in rows)
+    return Counter(
+        tuple(sorted((k, round(v, 6) if isinstance(v, float) else str(v)) for k, v in r.items()))
+        for r in rows
+    )
 
 
 def stateful_tasks(events: Path) -> dict[tuple[int, int], str]:
@@ -59,7 +61,8 @@ def stateful_tasks(events: Path) -> dict[tuple[int, int], str]:
 @pytest.mark.long
 @pytest.mark.slow
 def test_jobs_on_a_cluster_give_the_local_rows_with_state_on_both_executors(
-        spark, spark_cluster, tmp_path):
+    spark, spark_cluster, tmp_path
+):
     local = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path / "local")})
     land(local.data_root)
     for stream in sorted(set(JOBS.values())):
@@ -71,15 +74,22 @@ def test_jobs_on_a_cluster_give_the_local_rows_with_state_on_both_executors(
     land(root)
     events = root / "spark-events"
     events.mkdir(parents=True)
-    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root),
-           "TIDEMARK_SPARK_MASTER": spark_cluster.master,
-           "TIDEMARK_SPARK_CONF": f"spark.eventLog.enabled=true;spark.eventLog.dir={events};"
-                                  "spark.eventLog.compress=false;"
-                                  "spark.eventLog.rolling.enabled=false"}
+    env = {
+        **os.environ,
+        "TIDEMARK_DATA_ROOT": str(root),
+        "TIDEMARK_SPARK_MASTER": spark_cluster.master,
+        "TIDEMARK_SPARK_CONF": f"spark.eventLog.enabled=true;spark.eventLog.dir={events};"
+        "spark.eventLog.compress=false;"
+        "spark.eventLog.rolling.enabled=false",
+    }
     select = " or ".join(f'+key:"gold/{job}"' for job in JOBS)
-    done = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "materialize",
-                           "--select", select], env=env, capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "materialize", "--select", select],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     for job in JOBS:

@@ -49,13 +49,20 @@ def gold_ids(spark, cfg) -> list[str]:
 
 
 def run_config(**extra):
-    return {"ops": {"run_continuously": {"config": {
-        "jobs": [JOB], "trigger_seconds": 1.0, "flush_seconds": 2.0, **extra}}}}
+    return {
+        "ops": {
+            "run_continuously": {
+                "config": {"jobs": [JOB], "trigger_seconds": 1.0, "flush_seconds": 2.0, **extra}
+            }
+        }
+    }
 
 
 def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark, cfg, tmp_path):
-    resources = {"tidemark": TidemarkResource(data_root=str(cfg.data_root)),
-                 "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root))}
+    resources = {
+        "tidemark": TidemarkResource(data_root=str(cfg.data_root)),
+        "pyspark": TidemarkSparkResource(spark_config={}, data_root=str(cfg.data_root)),
+    }
     (tmp_path / "dagster").mkdir()
     instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
     first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]
@@ -65,13 +72,15 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
 
     def host():
         results["first"] = continuous_streaming_job.execute_in_process(
-            run_config=run_config(), instance=instance, resources=resources,
-            raise_on_error=False)
+            run_config=run_config(), instance=instance, resources=resources, raise_on_error=False
+        )
 
     thread = threading.Thread(target=host)
     thread.start()
-    wait_for("the continuous run to start",
-             lambda: instance.get_runs() and instance.get_runs()[0].status == DagsterRunStatus.STARTED)
+    wait_for(
+        "the continuous run to start",
+        lambda: instance.get_runs() and instance.get_runs()[0].status == DagsterRunStatus.STARTED,
+    )
     run = instance.get_runs()[0]
     wait_for("wave 1 in gold", lambda: len(gold_ids(spark, cfg)) == 30)
 
@@ -85,7 +94,8 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
         run_job(spark, cfg, get_job(JOB))
     # ... and continuous, through Dagster.
     refused = continuous_streaming_job.execute_in_process(
-        run_config=run_config(), instance=instance, resources=resources, raise_on_error=False)
+        run_config=run_config(), instance=instance, resources=resources, raise_on_error=False
+    )
     assert not refused.success
     failure = refused.get_step_failure_events()[0].event_specific_data.error
     assert failure.cause.cls_name == "CheckpointBusy" and run.run_id in failure.cause.message
@@ -96,14 +106,20 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     assert not thread.is_alive(), "the continuous run did not stop"
     result = results["first"]
     # It ends CANCELED: the step reports the interrupt, after its clean stop and its report.
-    assert [f.event_specific_data.error_source.value
-            for f in result.get_step_failure_events()] == ["INTERRUPT"]
+    assert [f.event_specific_data.error_source.value for f in result.get_step_failure_events()] == [
+        "INTERRUPT"
+    ]
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.CANCELED
     checkpoint = cfg.paths.checkpoint(JOB)
     offsets = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     assert offsets[-1] == last_committed_batch(checkpoint), "a batch was left uncommitted"
-    materialized = {m.asset_key.to_user_string(): m.metadata for m in (
-        ev.event_specific_data.materialization for ev in result.get_asset_materialization_events())}
+    materialized = {
+        m.asset_key.to_user_string(): m.metadata
+        for m in (
+            ev.event_specific_data.materialization
+            for ev in result.get_asset_materialization_events()
+        )
+    }
     assert set(materialized) == {f"gold/{JOB}", "bronze/clicks"}
     materialized[JOB] = materialized[f"gold/{JOB}"]
     assert materialized[JOB]["input_rows"].value == 41  # 40 events and the duplicate
@@ -112,10 +128,14 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     bronze = materialized["bronze/clicks"]
     assert (bronze["output_rows"].value, bronze["quarantined_rows"].value) == (41, 1)
     # each flush's report counts what the run committed so far: never more, never back
-    flushed = [m.metadata["output_rows"].value
-               for m in (ev.event_specific_data.materialization
-                         for ev in result.get_asset_materialization_events())
-               if m.asset_key.to_user_string() == f"gold/{JOB}"]
+    flushed = [
+        m.metadata["output_rows"].value
+        for m in (
+            ev.event_specific_data.materialization
+            for ev in result.get_asset_materialization_events()
+        )
+        if m.asset_key.to_user_string() == f"gold/{JOB}"
+    ]
     assert flushed == sorted(flushed) and flushed[-1] == 40 and len(flushed) >= 2
     assert materialized[JOB]["checkpoint_batch_id"].value == last_committed_batch(checkpoint)
     # The locks are free again.
@@ -134,39 +154,60 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     assert gold_ids(spark, cfg) == expected
 
 
-def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(spark, cfg,
-                                                                                tmp_path):
+def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(
+    spark, cfg, tmp_path
+):
     """`tidemark continuous` in a terminal: Ctrl-C (SIGINT) is taken as the clean stop, not
     PySpark's handler (which cancels the batch in flight mid-call and can lose its report)."""
     first = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30)]
     land(cfg, "a.jsonl", first, stream="clicks")
-    command = [str(Path(sys.executable).with_name("tidemark")), "continuous", "--jobs", JOB,
-               "--trigger", "1"]
+    command = [
+        str(Path(sys.executable).with_name("tidemark")),
+        "continuous",
+        "--jobs",
+        JOB,
+        "--trigger",
+        "1",
+    ]
     # Its output goes to files: a pipe nobody reads until the end fills up (64 kB) and blocks
     # the run at its next log line.
     out_file, err_file = tmp_path / "continuous.out", tmp_path / "continuous.err"
     with out_file.open("w") as out_sink, err_file.open("w") as err_sink:
-        proc = subprocess.Popen(command, stdout=out_sink, stderr=err_sink, text=True,
-                                env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)})
+        proc = subprocess.Popen(
+            command,
+            stdout=out_sink,
+            stderr=err_sink,
+            text=True,
+            env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)},
+        )
 
     def running() -> bool:
-        assert proc.poll() is None, ("tidemark continuous ended early", proc.returncode,
-                                     err_file.read_text()[-3000:])
+        assert proc.poll() is None, (
+            "tidemark continuous ended early",
+            proc.returncode,
+            err_file.read_text()[-3000:],
+        )
         return True
 
     try:
-        wait_for("wave 1 in gold", lambda: running() and len(gold_ids(spark, cfg)) == 30,
-                 timeout=300)
+        wait_for(
+            "wave 1 in gold", lambda: running() and len(gold_ids(spark, cfg)) == 30, timeout=300
+        )
         second = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30, 40)]
         land(cfg, "b.jsonl", second, stream="clicks")
         # The signal lands while wave 2 goes through bronze and the job (the batch in flight).
-        wait_for("wave 2 in bronze", lambda: running() and read_table(
-            spark, cfg.paths.table("bronze", "clicks")).count() == 40, timeout=180)
+        wait_for(
+            "wave 2 in bronze",
+            lambda: running()
+            and read_table(spark, cfg.paths.table("bronze", "clicks")).count() == 40,
+            timeout=180,
+        )
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=180)
     except (AssertionError, subprocess.TimeoutExpired) as failure:
-        raise AssertionError(f"{failure}\n--- tidemark continuous, stderr ---\n"
-                             f"{err_file.read_text()[-3000:]}") from failure
+        raise AssertionError(
+            f"{failure}\n--- tidemark continuous, stderr ---\n{err_file.read_text()[-3000:]}"
+        ) from failure
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -181,11 +222,17 @@ def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(
     # that read wave 2 and lost its report would show 30 here and leave nothing for the next
     # run. (A watermark-only batch that follows a data batch may be begun when the stop comes;
     # it writes no rows and is run again, or its report is the only thing lost.)
-    reports = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(JOB)}",
-                              columns=["batch_id", "num_input_rows"])
+    reports = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(JOB)}",
+        columns=["batch_id", "num_input_rows"],
+    )
     reported = sum(r["num_input_rows"] for r in reports)
     assert reported in (30, 40), reports
-    assert max(r["batch_id"] for r in reports) >= last_committed_batch(cfg.paths.checkpoint(JOB)) - 1
+    assert (
+        max(r["batch_id"] for r in reports) >= last_committed_batch(cfg.paths.checkpoint(JOB)) - 1
+    )
     # The next run reads exactly what no report holds: nothing lost or doubled.
     run_bronze(spark, cfg, "clicks")
     assert reported + run_job(spark, cfg, get_job(JOB)).input_rows == 40, reports
@@ -232,8 +279,9 @@ FLAKY = textwrap.dedent('''
 ''')
 
 
-def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(spark, cfg, tmp_path,
-                                                                        monkeypatch):
+def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
+    spark, cfg, tmp_path, monkeypatch
+):
     from streaming_jobs import ops_tables
     from streaming_jobs.operations.continuous import run_continuous
 
@@ -244,8 +292,10 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(spark, c
     flag.write_text("")
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
     monkeypatch.setenv("TIDEMARK_TEST_FLAKY_FLAG", str(flag))
-    events = [txn(f"t{i:02d}", f"u{i % 3}", i, status="FAILED" if i % 3 else "APPROVED")
-              for i in range(32)]
+    events = [
+        txn(f"t{i:02d}", f"u{i % 3}", i, status="FAILED" if i % 3 else "APPROVED")
+        for i in range(32)
+    ]
     land(cfg, "t.jsonl", events)
     run_bronze(spark, cfg, "transactions")
     # closed by the watermark (last event at minute 31, less 5): [0, 10) and [10, 20)
@@ -258,8 +308,7 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(spark, c
     def windows():
         if not table_exists(gold):
             return {}
-        return {r.window_start.minute: r.failures
-                for r in read_table(spark, gold).collect()}
+        return {r.window_start.minute: r.failures for r in read_table(spark, gold).collect()}
 
     def done() -> bool:
         try:  # polled while the query commits: a read that races a commit is asked again
@@ -267,9 +316,16 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(spark, c
         except Exception:  # noqa: BLE001
             return False
 
-    result = run_continuous(spark, cfg, streams=["clicks"], jobs=["flaky_failures"],
-                            trigger_seconds=1.0, flush_seconds=1.0, max_seconds=300,
-                            should_stop=done)
+    result = run_continuous(
+        spark,
+        cfg,
+        streams=["clicks"],
+        jobs=["flaky_failures"],
+        trigger_seconds=1.0,
+        flush_seconds=1.0,
+        max_seconds=300,
+        should_stop=done,
+    )
     assert not flag.exists()  # the UDF did fail once
     assert result.stopped_by == "stop requested"
     assert [name for name, _ in result.restarted] == ["flaky_failures"]

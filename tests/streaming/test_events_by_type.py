@@ -19,8 +19,9 @@ ACTIONS = ("view", "purchase")
 def wave_clicks(wave: int) -> list[dict]:
     """Clicks on two days (minute 1380.. crosses midnight), both types, one duplicate."""
     base = 1380 + wave * 20
-    events = [click(f"w{wave}-{i}", f"u{i % 3}", base + i, amount=float(i % 2) * 4.5)
-              for i in range(30)]
+    events = [
+        click(f"w{wave}-{i}", f"u{i % 3}", base + i, amount=float(i % 2) * 4.5) for i in range(30)
+    ]
     return events + [dict(events[0])]
 
 
@@ -40,8 +41,10 @@ def test_clicks_land_once_in_their_partition_with_one_file_per_partition_per_bat
         spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
 
     distinct = {e["event_id"]: e for events in waves for e in events}
-    expected = {(e["action"], date.fromisoformat(e["event_time"][:10]), e["event_id"])
-                for e in distinct.values()}
+    expected = {
+        (e["action"], date.fromisoformat(e["event_time"][:10]), e["event_id"])
+        for e in distinct.values()
+    }
     target = cfg.paths.table("gold", spec.name)
     gold = read_table(spark, target)
     got = [(r.event_type, r.event_date, r.event_id) for r in gold.collect()]
@@ -55,12 +58,22 @@ def test_clicks_land_once_in_their_partition_with_one_file_per_partition_per_bat
     for entry in log:
         actions = [json.loads(line) for line in entry.read_text().splitlines()]
         if any(a.get("commitInfo", {}).get("operation") == "STREAMING UPDATE" for a in actions):
-            per_commit.append(Counter(json.dumps(a["add"]["partitionValues"], sort_keys=True)
-                                      for a in actions if "add" in a))
+            per_commit.append(
+                Counter(
+                    json.dumps(a["add"]["partitionValues"], sort_keys=True)
+                    for a in actions
+                    if "add" in a
+                )
+            )
     assert per_commit and all(max(c.values()) == 1 for c in per_commit if c)
     # ...and auto compaction keeps every partition under the threshold of 3 small files.
-    files = gold.select("event_type", "event_date", "_metadata.file_path").distinct() \
-        .groupBy("event_type", "event_date").count().collect()
+    files = (
+        gold.select("event_type", "event_date", "_metadata.file_path")
+        .distinct()
+        .groupBy("event_type", "event_date")
+        .count()
+        .collect()
+    )
     assert max(r["count"] for r in files) < 3
     operations = [r.operation for r in spark.sql(f"describe history delta.`{target}`").collect()]
     assert "OPTIMIZE" in operations
@@ -85,11 +98,21 @@ def test_any_event_type_is_written_and_the_stream_goes_on(spark, cfg):
 
     target = cfg.paths.table("gold", spec.name)
     expected = sorted((e["action"], e["event_id"]) for e in first + second)
-    assert sorted((r.event_type, r.event_id) for r in read_table(spark, target).collect()) \
-        == expected
+    assert (
+        sorted((r.event_type, r.event_id) for r in read_table(spark, target).collect()) == expected
+    )
     # readable by delta-rs too, and no folder is named after a value
     table = DeltaTable(str(target))
-    assert sorted(zip(*[table.to_pyarrow_table().column(c).to_pylist()
-                        for c in ("event_type", "event_id")])) == expected
+    assert (
+        sorted(
+            zip(
+                *[
+                    table.to_pyarrow_table().column(c).to_pylist()
+                    for c in ("event_type", "event_id")
+                ]
+            )
+        )
+        == expected
+    )
     assert table.metadata().configuration.get("delta.randomizeFilePrefixes") == "true"
     assert not any("=" in p.name for p in target.iterdir())

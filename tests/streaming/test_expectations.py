@@ -54,18 +54,22 @@ def test_stream_expectations_warn_quarantine_and_fail(spark, cfg, guarded, monke
     path = land(cfg, "w1.jsonl", events)
     run_bronze(spark, cfg, "transactions")
 
-    bronze = {r.event_id for r in read_table(spark, cfg.paths.table("bronze", "transactions"))
-              .collect()}
+    bronze = {
+        r.event_id for r in read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    }
     assert bronze == {f"e{i}" for i in range(10)} - {"e2", "e5"}
     quarantined = read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
     lines = path.read_bytes().splitlines()
     assert sorted((r.raw_bytes, r.reason) for r in quarantined) == [
         (bytes(lines[i]), "expectation known_currency failed: currency in ('USD', 'EUR')")
-        for i in (2, 5)]
+        for i in (2, 5)
+    ]
     # counted on every valid row of the batch, quarantined ones included
     assert results(cfg, "bronze_transactions") == {
-        ("known_currency", 0): (10, 2), ("positive_amount", 0): (10, 3),
-        ("no_test_merchant", 0): (10, 0)}
+        ("known_currency", 0): (10, 2),
+        ("positive_amount", 0): (10, 3),
+        ("no_test_merchant", 0): (10, 0),
+    }
 
     # a 'fail' rule: the batch stops before anything is written, the row is in the error
     bad = [txn("t1", "u2", 20), dict(txn("t2", "u2", 21), merchant="TEST")]
@@ -73,30 +77,39 @@ def test_stream_expectations_warn_quarantine_and_fail(spark, cfg, guarded, monke
     with pytest.raises(StreamRunError) as raised:
         run_bronze(spark, cfg, "transactions")
     message = str(raised.value)
-    assert "stream transactions (batch 1): expectation no_test_merchant (merchant <> 'TEST')" \
-        in message and '"event_id":"t2"' in message and "nothing of the batch was committed" \
+    assert (
+        "stream transactions (batch 1): expectation no_test_merchant (merchant <> 'TEST')"
         in message
+        and '"event_id":"t2"' in message
+        and "nothing of the batch was committed" in message
+    )
     assert read_table(spark, cfg.paths.table("bronze", "transactions")).count() == 8
     assert read_table(spark, cfg.paths.table("quarantine", "transactions")).count() == 2
 
     # made a warning: the same batch runs again and commits, each line once
-    monkeypatch.setitem(STREAMS, "transactions", replace(guarded, expectations=(
-        CURRENCY, POSITIVE, replace(NO_TEST, action="warn"))))
+    monkeypatch.setitem(
+        STREAMS,
+        "transactions",
+        replace(guarded, expectations=(CURRENCY, POSITIVE, replace(NO_TEST, action="warn"))),
+    )
     run_bronze(spark, cfg, "transactions")
     assert read_table(spark, cfg.paths.table("bronze", "transactions")).count() == 10
     assert results(cfg, "bronze_transactions")[("no_test_merchant", 1)] == (2, 1)
 
 
 @pytest.mark.slow
-def test_job_expectations_count_per_batch_and_fail_before_commit(spark, cfg, tmp_path,
-                                                                monkeypatch, guarded):
+def test_job_expectations_count_per_batch_and_fail_before_commit(
+    spark, cfg, tmp_path, monkeypatch, guarded
+):
     folder = tmp_path / "jobs"
     folder.mkdir()
     (folder / "failures_per_merchant.sql").write_text(JOB)
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
     spec = get_job("failures_per_merchant")
-    assert [(e.name, e.action) for e in spec.expectations] == [("few_failures", "warn"),
-                                                               ("real_merchant", "fail")]
+    assert [(e.name, e.action) for e in spec.expectations] == [
+        ("few_failures", "warn"),
+        ("real_merchant", "fail"),
+    ]
     # m1: 7 failures in [0,10), m2: 2; the watermark (31 - 5) closes both windows
     events = [dict(txn(f"a{i}", "u1", i), merchant="m1") for i in range(7)]
     events += [dict(txn(f"b{i}", "u1", i), merchant="m2") for i in range(2)]
@@ -104,8 +117,10 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(spark, cfg, tmp
     land(cfg, "w1.jsonl", events)
     run_bronze(spark, cfg, "transactions")
     run_job(spark, cfg, spec)
-    gold = {r.merchant: r.failures for r in
-            read_table(spark, cfg.paths.table("gold", spec.name)).collect()}
+    gold = {
+        r.merchant: r.failures
+        for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()
+    }
     assert gold == {"m1": 7, "m2": 2}
     counted = results(cfg, spec.name)
     # the rows the job emitted, over its batches: 2 checked, 1 (m1's 7) failing few_failures
@@ -124,18 +139,27 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(spark, cfg, tmp
     defs = build_definitions()
     repository = defs.get_repository_def()
     gold, bronze = AssetKey(["gold", spec.name]), AssetKey(["bronze", "transactions"])
-    assert {AssetCheckKey(gold, "expect_few_failures"), AssetCheckKey(gold, "expect_real_merchant"),
-            AssetCheckKey(bronze, "expect_known_currency"),
-            AssetCheckKey(bronze, "expect_no_test_merchant")} <= set(
-        repository.asset_graph.asset_check_keys)
+    assert {
+        AssetCheckKey(gold, "expect_few_failures"),
+        AssetCheckKey(gold, "expect_real_merchant"),
+        AssetCheckKey(bronze, "expect_known_currency"),
+        AssetCheckKey(bronze, "expect_no_test_merchant"),
+    } <= set(repository.asset_graph.asset_check_keys)
+
     def context(cursor=None):
         return build_sensor_context(
-            instance=DagsterInstance.ephemeral(), repository_def=repository, cursor=cursor,
-            resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))})
+            instance=DagsterInstance.ephemeral(),
+            repository_def=repository,
+            cursor=cursor,
+            resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))},
+        )
 
     tick = expectations_sensor(context())
-    verdicts = {(e.asset_key.path[-1], e.check_name): e for e in tick.asset_events
-                if hasattr(e, "check_name")}
+    verdicts = {
+        (e.asset_key.path[-1], e.check_name): e
+        for e in tick.asset_events
+        if hasattr(e, "check_name")
+    }
     last_batch = max(b for (rule, b) in counted if rule == "few_failures")
     expected_failed = counted[("few_failures", last_batch)][1]
     few = verdicts[(spec.name, "expect_few_failures")]
@@ -147,12 +171,16 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(spark, cfg, tmp
     # nothing new since: nothing reported
     assert expectations_sensor(context(tick.cursor)).asset_events == []
 
-    land(cfg, "w2.jsonl", [dict(txn("x1", "u1", 40), merchant="BAD"),
-                           dict(txn("x2", "u1", 60), merchant="m1")])
+    land(
+        cfg,
+        "w2.jsonl",
+        [dict(txn("x1", "u1", 40), merchant="BAD"), dict(txn("x2", "u1", 60), merchant="m1")],
+    )
     run_bronze(spark, cfg, "transactions")
     before = read_table(spark, cfg.paths.table("gold", spec.name)).count()
     with pytest.raises(StreamRunError) as raised:
         run_job(spark, cfg, spec)
-    assert "job failures_per_merchant: expectation real_merchant (merchant <> 'BAD')" \
-        in str(raised.value) and '"merchant":"BAD"' in str(raised.value)
+    assert "job failures_per_merchant: expectation real_merchant (merchant <> 'BAD')" in str(
+        raised.value
+    ) and '"merchant":"BAD"' in str(raised.value)
     assert read_table(spark, cfg.paths.table("gold", spec.name)).count() == before

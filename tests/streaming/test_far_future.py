@@ -23,8 +23,9 @@ def far_future(event_id: str, year: int = 9999) -> dict:
 
 
 def watermark(cfg, job: str):
-    rows = ops_tables.read(cfg, "stream_progress", where=f"job = {ops_tables.literal(job)}",
-                           columns=["watermark"])
+    rows = ops_tables.read(
+        cfg, "stream_progress", where=f"job = {ops_tables.literal(job)}", columns=["watermark"]
+    )
     return max(r["watermark"] for r in rows if r["watermark"]).replace(tzinfo=None)
 
 
@@ -40,14 +41,20 @@ def test_a_far_future_event_is_quarantined_and_moves_no_watermark(spark, cfg, mo
     assert quarantined.reason.startswith("event_time 9999-12-31 00:00:00 is more than 1 day")
     # at most the real events' latest (minute 30) less the 10-minute delay
     assert watermark(cfg, spec.name) <= datetime(2026, 1, 1, 0, 20)
-    assert not [f for f in check_checkpoint(cfg, spec.name, spec.sources)
-                if f.kind in ("watermark_ahead", "late_share")]
+    assert not [
+        f
+        for f in check_checkpoint(cfg, spec.name, spec.sources)
+        if f.kind in ("watermark_ahead", "late_share")
+    ]
 
     # A stream whose bound was loosened: an event dated 2100 gets through (one dated 9999
     # would crash this job outright: pandas timestamps end in 2262) and poisons the watermark...
     monkeypatch.setitem(STREAMS, "transactions", replace(STREAMS["transactions"], max_ahead=None))
-    land(cfg, "w2.jsonl", [txn(f"b{i}", "u1", 30 + i) for i in range(1, 6)]
-         + [far_future("x2", 2100)])
+    land(
+        cfg,
+        "w2.jsonl",
+        [txn(f"b{i}", "u1", 30 + i) for i in range(1, 6)] + [far_future("x2", 2100)],
+    )
     run_bronze(spark, cfg, "transactions")
     run_job(spark, cfg, spec)
     assert watermark(cfg, spec.name).year == 2100
@@ -65,10 +72,18 @@ def test_a_far_future_event_is_quarantined_and_moves_no_watermark(spark, cfg, mo
     # build (blocking), though each of those rows is classed late_dropped
     result = dbt("build", "--select", f"+recon_{spec.name}")
     assert result.returncode != 0
-    verdicts = {test: verdict for verdict, test in re.findall(
-        r"\b(PASS|WARN \d+|FAIL \d+|ERROR)\s+(\S+__failed_txn_velocity)\b", result.stdout)}
+    verdicts = {
+        test: verdict
+        for verdict, test in re.findall(
+            r"\b(PASS|WARN \d+|FAIL \d+|ERROR)\s+(\S+__failed_txn_velocity)\b", result.stdout
+        )
+    }
     assert verdicts["watermark_plausible__failed_txn_velocity"] == "FAIL 1", result.stdout[-3000:]
-    classes = {r.recon_class for r in read_table(
-        spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity")).collect()}
+    classes = {
+        r.recon_class
+        for r in read_table(
+            spark, cfg.paths.dbt_table("recon", "recon_failed_txn_velocity")
+        ).collect()
+    }
     assert "late_dropped" in classes
     assert verdicts["no_unexplained_rows__failed_txn_velocity"] == "PASS"

@@ -27,8 +27,10 @@ def test_every_line_lands_once_in_bronze_or_quarantine(spark, cfg, sample):
     assert metrics.output_rows == bronze.count() and metrics.quarantined_rows == len(expected_bad)
     assert quarantine.where("reason is null").count() == 0
     # lineage: every bronze row names the landing file it came from
-    assert {r._source_file.rsplit("/", 1)[-1] for r in bronze.select("_source_file").distinct().collect()} \
-        == {f"part-{gen.seed}-{i:05d}.jsonl" for i in range(3)}
+    assert {
+        r._source_file.rsplit("/", 1)[-1]
+        for r in bronze.select("_source_file").distinct().collect()
+    } == {f"part-{gen.seed}-{i:05d}.jsonl" for i in range(3)}
 
 
 def test_restart_and_replayed_batch_write_nothing_twice(spark, cfg, sample):
@@ -50,7 +52,10 @@ def test_restart_and_replayed_batch_write_nothing_twice(spark, cfg, sample):
     replay = run_bronze(spark, cfg, "transactions")
     assert replay.input_rows == first.input_rows  # the batch really was processed again
     assert read_table(spark, bronze_path).count() == after_first
-    assert read_table(spark, cfg.paths.table("quarantine", "transactions")).count() == first.quarantined_rows
+    assert (
+        read_table(spark, cfg.paths.table("quarantine", "transactions")).count()
+        == first.quarantined_rows
+    )
 
     write_wave(cfg, gen, files, 1)
     second = run_bronze(spark, cfg, "transactions")
@@ -64,10 +69,19 @@ def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
     from streaming_jobs.tables import ensure_lake
 
     created = ensure_lake(spark, cfg)
-    expected = ({f"bronze/{s}" for s in STREAMS} | {f"quarantine/{s}" for s in STREAMS}
-                | {"ops/stream_progress", "ops/stream_late_rows", "ops/stream_failures",
-                   "ops/alerts", "ops/expectations", "ops/recon_runs"}
-                | {f"gold/{j}" for j in registry()})
+    expected = (
+        {f"bronze/{s}" for s in STREAMS}
+        | {f"quarantine/{s}" for s in STREAMS}
+        | {
+            "ops/stream_progress",
+            "ops/stream_late_rows",
+            "ops/stream_failures",
+            "ops/alerts",
+            "ops/expectations",
+            "ops/recon_runs",
+        }
+        | {f"gold/{j}" for j in registry()}
+    )
     assert set(created) == expected
     assert all(read_table(spark, cfg.paths.table(*t.split("/"))).count() == 0 for t in expected)
     gold = read_table(spark, cfg.paths.table("gold", "failed_txn_velocity"))
@@ -76,7 +90,8 @@ def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
 
 
 def test_a_table_creation_killed_before_its_first_commit_does_not_block_the_next_run(
-        spark, cfg, sample):
+    spark, cfg, sample
+):
     """Found by the fault harness (docs/reliability.md): a run killed while creating quarantine left
     ``_delta_log`` with only Delta's temporary file, and every later run failed with
     DELTA_TABLE_NOT_FOUND until someone removed the folder."""

@@ -19,7 +19,8 @@ def _as_the_jvm_sees_it(spark, exc_text: str) -> bool:
     jvm = spark.sparkContext._jvm
     stream_execution = jvm.org.apache.spark.sql.execution.streaming.runtime.StreamExecution
     return stream_execution.isInterruptionException(
-        jvm.py4j.Py4JException(PROXY_PREFIX + exc_text), spark.sparkContext._jsc.sc())
+        jvm.py4j.Py4JException(PROXY_PREFIX + exc_text), spark.sparkContext._jsc.sc()
+    )
 
 
 def _interrupted_call(spark) -> None:

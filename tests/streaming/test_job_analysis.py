@@ -15,42 +15,51 @@ ORDERS_PAYMENTS = "-- source: orders\n-- joins: payments\n"
 JOBS = {
     # a join with no time bound: both sides' state grows forever
     "unbounded_join.sql": (
-        "-- unbounded_join: payments of each order, no time bound.\n" + ORDERS_PAYMENTS +
-        "-- keys: order_id, payment_id\n-- measures: paid\n-- watermark: 10 minutes\n"
-        "select o.order_id, p.payment_id, p.amount as paid\n"
-        "from orders o join payments p on o.order_id = p.order_id\n"),
-    # the same join, bounded by a time range: accepted
-    "bounded_join.sql": (
-        "-- bounded_join: payments within an hour of their order.\n" + ORDERS_PAYMENTS +
-        "-- keys: order_id, payment_id\n-- measures: paid\n-- watermark: 10 minutes\n"
+        "-- unbounded_join: payments of each order, no time bound.\n"
+        + ORDERS_PAYMENTS
+        + "-- keys: order_id, payment_id\n-- measures: paid\n-- watermark: 10 minutes\n"
         "select o.order_id, p.payment_id, p.amount as paid\n"
         "from orders o join payments p on o.order_id = p.order_id\n"
-        "  and p.payment_time between o.order_time and o.order_time + interval 1 hour\n"),
+    ),
+    # the same join, bounded by a time range: accepted
+    "bounded_join.sql": (
+        "-- bounded_join: payments within an hour of their order.\n"
+        + ORDERS_PAYMENTS
+        + "-- keys: order_id, payment_id\n-- measures: paid\n-- watermark: 10 minutes\n"
+        "select o.order_id, p.payment_id, p.amount as paid\n"
+        "from orders o join payments p on o.order_id = p.order_id\n"
+        "  and p.payment_time between o.order_time and o.order_time + interval 1 hour\n"
+    ),
     # an aggregation over an aggregation without a window: the engine refuses it
     "counts_of_counts.sql": (
         "-- counts_of_counts: how many users clicked n times.\n-- source: clicks\n"
         "-- keys: n\n-- measures: users\n-- watermark: 10 minutes\n"
         "select n, count(*) as users\n"
         "from (select user_id, count(*) as n from events group by user_id)\n"
-        "group by n\n"),
+        "group by n\n"
+    ),
     # accepted by the analyzer and the streaming checker, refused by the engine when it plans
     # its first batch: the deduplication reads both sides' event times
     "two_event_times.sql": (
-        "-- two_event_times: each order with the time of its payment, once.\n" + ORDERS_PAYMENTS +
-        "-- keys: order_id, order_time, payment_time\n-- watermark: 10 minutes\n"
+        "-- two_event_times: each order with the time of its payment, once.\n"
+        + ORDERS_PAYMENTS
+        + "-- keys: order_id, order_time, payment_time\n-- watermark: 10 minutes\n"
         "select distinct o.order_id, o.order_time, p.payment_time\n"
         "from orders o join payments p on o.order_id = p.order_id\n"
-        "  and p.payment_time between o.order_time and o.order_time + interval 1 hour\n"),
+        "  and p.payment_time between o.order_time and o.order_time + interval 1 hour\n"
+    ),
     # a typo on the query's third line (the file's eighth)
     "typo.sql": (
         "-- typo: clicks per page.\n-- source: clicks\n-- keys: page\n-- measures: n\n"
-        "-- watermark: 10 minutes\nselect page, count(*) as n\nfrom events\ngroup by pagee\n"),
+        "-- watermark: 10 minutes\nselect page, count(*) as n\nfrom events\ngroup by pagee\n"
+    ),
     # a measure the query does not produce
     "missing_measure.sql": (
         "-- missing_measure: clicks per page and window.\n-- source: clicks\n"
         "-- keys: page, window_start, window_end\n-- measures: clicks\n-- watermark: 1 minute\n"
         "select page, window.start as window_start, window.end as window_end, count(*) as n\n"
-        "from events group by page, window(event_time, '5 minutes')\n"),
+        "from events group by page, window(event_time, '5 minutes')\n"
+    ),
 }
 
 
@@ -83,8 +92,13 @@ def test_each_refusal_names_the_file_the_line_and_the_fix(spark, folder):
         (folder / name).write_text(text)
     jobs = {n: s for n, s in registry().items() if s.origin and str(folder) in s.origin}
     found = by_job(analyze(spark, jobs, policy="refuse"))
-    assert set(found) == {"unbounded_join", "counts_of_counts", "typo", "missing_measure",
-                          "two_event_times"}
+    assert set(found) == {
+        "unbounded_join",
+        "counts_of_counts",
+        "typo",
+        "missing_measure",
+        "two_event_times",
+    }
 
     join = found["unbounded_join"]
     assert [f.level for f in join] == ["error", "error"]
@@ -106,7 +120,8 @@ def test_each_refusal_names_the_file_the_line_and_the_fix(spark, folder):
     (planned,) = found["two_event_times"]
     assert planned.level == "error" and planned.where == f"{folder / 'two_event_times.sql'}:6"
     assert "when it plans its first micro-batch: More than one event time columns" in (
-        planned.message)
+        planned.message
+    )
     assert "keep one of them as the event time" in planned.message
 
     (missing,) = found["missing_measure"]
@@ -119,7 +134,8 @@ def test_unbounded_state_can_be_a_warning_per_job_or_for_all(spark, folder):
     jobs = {"unbounded_join": registry()["unbounded_join"]}
     assert {f.level for f in analyze(spark, jobs, policy="warn")} == {"warning"}
     (folder / "unbounded_join.sql").write_text(
-        JOBS["unbounded_join.sql"].replace("-- keys:", "-- unbounded_state: warn\n-- keys:"))
+        JOBS["unbounded_join.sql"].replace("-- keys:", "-- unbounded_state: warn\n-- keys:")
+    )
     jobs = {"unbounded_join": registry()["unbounded_join"]}
     assert {f.level for f in analyze(spark, jobs, policy="refuse")} == {"warning"}
 

@@ -20,14 +20,21 @@ from streaming_jobs.registry import get_job
 from streaming_jobs.lake import read_table
 from streaming_jobs.runner import run_bronze, run_job
 
-BUILT_IN = ["failed_txn_velocity", "zone_revenue_hourly", "order_payment_match",
-            "user_sessions", "user_activity_profile", "events_by_type"]
+BUILT_IN = [
+    "failed_txn_velocity",
+    "zone_revenue_hourly",
+    "order_payment_match",
+    "user_sessions",
+    "user_activity_profile",
+    "events_by_type",
+]
 LATER = timedelta(days=4)
 
 
 def _gold(spark, cfg, name) -> list[tuple]:
-    return sorted((tuple(r) for r in read_table(spark, cfg.paths.table("gold", name)).collect()),
-                  key=repr)
+    return sorted(
+        (tuple(r) for r in read_table(spark, cfg.paths.table("gold", name)).collect()), key=repr
+    )
 
 
 # CI runs three shapes (24-hour panes in keyed state, a join, sessions); the other three are
@@ -35,13 +42,18 @@ def _gold(spark, cfg, name) -> list[tuple]:
 IN_CI = {"failed_txn_velocity", "order_payment_match", "user_sessions"}
 
 
-@pytest.mark.parametrize("name", [n if n in IN_CI else pytest.param(n, marks=pytest.mark.long)
-                                  for n in BUILT_IN])
+@pytest.mark.parametrize(
+    "name", [n if n in IN_CI else pytest.param(n, marks=pytest.mark.long) for n in BUILT_IN]
+)
 def test_exactly_once_across_a_restart_and_state_drains(spark, cfg, name):
     spec = get_job(name)
-    samples = [(gen, generate(gen)) for gen in (
-        GeneratorConfig(stream=source, events=800, files=2, seed=21, users=40)
-        for source in spec.sources)]
+    samples = [
+        (gen, generate(gen))
+        for gen in (
+            GeneratorConfig(stream=source, events=800, files=2, seed=21, users=40)
+            for source in spec.sources
+        )
+    ]
     for wave in range(2):
         for gen, files in samples:
             write_wave(cfg, gen, files, wave)
@@ -59,19 +71,33 @@ def test_exactly_once_across_a_restart_and_state_drains(spark, cfg, name):
     assert _gold(spark, cfg, name) == before  # ...and wrote nothing twice
 
     for source in spec.sources:
-        later = GeneratorConfig(stream=source, events=4, files=1, seed=22, users=2,
-                                start=EPOCH + LATER, late_share=0.0, duplicate_share=0.0,
-                                malformed_share=0.0, file_prefix="later")
+        later = GeneratorConfig(
+            stream=source,
+            events=4,
+            files=1,
+            seed=22,
+            users=2,
+            start=EPOCH + LATER,
+            late_share=0.0,
+            duplicate_share=0.0,
+            malformed_share=0.0,
+            file_prefix="later",
+        )
         write_wave(cfg, later, generate(later), 0)
         run_bronze(spark, cfg, source)
     run_job(spark, cfg, spec)
 
-    progress = (read_table(spark, cfg.paths.table("ops", "stream_progress"))
-                .where(f"job = '{name}'").orderBy("ts", "batch_id").collect())
+    progress = (
+        read_table(spark, cfg.paths.table("ops", "stream_progress"))
+        .where(f"job = '{name}'")
+        .orderBy("ts", "batch_id")
+        .collect()
+    )
     peak = max(r.state_rows for r in progress)
     final = progress[-1]
     assert final.watermark >= (EPOCH + LATER).replace(tzinfo=None) - timedelta(hours=1)
     # what is left is the state of the few later events, not the sample's
     assert final.state_rows <= 8 * len(spec.sources) * 4 < peak, (
         f"{name}: {final.state_rows} state rows left after the watermark passed the sample "
-        f"(peak {peak}): {[(op.operator, op.rows) for op in final.state_operators]}")
+        f"(peak {peak}): {[(op.operator, op.rows) for op in final.state_operators]}"
+    )

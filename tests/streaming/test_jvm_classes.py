@@ -14,7 +14,8 @@ def test_the_session_jvm_maps_the_archive_setup_built(spark):
     archive = class_archive(cfg, cached_jars(cfg))
     assert archive is not None and archive.is_file(), (
         f"no JVM class archive in {cfg.spark.jars_cache}: 'tidemark setup' builds it (see "
-        "driver-classes.log there)")
+        "driver-classes.log there)"
+    )
     # the operating system's view of the JVM: the archive file is mapped into its memory
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     maps = Path(f"/proc/{pid}/maps").read_text()

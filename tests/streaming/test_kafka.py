@@ -23,8 +23,15 @@ from streaming_jobs.checkpoints import last_committed_batch, last_planned_batch
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.generator import GeneratorConfig, generate, publish_files
 from streaming_jobs.checkpoints import query_name
-from streaming_jobs.kafka import (accounting, committed_offsets, consumer_lag, end_offsets,
-                                  ensure_topic, publish, topic_of)
+from streaming_jobs.kafka import (
+    accounting,
+    committed_offsets,
+    consumer_lag,
+    end_offsets,
+    ensure_topic,
+    publish,
+    topic_of,
+)
 from streaming_jobs.lake import read_table
 from streaming_jobs.operations.health import check
 from streaming_jobs.registry import get_job, stream_schema
@@ -49,15 +56,19 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _kill_mid_batch(cfg: TidemarkConfig, query: str, step: str, after_commits: int = 0,
-                    timeout: float = 300) -> int:
+def _kill_mid_batch(
+    cfg: TidemarkConfig, query: str, step: str, after_commits: int = 0, timeout: float = 300
+) -> int:
     """Run bronze (and the job) in a process of its own; SIGKILL it once ``query`` has a batch
     planned and not committed, after ``after_commits`` committed ones. Returns that batch."""
     checkpoint = cfg.paths.checkpoint(query)
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, step],
-                            env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER, step],
+        env={**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -76,8 +87,11 @@ def _kill_mid_batch(cfg: TidemarkConfig, query: str, step: str, after_commits: i
 
 
 def _bronze_positions(spark, cfg) -> Counter:
-    rows = read_table(spark, cfg.paths.table("bronze", STREAM)).select(
-        "_source_partition", "_source_offset", "event_id").collect()
+    rows = (
+        read_table(spark, cfg.paths.table("bronze", STREAM))
+        .select("_source_partition", "_source_offset", "event_id")
+        .collect()
+    )
     return Counter((r[0], r[1], r[2]) for r in rows)
 
 
@@ -87,8 +101,9 @@ def _gold(spark, cfg) -> Counter:
 
 
 @pytest.mark.long  # CI: the other Kafka tests and the kill -9 trials on landing files; make test-long
-def test_exactly_once_into_bronze_and_gold_across_sigkill_mid_batch(spark, kafka_cfg, tmp_path,
-                                                                     monkeypatch):
+def test_exactly_once_into_bronze_and_gold_across_sigkill_mid_batch(
+    spark, kafka_cfg, tmp_path, monkeypatch
+):
     monkeypatch.setenv("TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", "500")  # many batches
     cfg = TidemarkConfig.from_env().with_data_root(kafka_cfg.data_root)
     gen = GeneratorConfig(stream=STREAM, events=2000, files=3, seed=23)
@@ -108,8 +123,9 @@ def test_exactly_once_into_bronze_and_gold_across_sigkill_mid_batch(spark, kafka
     # killed in the middle of a bronze batch, then of a job batch, then run to the end
     killed_at = _kill_mid_batch(cfg, query_name(STREAM), "bronze", after_commits=2)
     assert killed_at >= 2  # a later batch: the first ones committed, this one did not
-    assert committed_offsets(cfg.paths.checkpoint(query_name(STREAM)), topic) != \
-        {p: end for p, (_, end) in ends.items()}
+    assert committed_offsets(cfg.paths.checkpoint(query_name(STREAM)), topic) != {
+        p: end for p, (_, end) in ends.items()
+    }
     _kill_mid_batch(cfg, JOB, "job")
     run_bronze(spark, cfg, STREAM)
     run_job(spark, cfg, get_job(JOB))
@@ -121,8 +137,9 @@ def test_exactly_once_into_bronze_and_gold_across_sigkill_mid_batch(spark, kafka
     assert max(bronze.values()) == 1
     assert sum(bronze.values()) == sum(is_valid_transaction(line) for line in lines)
     quarantined = read_table(spark, cfg.paths.table("quarantine", STREAM))
-    assert sorted(r.raw_line for r in quarantined.collect()) == \
-        sorted(line for line in lines if not is_valid_transaction(line))
+    assert sorted(r.raw_line for r in quarantined.collect()) == sorted(
+        line for line in lines if not is_valid_transaction(line)
+    )
     # the same rows at the same offsets as the uninterrupted run, and the same gold
     assert bronze == _bronze_positions(spark, reference)
     assert _gold(spark, cfg) == _gold(spark, reference) and sum(_gold(spark, cfg).values()) > 0
@@ -132,12 +149,20 @@ def test_malformed_payloads_are_quarantined_with_their_bytes(spark, kafka_cfg):
     cfg = kafka_cfg
     topic = topic_of(cfg, stream_schema(STREAM))
     assert ensure_topic(cfg, topic, partitions=1) == 1  # one partition: offsets in send order
-    good = {"event_id": "e-1", "user_id": "u1", "card_id": "c1", "merchant": "m", "amount": 5.0,
-            "currency": "EUR", "status": "FAILED", "event_time": "2026-01-01T00:00:00Z"}
+    good = {
+        "event_id": "e-1",
+        "user_id": "u1",
+        "card_id": "c1",
+        "merchant": "m",
+        "amount": 5.0,
+        "currency": "EUR",
+        "status": "FAILED",
+        "event_time": "2026-01-01T00:00:00Z",
+    }
     records = [
         json.dumps(good).encode(),
-        b"\xff\xfe{\"event_id\": \"e-2\"}",  # not UTF-8
-        b"{\"event_id\": \"e-3\"",  # cut short
+        b'\xff\xfe{"event_id": "e-2"}',  # not UTF-8
+        b'{"event_id": "e-3"',  # cut short
         json.dumps({**good, "event_id": "e-4", "amount": "lots"}).encode(),
         b"",  # an empty value
     ]
@@ -145,21 +170,27 @@ def test_malformed_payloads_are_quarantined_with_their_bytes(spark, kafka_cfg):
     run_bronze(spark, cfg, STREAM)
 
     bronze = read_table(spark, cfg.paths.table("bronze", STREAM)).collect()
-    assert [(r.event_id, r._source_partition, r._source_offset, r._source_file)
-            for r in bronze] == [("e-1", 0, 0, f"kafka:{topic}")]
-    quarantine = sorted(read_table(spark, cfg.paths.table("quarantine", STREAM)).collect(),
-                        key=lambda r: r._source_offset)
-    assert [(r._source_offset, bytes(r.raw_bytes)) for r in quarantine] == \
-        [(offset, records[offset]) for offset in (1, 2, 3, 4)]
+    assert [
+        (r.event_id, r._source_partition, r._source_offset, r._source_file) for r in bronze
+    ] == [("e-1", 0, 0, f"kafka:{topic}")]
+    quarantine = sorted(
+        read_table(spark, cfg.paths.table("quarantine", STREAM)).collect(),
+        key=lambda r: r._source_offset,
+    )
+    assert [(r._source_offset, bytes(r.raw_bytes)) for r in quarantine] == [
+        (offset, records[offset]) for offset in (1, 2, 3, 4)
+    ]
     reasons = [r.reason for r in quarantine]
     assert reasons[0].startswith("not valid UTF-8") and reasons[1] == "invalid JSON"
     assert reasons[2].startswith("amount is a JSON string") and reasons[3] == "empty line"
-    assert accounting(cfg, stream_schema(STREAM)).partitions == \
-        {0: {"read": 5, "rows": 5, "missing": 0, "doubled": 0}}
+    assert accounting(cfg, stream_schema(STREAM)).partitions == {
+        0: {"read": 5, "rows": 5, "missing": 0, "doubled": 0}
+    }
 
 
-def test_lag_is_recorded_and_raises_consumer_lag_when_consumption_stops(spark, kafka_cfg,
-                                                                        monkeypatch):
+def test_lag_is_recorded_and_raises_consumer_lag_when_consumption_stops(
+    spark, kafka_cfg, monkeypatch
+):
     monkeypatch.setenv("TIDEMARK_KAFKA_LAG_ROWS", "100")
     cfg = TidemarkConfig.from_env().with_data_root(kafka_cfg.data_root)
     gen = GeneratorConfig(stream=STREAM, events=600, files=2, seed=5)
@@ -177,8 +208,7 @@ def test_lag_is_recorded_and_raises_consumer_lag_when_consumption_stops(spark, k
     assert lag.rows == more > 100
     assert lag.oldest_unread_seconds is not None and 0 <= lag.oldest_unread_seconds < 120
     findings = [f for f in check(cfg, query_name(STREAM)) if f.kind == "consumer_lag"]
-    assert len(findings) == 1 and f"{more:,} records of {topic} not read yet" in \
-        findings[0].message
+    assert len(findings) == 1 and f"{more:,} records of {topic} not read yet" in findings[0].message
     # the health sensor, as the daemon ticks it, raises the alert (other streams: no topic yet)
     assert _sensor_alerts(cfg) == {("bronze_transactions", "consumer_lag", "warning")}
 
@@ -189,8 +219,9 @@ def test_lag_is_recorded_and_raises_consumer_lag_when_consumption_stops(spark, k
     assert _sensor_alerts(cfg) == set()  # resolved
     from streaming_jobs import ops_tables
 
-    rows = ops_tables.read(cfg, "stream_progress",
-                           where=f"job = {ops_tables.literal(query_name(STREAM))}")
+    rows = ops_tables.read(
+        cfg, "stream_progress", where=f"job = {ops_tables.literal(query_name(STREAM))}"
+    )
     assert sum(r["num_input_rows"] for r in rows) == sent + more
     assert {r["source_lag_rows"] for r in rows} == {0}
 
@@ -203,8 +234,10 @@ def _sensor_alerts(cfg: TidemarkConfig) -> set[tuple[str, str, str]]:
     from orchestration.resources import TidemarkResource
     from streaming_jobs.operations import alerts
 
-    context = build_sensor_context(instance=DagsterInstance.ephemeral(), resources={
-        "tidemark": TidemarkResource(data_root=str(cfg.data_root))})
+    context = build_sensor_context(
+        instance=DagsterInstance.ephemeral(),
+        resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))},
+    )
     checkpoint_health_sensor(context)
     return {(r["job"], r["kind"], r["severity"]) for r in alerts.open_alerts(cfg)}
 
@@ -242,10 +275,13 @@ def test_the_4_0_0_token_provider_works_with_spark_4_2(kafka_cfg):
     jars = [j for j in cached_jars(kafka_cfg) if name not in j] + [str(old)]
     topic = kafka_cfg.kafka.topic_prefix + "token"
     ensure_topic(kafka_cfg, topic, partitions=2)
-    done = subprocess.run([sys.executable, "-c", TOKEN_CHECK, ",".join(jars),
-                           kafka_cfg.kafka.bootstrap, topic],
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    done = subprocess.run(
+        [sys.executable, "-c", TOKEN_CHECK, ",".join(jars), kafka_cfg.kafka.bootstrap, topic],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
     assert "READ 50 True" in done.stdout, done.stderr[-3000:]
 
 
@@ -258,9 +294,11 @@ def test_the_broker_refuses_a_taken_port_with_what_to_do(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cfg = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path),
-                                       "TIDEMARK_KAFKA_PORT": str(port)})
-        with pytest.raises(BrokerError, match=f"port {port} on 127.0.0.1 is taken.*"
-                                              "TIDEMARK_KAFKA_PORT"):
+        cfg = TidemarkConfig.from_env(
+            {"TIDEMARK_DATA_ROOT": str(tmp_path), "TIDEMARK_KAFKA_PORT": str(port)}
+        )
+        with pytest.raises(
+            BrokerError, match=f"port {port} on 127.0.0.1 is taken.*TIDEMARK_KAFKA_PORT"
+        ):
             start(cfg)
     assert not (tmp_path / "kafka" / "broker.json").exists()

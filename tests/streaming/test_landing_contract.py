@@ -38,8 +38,11 @@ def test_every_way_of_breaking_the_contract_is_found(spark, cfg):
     result = account(cfg, "transactions")
     messages = sorted(f.message for f in result.findings)
     assert [m.split(":")[0] for m in messages] == [
-        "landing/transactions/.d.jsonl", "landing/transactions/b.json",
-        "landing/transactions/c.jsonl", "landing/transactions/e.jsonl"]
+        "landing/transactions/.d.jsonl",
+        "landing/transactions/b.json",
+        "landing/transactions/c.jsonl",
+        "landing/transactions/e.jsonl",
+    ]
     assert "it was replaced after it was read" in messages[3] and "new name" in messages[3]
     assert "never read" in messages[0] and "rename it" in messages[0]
     assert "1 lines were added after it was read (1 of 2 ingested)" in messages[1]
@@ -52,13 +55,30 @@ def test_line_counting_matches_the_ingestion_reader(spark, tmp_path):
     import bz2
     import gzip
 
-    cases = {"n.txt": b"a\nb\n", "m.txt": b"a\nb", "e.txt": b"", "blank.txt": b"\n\n",
-             # a CR is a byte of its line, wherever it is: one separator only, '\n'
-             "cr.txt": b"a\rb\n", "crlf.txt": b"a\r\nb\r\n", "lone.txt": b"a\r\r\nb",
-             # compressed by name: counted as Spark reads them, decompressed
-             "z.jsonl.gz": gzip.compress(b"a\nb\nc\n"), "z.jsonl.bz2": bz2.compress(b"a\r\nb")}
-    expected = {"n.txt": 2, "m.txt": 2, "e.txt": 0, "blank.txt": 2, "cr.txt": 1, "crlf.txt": 2,
-                "lone.txt": 2, "z.jsonl.gz": 3, "z.jsonl.bz2": 2}
+    cases = {
+        "n.txt": b"a\nb\n",
+        "m.txt": b"a\nb",
+        "e.txt": b"",
+        "blank.txt": b"\n\n",
+        # a CR is a byte of its line, wherever it is: one separator only, '\n'
+        "cr.txt": b"a\rb\n",
+        "crlf.txt": b"a\r\nb\r\n",
+        "lone.txt": b"a\r\r\nb",
+        # compressed by name: counted as Spark reads them, decompressed
+        "z.jsonl.gz": gzip.compress(b"a\nb\nc\n"),
+        "z.jsonl.bz2": bz2.compress(b"a\r\nb"),
+    }
+    expected = {
+        "n.txt": 2,
+        "m.txt": 2,
+        "e.txt": 0,
+        "blank.txt": 2,
+        "cr.txt": 1,
+        "crlf.txt": 2,
+        "lone.txt": 2,
+        "z.jsonl.gz": 3,
+        "z.jsonl.bz2": 2,
+    }
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         read = spark.read.option("lineSep", "\n").text(str(tmp_path / name)).count()

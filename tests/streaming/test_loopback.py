@@ -42,7 +42,7 @@ def listening(pid: int) -> list[str]:
                 continue
             raw = bytes.fromhex(fields[1].split(":")[0])
             # /proc prints each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             out.append(socket.inet_ntop(family, raw))
     return out
 
@@ -52,11 +52,21 @@ SECRET = "s3cr3t-value=with;chars"
 
 @pytest.mark.slow
 def test_spark_with_its_ui_on_listens_on_loopback_only_and_hides_spark_conf_values(cfg):
-    env = {**os.environ, "TIDEMARK_SPARK_UI": "1", "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-           "TIDEMARK_SPARK_CONF": f"spark.tidemark.probe.credential={SECRET.replace(';', '%3B')}"}
+    env = {
+        **os.environ,
+        "TIDEMARK_SPARK_UI": "1",
+        "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+        "TIDEMARK_SPARK_CONF": f"spark.tidemark.probe.credential={SECRET.replace(';', '%3B')}",
+    }
     env.pop("SPARK_LOCAL_IP", None)
-    probe = subprocess.Popen([sys.executable, "-c", PROBE], env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    probe = subprocess.Popen(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         line, lines = "", []
@@ -70,8 +80,7 @@ def test_spark_with_its_ui_on_listens_on_loopback_only_and_hides_spark_conf_valu
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
         assert "spark.tidemark.probe.credential" not in cmdline and "s3cr3t" not in cmdline
         assert "--properties-file" in cmdline
-        environment = requests.get(f"{ui}/api/v1/applications/{app}/environment",
-                                   timeout=30).json()
+        environment = requests.get(f"{ui}/api/v1/applications/{app}/environment", timeout=30).json()
         shown = dict(environment["sparkProperties"])
         assert "s3cr3t" not in str(environment)
         assert shown["spark.tidemark.probe.credential"].startswith("*********")

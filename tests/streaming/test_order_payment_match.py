@@ -20,13 +20,23 @@ def _ts(minute: float) -> str:
 
 
 def order(order_id: str, user: str, minute: float, amount: float) -> dict:
-    return {"event_id": f"e-{order_id}", "order_id": order_id, "user_id": user,
-            "amount": amount, "order_time": _ts(minute)}
+    return {
+        "event_id": f"e-{order_id}",
+        "order_id": order_id,
+        "user_id": user,
+        "amount": amount,
+        "order_time": _ts(minute),
+    }
 
 
 def payment(payment_id: str, order_id: str, minute: float, amount: float) -> dict:
-    return {"event_id": f"e-{payment_id}", "payment_id": payment_id, "order_id": order_id,
-            "amount": amount, "payment_time": _ts(minute)}
+    return {
+        "event_id": f"e-{payment_id}",
+        "payment_id": payment_id,
+        "order_id": order_id,
+        "amount": amount,
+        "payment_time": _ts(minute),
+    }
 
 
 def _t(event: dict, field: str) -> datetime:
@@ -39,40 +49,62 @@ def matches(orders, payments) -> dict:
     payments = list({p["event_id"]: p for p in payments}.values())
     out, paid_payments = {}, set()
     for o in orders:
-        mine = [p for p in payments if p["order_id"] == o["order_id"]
-                and abs(_t(p, "payment_time") - _t(o, "order_time")) <= WITHIN]
+        mine = [
+            p
+            for p in payments
+            if p["order_id"] == o["order_id"]
+            and abs(_t(p, "payment_time") - _t(o, "order_time")) <= WITHIN
+        ]
         for p in mine:
             paid_payments.add(p["payment_id"])
             out[(o["order_id"], p["payment_id"])] = ("paid", o["amount"], p["amount"], None)
         if not mine:
-            out[(o["order_id"], None)] = ("unpaid", o["amount"], None,
-                                          _t(o, "order_time") + WITHIN)
+            out[(o["order_id"], None)] = ("unpaid", o["amount"], None, _t(o, "order_time") + WITHIN)
     for p in payments:
         if p["payment_id"] not in paid_payments:
-            out[(p["order_id"], p["payment_id"])] = ("unknown_order", None, p["amount"],
-                                                     _t(p, "payment_time") + WITHIN)
+            out[(p["order_id"], p["payment_id"])] = (
+                "unknown_order",
+                None,
+                p["amount"],
+                _t(p, "payment_time") + WITHIN,
+            )
     return out
 
 
 def _got(rows) -> dict:
-    return {(r.order_id, r.payment_id): (r.status, r.order_amount, r.payment_amount)
-            for r in rows}
+    return {(r.order_id, r.payment_id): (r.status, r.order_amount, r.payment_amount) for r in rows}
 
 
 def test_build_on_static_events_equals_plain_python(spark):
-    orders = [order("o1", "u1", 0, 10.0), order("o1", "u1", 0, 10.0), order("o2", "u2", 5, 20.0),
-              order("o3", "u3", 10, 30.0), order("o4", "u1", 50, 40.0)]
-    payments = [payment("p1", "o1", 3, 10.0), payment("p2", "o2", 4, 20.0),  # before its order
-                payment("p2b", "o2", 24, 1.0), payment("p3", "o3", 31, 30.0),  # 21 min: too late
-                payment("px", "o-x", 12, 7.0)]
-    o = spark.createDataFrame([(e["event_id"], e["order_id"], e["user_id"], e["amount"],
-                                _t(e, "order_time")) for e in orders],
-                              "event_id string, order_id string, user_id string, amount double, "
-                              "order_time timestamp")
-    p = spark.createDataFrame([(e["event_id"], e["payment_id"], e["order_id"], e["amount"],
-                                _t(e, "payment_time")) for e in payments],
-                              "event_id string, payment_id string, order_id string, "
-                              "amount double, payment_time timestamp")
+    orders = [
+        order("o1", "u1", 0, 10.0),
+        order("o1", "u1", 0, 10.0),
+        order("o2", "u2", 5, 20.0),
+        order("o3", "u3", 10, 30.0),
+        order("o4", "u1", 50, 40.0),
+    ]
+    payments = [
+        payment("p1", "o1", 3, 10.0),
+        payment("p2", "o2", 4, 20.0),  # before its order
+        payment("p2b", "o2", 24, 1.0),
+        payment("p3", "o3", 31, 30.0),  # 21 min: too late
+        payment("px", "o-x", 12, 7.0),
+    ]
+    o = spark.createDataFrame(
+        [
+            (e["event_id"], e["order_id"], e["user_id"], e["amount"], _t(e, "order_time"))
+            for e in orders
+        ],
+        "event_id string, order_id string, user_id string, amount double, order_time timestamp",
+    )
+    p = spark.createDataFrame(
+        [
+            (e["event_id"], e["payment_id"], e["order_id"], e["amount"], _t(e, "payment_time"))
+            for e in payments
+        ],
+        "event_id string, payment_id string, order_id string, "
+        "amount double, payment_time timestamp",
+    )
     expected = {k: v[:3] for k, v in matches(orders, payments).items()}
     assert _got(get_job("order_payment_match").apply(o, p).collect()) == expected
     assert {v[0] for v in expected.values()} == {"paid", "unpaid", "unknown_order"}
@@ -82,13 +114,25 @@ def test_build_on_static_events_equals_plain_python(spark):
 # wave 2: order o6 at 35 and payment p3 at 25 are behind 40: dropped as late. p6 (on time) pays
 #   the late o6, so the stream calls it unknown_order (final at 65). p5 comes 30 min after o5:
 #   o5 unpaid and p5 unknown, both still open at the final watermark min(100, 130) - 10 = 90.
-WAVE_1 = ([order("o1", "u1", 0, 10.0), order("o2", "u2", 5, 20.0), order("o3", "u3", 10, 30.0),
-           order("o4", "u1", 50, 40.0), order("o4", "u1", 50, 40.0)],
-          [payment("p1", "o1", 3, 10.0), payment("p2", "o2", 4, 20.0),
-           payment("px", "o-x", 12, 7.0), payment("p4", "o4", 55, 40.0)])
-WAVE_2 = ([order("o5", "u2", 100, 50.0), order("o6", "u3", 35, 6.0)],
-          [payment("p6", "o6", 45, 6.0), payment("p3", "o3", 25, 30.0),
-           payment("p5", "o5", 130, 50.0)])
+WAVE_1 = (
+    [
+        order("o1", "u1", 0, 10.0),
+        order("o2", "u2", 5, 20.0),
+        order("o3", "u3", 10, 30.0),
+        order("o4", "u1", 50, 40.0),
+        order("o4", "u1", 50, 40.0),
+    ],
+    [
+        payment("p1", "o1", 3, 10.0),
+        payment("p2", "o2", 4, 20.0),
+        payment("px", "o-x", 12, 7.0),
+        payment("p4", "o4", 55, 40.0),
+    ],
+)
+WAVE_2 = (
+    [order("o5", "u2", 100, 50.0), order("o6", "u3", 35, 6.0)],
+    [payment("p6", "o6", 45, 6.0), payment("p3", "o3", 25, 30.0), payment("p5", "o5", 130, 50.0)],
+)
 LATE = {"e-o6", "e-p3"}
 FINAL_WATERMARK = T0 + timedelta(minutes=90)
 
@@ -112,8 +156,9 @@ def _on_time():
 
 def test_stream_emits_pairs_at_once_and_unmatched_rows_once_the_bound_passes(spark, cfg):
     spec, late = stream_both_waves(spark, cfg)
-    expected = {k: v[:3] for k, v in matches(*_on_time()).items()
-                if v[3] is None or v[3] < FINAL_WATERMARK}
+    expected = {
+        k: v[:3] for k, v in matches(*_on_time()).items() if v[3] is None or v[3] < FINAL_WATERMARK
+    }
     got = _got(read_table(spark, cfg.paths.table("gold", spec.name)).collect())
     assert got == expected
     assert got[("o3", None)][0] == "unpaid" and got[("o6", "p6")][0] == "unknown_order"
@@ -134,7 +179,9 @@ def test_recon_explains_late_orders_and_payments(spark, cfg):
         row = on_time.get(key) or truth[key]
         streamed = key in on_time and (row[3] is None or row[3] < FINAL_WATERMARK)
         if streamed:
-            expected[key] = "match" if truth.get(key, ())[:3] == on_time[key][:3] else "late_dropped"
+            expected[key] = (
+                "match" if truth.get(key, ())[:3] == on_time[key][:3] else "late_dropped"
+            )
         elif row[3] is not None and row[3] >= FINAL_WATERMARK:
             expected[key] = "window_open"
         else:
@@ -142,6 +189,9 @@ def test_recon_explains_late_orders_and_payments(spark, cfg):
     recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_order_payment_match"))
     assert {(r.order_id, r.payment_id): r.recon_class for r in recon.collect()} == expected
     assert {"match", "late_dropped", "window_open"} <= set(expected.values())
-    late = read_table(spark, cfg.paths.dbt_table("batch", "int_late_events")).where(
-        "job = 'order_payment_match'").collect()[0]
+    late = (
+        read_table(spark, cfg.paths.dbt_table("batch", "int_late_events"))
+        .where("job = 'order_payment_match'")
+        .collect()[0]
+    )
     assert late.late_events_replayed == late.late_events_reported == len(LATE)

@@ -31,8 +31,12 @@ from orchestration.summary import collect
 
 
 def _bronze_lineage(spark, cfg):
-    rows = spark.read.format("delta").load(str(cfg.paths.table("bronze", "transactions"))) \
-        .selectExpr("event_id", "_source_file", "_metadata.row_commit_version as v").collect()
+    rows = (
+        spark.read.format("delta")
+        .load(str(cfg.paths.table("bronze", "transactions")))
+        .selectExpr("event_id", "_source_file", "_metadata.row_commit_version as v")
+        .collect()
+    )
     return sorted((r.event_id, r._source_file, r.v) for r in rows)
 
 
@@ -42,7 +46,8 @@ def _active_files(spark, table) -> int:
 
 @pytest.mark.slow
 def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
-        spark, cfg, monkeypatch):
+    spark, cfg, monkeypatch
+):
     monkeypatch.setenv("TIDEMARK_VACUUM_RETAIN_HOURS", "0")
     monkeypatch.setenv("TIDEMARK_OPS_RETENTION_DAYS", "7")
     cfg = cfg.from_env().with_data_root(cfg.data_root)
@@ -63,24 +68,64 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
 
     now = datetime.now(timezone.utc)
     old, recent = now - timedelta(days=8), now - timedelta(days=1)
-    ops_tables.append(cfg, "stream_failures", [
-        {"job": "failed_txn_velocity", "run_id": "old", "failed_at": old, "error": "x"},
-        {"job": "failed_txn_velocity", "run_id": "recent", "failed_at": recent, "error": "y"}])
-    alert = {"dedup_key": "k", "incident": 1, "job": "j", "kind": "k", "severity": "warning",
-             "message": "m", "first_seen": old, "last_seen": old, "seen_count": 1}
-    ops_tables.append(cfg, "alerts", [
-        {**alert, "alert_id": "done", "resolved_at": old, "firing_delivered_at": old,
-         "resolved_delivered_at": old},
-        {**alert, "alert_id": "owed", "resolved_at": old, "firing_delivered_at": old},
-        {**alert, "alert_id": "open", "firing_delivered_at": old}])
-    ops_tables.append(cfg, "stream_progress", [
-        {"job": "old_job", "batch_id": 0, "ts": old, "progress_json": '{"id": 1}',
-         "source_version_from": -1, "source_version_to": 3}])
+    ops_tables.append(
+        cfg,
+        "stream_failures",
+        [
+            {"job": "failed_txn_velocity", "run_id": "old", "failed_at": old, "error": "x"},
+            {"job": "failed_txn_velocity", "run_id": "recent", "failed_at": recent, "error": "y"},
+        ],
+    )
+    alert = {
+        "dedup_key": "k",
+        "incident": 1,
+        "job": "j",
+        "kind": "k",
+        "severity": "warning",
+        "message": "m",
+        "first_seen": old,
+        "last_seen": old,
+        "seen_count": 1,
+    }
+    ops_tables.append(
+        cfg,
+        "alerts",
+        [
+            {
+                **alert,
+                "alert_id": "done",
+                "resolved_at": old,
+                "firing_delivered_at": old,
+                "resolved_delivered_at": old,
+            },
+            {**alert, "alert_id": "owed", "resolved_at": old, "firing_delivered_at": old},
+            {**alert, "alert_id": "open", "firing_delivered_at": old},
+        ],
+    )
+    ops_tables.append(
+        cfg,
+        "stream_progress",
+        [
+            {
+                "job": "old_job",
+                "batch_id": 0,
+                "ts": old,
+                "progress_json": '{"id": 1}',
+                "source_version_from": -1,
+                "source_version_to": 3,
+            }
+        ],
+    )
     # a job's old runs go, but never its latest: `tidemark recon` reports it however old
-    ops_tables.append(cfg, "recon_runs", [
-        {"run_key": "old", "job": "a", "finished_at": old, "status": "failed"},
-        {"run_key": "old", "job": "b", "finished_at": old, "status": "passed"},
-        {"run_key": "recent", "job": "a", "finished_at": recent, "status": "passed"}])
+    ops_tables.append(
+        cfg,
+        "recon_runs",
+        [
+            {"run_key": "old", "job": "a", "finished_at": old, "status": "failed"},
+            {"run_key": "old", "job": "b", "finished_at": old, "status": "passed"},
+            {"run_key": "recent", "job": "a", "finished_at": recent, "status": "passed"},
+        ],
+    )
     aside = cfg.paths.checkpoints / ".replaced"
     for name, age in (("failed_txn_velocity-old", 8), ("failed_txn_velocity-new", 1)):
         (aside / name / "commits").mkdir(parents=True)
@@ -88,8 +133,11 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
         os.utime(aside / name, (stamp, stamp))
 
     # as the schedule runs it: Dagster's maintenance_job, in this test's session
-    run = build_definitions().resolve_job_def("maintenance_job").execute_in_process(
-        instance=DagsterInstance.ephemeral())
+    run = (
+        build_definitions()
+        .resolve_job_def("maintenance_job")
+        .execute_in_process(instance=DagsterInstance.ephemeral())
+    )
     assert run.success
     [output] = [e for e in run.all_events if e.event_type_value == "STEP_OUTPUT"]
     report = {k: v.value for k, v in output.event_specific_data.metadata.items()}
@@ -97,10 +145,17 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
     # the old failure, the closed and delivered alert, job a's superseded run
     assert report["ops_rows_pruned"] == 3
     assert sorted((r["run_key"], r["job"]) for r in ops_tables.read(cfg, "recon_runs")) == [
-        ("old", "b"), ("recent", "a")]
-    for step in ("| bronze/transactions | optimize |", "| bronze/transactions | vacuum |",
-                 "| gold/failed_txn_velocity | vacuum |", "| landing/transactions | archive |",
-                 "| ops/alerts | prune+compact |", "| checkpoints/.replaced | remove |"):
+        ("old", "b"),
+        ("recent", "a"),
+    ]
+    for step in (
+        "| bronze/transactions | optimize |",
+        "| bronze/transactions | vacuum |",
+        "| gold/failed_txn_velocity | vacuum |",
+        "| landing/transactions | archive |",
+        "| ops/alerts | prune+compact |",
+        "| checkpoints/.replaced | remove |",
+    ):
         assert step in report["steps"], step
 
     # compaction: one active file each, the same rows, every row's commit version kept
@@ -110,10 +165,12 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
     # VACUUM (0 h asked, no savepoint, no job behind): the replaced files are gone from disk
     assert retention._disk(bronze)[0] == 1, report["steps"]
     # landing: the balanced files are archived, the grown one stays where it is
-    assert sorted(p.name for p in cfg.paths.landing_dir("transactions").iterdir()) == \
-        ["grown.jsonl"]
-    assert sorted(p.name for p in (cfg.data_root / "archive" / "landing" / "transactions")
-                  .iterdir()) == sorted(n for n in landed if n != "grown.jsonl")
+    assert sorted(p.name for p in cfg.paths.landing_dir("transactions").iterdir()) == [
+        "grown.jsonl"
+    ]
+    assert sorted(
+        p.name for p in (cfg.data_root / "archive" / "landing" / "transactions").iterdir()
+    ) == sorted(n for n in landed if n != "grown.jsonl")
     # ops history: past the age it goes, unless still needed
     assert [r["run_id"] for r in ops_tables.read(cfg, "stream_failures")] == ["recent"]
     assert sorted(r["alert_id"] for r in ops_tables.read(cfg, "alerts")) == ["open", "owed"]
@@ -129,21 +186,27 @@ def test_maintenance_compacts_and_prunes_without_changing_a_row_or_its_lineage(
     run_bronze(spark, cfg, "transactions")
     assert run_job(spark, cfg, get_job("failed_txn_velocity")).input_rows == 3
     assert len(_bronze_lineage(spark, cfg)) == len(lineage) + 3
-    assert account(cfg, "transactions").findings[0].message.startswith(
-        "landing/transactions/grown.jsonl")
+    assert (
+        account(cfg, "transactions")
+        .findings[0]
+        .message.startswith("landing/transactions/grown.jsonl")
+    )
     # the summary's accounting still counts the archived files' lines: it holds but for the
     # one line added to grown.jsonl after it was read
     summary = collect(spark, cfg)
-    assert summary.landing_lines["transactions"] == summary.bronze_rows["transactions"] + \
-        summary.quarantine_rows["transactions"] + 1
+    assert (
+        summary.landing_lines["transactions"]
+        == summary.bronze_rows["transactions"] + summary.quarantine_rows["transactions"] + 1
+    )
     assert summary.removed_lines["transactions"] == 0
     # past TIDEMARK_OPS_RETENTION_DAYS retention deletes the archived files: the rows that came
     # from them are counted apart, so the accounting still balances (the soak's summary said
     # DOES NOT HOLD for every stream once its archive had expired)
     archive = cfg.data_root / "archive" / "landing" / "transactions"
     archived = sum(len(p.read_text().splitlines()) for p in archive.iterdir())
-    retention._archive(retention.Maintenance(), "archive/landing/transactions", archive,
-                       time.time() + 60)
+    retention._archive(
+        retention.Maintenance(), "archive/landing/transactions", archive, time.time() + 60
+    )
     assert archived and not any(archive.iterdir())
     later = collect(spark, cfg)
     assert later.removed_lines["transactions"] == archived
@@ -201,6 +264,7 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
     the soak's VACUUMs deleted nothing for two hours. A table whose compaction is two hours
     old (its log aged: commit times are the commit files' times) must lose the compacted-away
     files at a one-hour retention; a compaction of a minute ago must keep them."""
+
     def table(name: str, hours_ago: float):
         path = cfg.data_root / name
         for k in range(3):
@@ -226,14 +290,14 @@ def test_vacuum_deletes_removed_files_older_than_its_retention_and_keeps_the_res
     retention._vacuum(spark, recent, 1)
     assert parquet(old) == current(old)  # every removed file older than an hour: deleted
     assert parquet(recent) - current(recent) == removed_recent  # a minute old: all kept
-    assert spark.conf.get("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled",
-                          None) is None  # the session's settings are left as they were
+    assert (
+        spark.conf.get("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", None) is None
+    )  # the session's settings are left as they were
     assert read_table(spark, old).count() == 40  # no row lost
 
 
 @pytest.mark.long  # CI: the other VACUUM tests; make test-long
-def test_vacuum_still_deletes_old_removed_files_when_the_log_starts_after_its_retention(
-        spark, cfg):
+def test_vacuum_still_deletes_old_removed_files_when_the_log_starts_after_its_retention(spark, cfg):
     """The 90-minute soak's leak: the log had been expired to 40 minutes while VACUUM kept an
     hour, so ``VACUUM LITE`` found no commit older than its retention and deleted nothing, ever
     (lake files on disk kept growing). A table compacted two hours ago whose log now starts
@@ -255,7 +319,8 @@ def test_vacuum_still_deletes_old_removed_files_when_the_log_starts_after_its_re
     current = {os.path.basename(u) for u in DeltaTable(str(path)).file_uris()}
     compacted_away = {p.name for p in path.glob("*.parquet")} - current
     assert len(compacted_away) >= 3 and all(
-        (path / name).stat().st_mtime <= then + 1 for name in compacted_away)
+        (path / name).stat().st_mtime <= then + 1 for name in compacted_away
+    )
     retention._vacuum(spark, path, 1)
     assert {p.name for p in path.glob("*.parquet")} == current  # the old ones gone
     assert read_table(spark, path).count() == 100  # no row lost
@@ -277,8 +342,10 @@ def test_log_expiry_keeps_every_version_from_the_last_checkpoint_before_its_hori
     for name in (p.name for p in log.iterdir() if p.is_file()):
         if name.lstrip(".")[:20].isdigit():
             by_version.setdefault(int(name.lstrip(".")[:20]), set()).add(name)
-    assert {v for v, names in by_version.items()
-            if any("checkpoint" in n for n in names)} == {10, 20}
+    assert {v for v, names in by_version.items() if any("checkpoint" in n for n in names)} == {
+        10,
+        20,
+    }
 
     # a run killed after deleting the oldest few files: the next one finishes the job
     for name in sorted(by_version[0]):
@@ -286,8 +353,11 @@ def test_log_expiry_keeps_every_version_from_the_last_checkpoint_before_its_hori
     deleted, floor = retention.expire_log(path, time.time() - 2 * 3600)
     assert floor == 10
     assert deleted == sum(len(by_version[v]) for v in range(1, 10))
-    left = {int(p.name.lstrip(".")[:20]) for p in log.iterdir()
-            if p.is_file() and p.name.lstrip(".")[:20].isdigit()}
+    left = {
+        int(p.name.lstrip(".")[:20])
+        for p in log.iterdir()
+        if p.is_file() and p.name.lstrip(".")[:20].isdigit()
+    }
     assert left == set(range(10, 25))
     assert (log / "_last_checkpoint").exists()
 
@@ -306,7 +376,8 @@ def test_log_expiry_keeps_every_version_from_the_last_checkpoint_before_its_hori
 
 
 def test_log_retention_follows_savepoints_lagging_jobs_and_the_progress_fold(
-        spark, cfg, monkeypatch):
+    spark, cfg, monkeypatch
+):
     monkeypatch.setenv("TIDEMARK_LOG_RETAIN_HOURS", "1")
     monkeypatch.setenv("TIDEMARK_VACUUM_RETAIN_HOURS", "0")
     monkeypatch.setenv("TIDEMARK_OPS_RETENTION_DAYS", "0.5")

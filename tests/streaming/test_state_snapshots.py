@@ -23,8 +23,9 @@ MIN_DELTAS = 10  # Spark's default spark.sql.streaming.stateStore.minDeltasForSn
 
 
 def versions(store: Path, suffix: str) -> list[int]:
-    return sorted(int(p.name.split(".")[0].split("_")[0]) for p in store.iterdir()
-                  if p.name.endswith(suffix))
+    return sorted(
+        int(p.name.split(".")[0].split("_")[0]) for p in store.iterdir() if p.name.endswith(suffix)
+    )
 
 
 @pytest.mark.slow
@@ -33,8 +34,12 @@ def test_a_run_whose_commit_made_a_state_snapshot_returns_with_it_uploaded(spark
     state = cfg.paths.checkpoint(spec.name) / "state"
     uploaded_in = set()
     for wave in range(6):  # two versions a run (a batch, then the watermark's): a snapshot at 10
-        land(cfg, f"w{wave}.jsonl", [click(f"w{wave}-{i}", f"u{i % 3}", wave * 3 + i / 4)
-                                     for i in range(8)], stream="clicks")
+        land(
+            cfg,
+            f"w{wave}.jsonl",
+            [click(f"w{wave}-{i}", f"u{i % 3}", wave * 3 + i / 4) for i in range(8)],
+            stream="clicks",
+        )
         run_bronze(spark, cfg, "clicks")
         run_job(spark, cfg, spec)
         # as the run returns (its process may end now): no store is MIN_DELTAS versions past
@@ -75,14 +80,26 @@ def test_a_continuous_run_stopped_right_after_a_snapshot_leaves_it_uploaded(spar
         done = last_committed_batch(checkpoint)
         if not landed or done != landed[-1]:  # a wave per commit of the job: new versions
             wave = len(landed)
-            land(cfg, f"w{wave}.jsonl", [click(f"w{wave}-{i}", f"u{i % 3}", wave * 3 + i / 4)
-                                         for i in range(8)], stream="clicks")
+            land(
+                cfg,
+                f"w{wave}.jsonl",
+                [click(f"w{wave}-{i}", f"u{i % 3}", wave * 3 + i / 4) for i in range(8)],
+                stream="clicks",
+            )
             landed.append(done)
         return False
 
-    result = run_continuous(spark, cfg, streams=["clicks"], jobs=[spec.name],
-                            trigger_seconds=1.0, flush_seconds=2.0, max_seconds=300,
-                            should_stop=should_stop, holder="test")
+    result = run_continuous(
+        spark,
+        cfg,
+        streams=["clicks"],
+        jobs=[spec.name],
+        trigger_seconds=1.0,
+        flush_seconds=2.0,
+        max_seconds=300,
+        should_stop=should_stop,
+        holder="test",
+    )
     assert result.stopped_by == "stop requested", (result.stopped_by, landed)
     assert pending_at_stop, "the run stopped without a snapshot made"
     # as the run returns (its process may end now): every snapshot made is in the checkpoint

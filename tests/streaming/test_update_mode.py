@@ -14,22 +14,36 @@ from streaming_jobs.runner import run_bronze, run_job
 
 def failed_per_user(events, *, watermark):
     """A running count of FAILED transactions per user (a test job in update mode)."""
-    return (events.withWatermark("event_time", watermark)
-            .where(F.col("status") == "FAILED")
-            .groupBy("user_id").agg(F.count(F.lit(1)).alias("failed")))
+    return (
+        events.withWatermark("event_time", watermark)
+        .where(F.col("status") == "FAILED")
+        .groupBy("user_id")
+        .agg(F.count(F.lit(1)).alias("failed"))
+    )
 
 
 SPEC = JobSpec(
-    name="test_failed_per_user", description="running FAILED count per user",
-    source="transactions", keys=("user_id",), measures=("failed",), event_time="event_time",
-    state=StateBound(watermark="10 minutes"), output_mode="update", build=failed_per_user,
+    name="test_failed_per_user",
+    description="running FAILED count per user",
+    source="transactions",
+    keys=("user_id",),
+    measures=("failed",),
+    event_time="event_time",
+    state=StateBound(watermark="10 minutes"),
+    output_mode="update",
+    build=failed_per_user,
 )
 
 
 def test_upserts_hold_the_latest_value_and_a_replayed_batch_changes_nothing(spark, cfg):
     from delta.tables import DeltaTable
 
-    wave_1 = [txn("a", "u1", 1), txn("b", "u1", 2), txn("c", "u2", 3), txn("d", "u2", 4, "APPROVED")]
+    wave_1 = [
+        txn("a", "u1", 1),
+        txn("b", "u1", 2),
+        txn("c", "u2", 3),
+        txn("d", "u2", 4, "APPROVED"),
+    ]
     wave_2 = [txn("e", "u1", 5), txn("f", "u3", 6)]
     land(cfg, "w1.jsonl", wave_1)
     run_bronze(spark, cfg, "transactions")
@@ -43,8 +57,12 @@ def test_upserts_hold_the_latest_value_and_a_replayed_batch_changes_nothing(spar
     assert {r.user_id: r.failed for r in read_table(spark, target).collect()} == dict(expected)
     assert first.output_rows == 2 and second.output_rows == 2  # u1 updated, u3 inserted
 
-    merges = lambda: DeltaTable.forPath(spark, str(target)).history().where(
-        "operation = 'MERGE'").count()
+    merges = (
+        lambda: DeltaTable.forPath(spark, str(target))
+        .history()
+        .where("operation = 'MERGE'")
+        .count()
+    )
     before = merges()
     checkpoint = cfg.paths.checkpoint(SPEC.name)
     last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())

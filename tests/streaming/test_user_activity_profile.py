@@ -26,14 +26,29 @@ def profiles(events) -> dict:
                 current = []
             current.append((t, amount))
         first, last = current[0][0], current[-1][0]
-        out[user] = (len(current), round(sum(a for _, a in current), 6),
-                     (last - first).total_seconds(), first, last, last + TTL)
+        out[user] = (
+            len(current),
+            round(sum(a for _, a in current), 6),
+            (last - first).total_seconds(),
+            first,
+            last,
+            last + TTL,
+        )
     return out
 
 
 def _got(rows) -> dict:
-    return {r.user_id: (r.visits, round(r.total_spend, 6), r.active_seconds, r.first_activity,
-                        r.last_activity, r.expires_at) for r in rows}
+    return {
+        r.user_id: (
+            r.visits,
+            round(r.total_spend, 6),
+            r.active_seconds,
+            r.first_activity,
+            r.last_activity,
+            r.expires_at,
+        )
+        for r in rows
+    }
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -41,14 +56,22 @@ def test_build_on_static_clicks_equals_plain_python(spark, seed):
     rng = random.Random(seed)
     events = []
     for i in range(150):
-        e = click(f"c{i}", f"u{rng.randint(1, 5)}", rng.uniform(0, 400),
-                  amount=rng.choice([0.0, 0.0, round(rng.uniform(1, 50), 2)]))
+        e = click(
+            f"c{i}",
+            f"u{rng.randint(1, 5)}",
+            rng.uniform(0, 400),
+            amount=rng.choice([0.0, 0.0, round(rng.uniform(1, 50), 2)]),
+        )
         events.append(e)
         if i % 13 == 0:
             events.append(dict(e))  # exact duplicate
     frame = spark.createDataFrame(
-        [(e["event_id"], e["user_id"], datetime.fromisoformat(e["event_time"][:-1]), e["amount"])
-         for e in events], "event_id string, user_id string, event_time timestamp, amount double")
+        [
+            (e["event_id"], e["user_id"], datetime.fromisoformat(e["event_time"][:-1]), e["amount"])
+            for e in events
+        ],
+        "event_id string, user_id string, event_time timestamp, amount double",
+    )
     assert _got(get_job("user_activity_profile").apply(frame).collect()) == profiles(events)
 
 
@@ -57,9 +80,16 @@ def test_build_on_static_clicks_equals_plain_python(spark, seed):
 # wave 2: u1 at 92 is on time and bridges them (27 and 8 min); u1 at 30 is late (behind 90) and
 #   dropped; u2 returns at 200 after 150 idle minutes: a new profile. Watermark 190: u1 (last
 #   click 100) and u3 (20) are idle past the TTL and leave state; u2 stays.
-WAVE_1 = [click("a5", "u1", 100), click("a1", "u1", 40), click("a2", "u1", 50, 5.0),
-          click("a3", "u1", 65), click("a3", "u1", 65), click("b1", "u2", 5),
-          click("b2", "u2", 50, 3.5), click("c1", "u3", 20)]
+WAVE_1 = [
+    click("a5", "u1", 100),
+    click("a1", "u1", 40),
+    click("a2", "u1", 50, 5.0),
+    click("a3", "u1", 65),
+    click("a3", "u1", 65),
+    click("b1", "u2", 5),
+    click("b2", "u2", 50, 3.5),
+    click("c1", "u3", 20),
+]
 WAVE_2 = [click("a4", "u1", 92, 2.0), click("a0", "u1", 30, 9.0), click("b3", "u2", 200, 1.0)]
 LATE = {"a0"}
 
@@ -83,11 +113,17 @@ def test_stream_upserts_profiles_merges_out_of_order_clicks_and_forgets_idle_use
     assert late == len(LATE)
 
     checkpoint = str(cfg.paths.checkpoint(spec.name))
-    operator = {r.operatorName: r.operatorId
-                for r in spark.read.format("state-metadata").load(checkpoint).collect()}
-    state = (spark.read.format("statestore")
-             .option("operatorId", operator["transformWithStateInPandasExec"])
-             .option("stateVarName", "epochs").load(checkpoint).collect())
+    operator = {
+        r.operatorName: r.operatorId
+        for r in spark.read.format("state-metadata").load(checkpoint).collect()
+    }
+    state = (
+        spark.read.format("statestore")
+        .option("operatorId", operator["transformWithStateInPandasExec"])
+        .option("stateVarName", "epochs")
+        .load(checkpoint)
+        .collect()
+    )
     watermark = T0 + timedelta(minutes=190)
     still_active = {u for u, p in profiles(on_time).items() if p[5] > watermark}
     assert {r.key.user_id for r in state} == still_active == {"u2"}
@@ -102,8 +138,10 @@ def test_recon_explains_the_late_click_and_matches_the_rest(spark, endpoint_cfg)
     assert result.returncode == 0, result.stdout[-3000:]
     recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_user_activity_profile"))
     got = {r.user_id: r.recon_class for r in recon.collect()}
-    truth, on_time = profiles(WAVE_1 + WAVE_2), profiles(
-        [e for e in WAVE_1 + WAVE_2 if e["event_id"] not in LATE])
+    truth, on_time = (
+        profiles(WAVE_1 + WAVE_2),
+        profiles([e for e in WAVE_1 + WAVE_2 if e["event_id"] not in LATE]),
+    )
     expected = {u: "match" if truth[u] == on_time[u] else "late_dropped" for u in truth}
     assert got == expected == {"u1": "late_dropped", "u2": "match", "u3": "match"}
 
@@ -113,8 +151,14 @@ def test_recon_explains_the_late_click_and_matches_the_rest(spark, endpoint_cfg)
     land(cfg, "w3.jsonl", [click("d1", "u4", 210, 4.0)], stream="clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, get_job("user_activity_profile"))
-    result = dbt("build", "--exclude-resource-type", "unit_test", "--select",
-                 "int_user_activity_profile__batch", "recon_user_activity_profile")
+    result = dbt(
+        "build",
+        "--exclude-resource-type",
+        "unit_test",
+        "--select",
+        "int_user_activity_profile__batch",
+        "recon_user_activity_profile",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "stg_stream_progress" not in result.stdout  # not built by this invocation
     recon = read_table(spark, cfg.paths.dbt_table("recon", "recon_user_activity_profile"))

@@ -9,14 +9,16 @@ from pyspark.testing import assertDataFrameEqual
 from streaming_jobs.schemas import TRANSACTIONS
 from streaming_jobs.validation import parse_lines
 
-GOOD = ('{"event_id":"e1","user_id":"u1","card_id":"c1","merchant":"m","amount":12.5,'
-        '"currency":"USD","status":"FAILED","event_time":"2026-01-01T00:00:01.250Z"}')
+GOOD = (
+    '{"event_id":"e1","user_id":"u1","card_id":"c1","merchant":"m","amount":12.5,'
+    '"currency":"USD","status":"FAILED","event_time":"2026-01-01T00:00:01.250Z"}'
+)
 
 
 def test_each_line_gets_its_fields_or_its_reason(spark):
     lines = [
         GOOD,
-        GOOD.replace('12.5', '"twelve"'),
+        GOOD.replace("12.5", '"twelve"'),
         GOOD.replace('"2026-01-01T00:00:01.250Z"', '"yesterday"'),
         GOOD.replace(',"merchant":"m"', ""),
         GOOD[:40],
@@ -24,18 +26,39 @@ def test_each_line_gets_its_fields_or_its_reason(spark):
         "",
     ]
     df = spark.createDataFrame([(line,) for line in lines], "_line string")
-    result = parse_lines(df, TRANSACTIONS).select("_line", "event_id", "amount", "event_time", "_reason")
-    expected = spark.createDataFrame([
-        (lines[0], "e1", 12.5, datetime(2026, 1, 1, 0, 0, 1, 250000), None),
-        (lines[1], "e1", None, datetime(2026, 1, 1, 0, 0, 1, 250000),
-         "amount is a JSON string, not a number"),
-        (lines[2], "e1", 12.5, None,
-         "event_time has no date (a timestamp is an ISO-8601 date and time)"),
-        (lines[3], "e1", 12.5, datetime(2026, 1, 1, 0, 0, 1, 250000), "missing required field(s): merchant"),
-        (lines[4], None, None, None, "invalid JSON"),
-        (lines[5], None, None, None, "not a JSON object"),
-        (lines[6], None, None, None, "empty line"),
-    ], "_line string, event_id string, amount double, event_time timestamp, _reason string")
+    result = parse_lines(df, TRANSACTIONS).select(
+        "_line", "event_id", "amount", "event_time", "_reason"
+    )
+    expected = spark.createDataFrame(
+        [
+            (lines[0], "e1", 12.5, datetime(2026, 1, 1, 0, 0, 1, 250000), None),
+            (
+                lines[1],
+                "e1",
+                None,
+                datetime(2026, 1, 1, 0, 0, 1, 250000),
+                "amount is a JSON string, not a number",
+            ),
+            (
+                lines[2],
+                "e1",
+                12.5,
+                None,
+                "event_time has no date (a timestamp is an ISO-8601 date and time)",
+            ),
+            (
+                lines[3],
+                "e1",
+                12.5,
+                datetime(2026, 1, 1, 0, 0, 1, 250000),
+                "missing required field(s): merchant",
+            ),
+            (lines[4], None, None, None, "invalid JSON"),
+            (lines[5], None, None, None, "not a JSON object"),
+            (lines[6], None, None, None, "empty line"),
+        ],
+        "_line string, event_id string, amount double, event_time timestamp, _reason string",
+    )
     assertDataFrameEqual(result, expected)
 
 
@@ -46,18 +69,18 @@ def reasons(spark, lines, schema=TRANSACTIONS) -> list:
 
 def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_reason(spark):
     lines = [
-        GOOD + '{"event_id":"e2"}',                               # two objects on a line
-        GOOD + " trailing text",                                  # text after the object
-        GOOD.replace('"amount":12.5', '"amount":"12.5"'),         # a number written as text
+        GOOD + '{"event_id":"e2"}',  # two objects on a line
+        GOOD + " trailing text",  # text after the object
+        GOOD.replace('"amount":12.5', '"amount":"12.5"'),  # a number written as text
         GOOD.replace('"amount":12.5', '"amount":"NaN"'),
         GOOD.replace('"amount":12.5', '"amount":"Infinity"'),
-        GOOD.replace('"merchant":"m"', '"merchant":42'),          # a string field holding a number
+        GOOD.replace('"merchant":"m"', '"merchant":42'),  # a string field holding a number
         GOOD.replace('"merchant":"m"', '"merchant":{"name":"m"}'),
         GOOD.replace('"2026-01-01T00:00:01.250Z"', '"00:00:01"'),  # a time without its date
-        GOOD.replace('"event_id":"e1"', '"event_id":"  "'),       # a blank key
+        GOOD.replace('"event_id":"e1"', '"event_id":"  "'),  # a blank key
         GOOD.replace('"event_id":"e1"', '"event_id":""'),
         GOOD.replace('"2026-01-01T00:00:01.250Z"', '"9999-12-31T00:00:00Z"'),  # far future
-        GOOD.replace('"merchant":"m"', '"merchant":null'),        # null is missing
+        GOOD.replace('"merchant":"m"', '"merchant":null'),  # null is missing
         GOOD,
     ]
     assert reasons(spark, lines) == [
@@ -86,8 +109,9 @@ def test_the_future_bound_is_the_streams_setting(spark):
     line = GOOD.replace("2026-01-01T00:00:01.250Z", soon)
     assert reasons(spark, [line]) == [None]  # within the default day
     strict = replace(TRANSACTIONS, max_ahead="1 hour")
-    assert reasons(spark, [line], strict)[0].endswith("is more than 1 hour after its ingest "
-                                                      "time (the stream's max_ahead)")
+    assert reasons(spark, [line], strict)[0].endswith(
+        "is more than 1 hour after its ingest time (the stream's max_ahead)"
+    )
     assert reasons(spark, [line], replace(TRANSACTIONS, max_ahead=None)) == [None]
 
 
@@ -98,9 +122,16 @@ def test_a_field_may_have_any_name_the_raw_line_column_included(spark):
 
     from streaming_jobs.schemas import Field, StreamSchema
 
-    schema = StreamSchema(name="meters", key="event_id", event_time="event_time", fields=(
-        Field("event_id", T.StringType(), "id"), Field("value", T.DoubleType(), "reading"),
-        Field("event_time", T.TimestampType(), "when")))
+    schema = StreamSchema(
+        name="meters",
+        key="event_id",
+        event_time="event_time",
+        fields=(
+            Field("event_id", T.StringType(), "id"),
+            Field("value", T.DoubleType(), "reading"),
+            Field("event_time", T.TimestampType(), "when"),
+        ),
+    )
     line = '{"event_id":"m1","value":2.5,"event_time":"2026-01-01T00:00:00Z"}'
     df = spark.createDataFrame([(line,)], "_line string")
     [row] = parse_lines(df, schema).select("_line", "event_id", "value", "_reason").collect()
@@ -133,14 +164,21 @@ def test_size_and_depth_have_their_own_reasons_and_settings(spark):
         "nested deeper than 10 levels (the stream's max_depth)",
         "line longer than 2,000 bytes (the stream's max_line_bytes)",
     ]
-    for setting, value in (("max_line_bytes", 0), ("max_line_bytes", 17 * 1024 * 1024),
-                           ("max_depth", 1000), ("max_depth", 2.5)):
-        with pytest.raises(ValueError, match=f"stream 'transactions': {setting} .* is a whole "
-                                             "number from 1 to"):
+    for setting, value in (
+        ("max_line_bytes", 0),
+        ("max_line_bytes", 17 * 1024 * 1024),
+        ("max_depth", 1000),
+        ("max_depth", 2.5),
+    ):
+        with pytest.raises(
+            ValueError, match=f"stream 'transactions': {setting} .* is a whole number from 1 to"
+        ):
             replace(TRANSACTIONS, **{setting: value})
 
 
 def test_a_key_of_invisible_characters_is_blank(spark):
-    lines = [GOOD.replace('"event_id":"e1"', f'"event_id":"{k}"')
-             for k in ("\\u00a0", "\\u200b\\u00a0", "\\u3000\\t", "\\ufeff", "\\u00a0e1")]
+    lines = [
+        GOOD.replace('"event_id":"e1"', f'"event_id":"{k}"')
+        for k in ("\\u00a0", "\\u200b\\u00a0", "\\u3000\\t", "\\ufeff", "\\u00a0e1")
+    ]
     assert reasons(spark, lines) == ["key event_id is blank"] * 4 + [None]

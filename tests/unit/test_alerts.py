@@ -57,16 +57,22 @@ def settings(monkeypatch):
 
 
 def test_alerts_stay_pending_while_the_webhook_is_down_and_are_delivered_once(
-        cfg, settings, monkeypatch, caplog):
+    cfg, settings, monkeypatch, caplog
+):
     monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_TOKEN", TOKEN)
     # 1. Nothing listens: connection refused.
-    monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{free_port()}{SECRET_URL_PATH}")
-    first = alerts.raise_alert(cfg, job="job_a", kind="state_size", severity="warning",
-                               message="state rows 120 > warn 100")
-    second = alerts.raise_alert(cfg, job="job_b", kind="checkpoint", severity="critical",
-                                message="offsets/7 unreadable")
-    again = alerts.raise_alert(cfg, job="job_a", kind="state_size", severity="warning",
-                               message="state rows 130 > warn 100")
+    monkeypatch.setenv(
+        "TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{free_port()}{SECRET_URL_PATH}"
+    )
+    first = alerts.raise_alert(
+        cfg, job="job_a", kind="state_size", severity="warning", message="state rows 120 > warn 100"
+    )
+    second = alerts.raise_alert(
+        cfg, job="job_b", kind="checkpoint", severity="critical", message="offsets/7 unreadable"
+    )
+    again = alerts.raise_alert(
+        cfg, job="job_a", kind="state_size", severity="warning", message="state rows 130 > warn 100"
+    )
     assert first.opened and second.opened and not again.opened
     assert again.alert_id == first.alert_id
     refused = alerts.deliver(cfg, settings)
@@ -75,7 +81,9 @@ def test_alerts_stay_pending_while_the_webhook_is_down_and_are_delivered_once(
     # 2. The server answers 503.
     hook = Hook()
     try:
-        monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{hook.port}{SECRET_URL_PATH}")
+        monkeypatch.setenv(
+            "TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{hook.port}{SECRET_URL_PATH}"
+        )
         unavailable = alerts.deliver(cfg, settings)
         assert unavailable.sent == [] and len(unavailable.failed) == 2
         stored = {r["alert_id"]: r for r in alerts.load(cfg)}
@@ -86,29 +94,40 @@ def test_alerts_stay_pending_while_the_webhook_is_down_and_are_delivered_once(
         # 3. Back up: each pending alert is delivered once; later calls send nothing more.
         hook.down = False
         delivered = alerts.deliver(cfg, settings)
-        assert sorted(delivered.sent) == sorted([f"{first.alert_id}:firing",
-                                                 f"{second.alert_id}:firing"])
+        assert sorted(delivered.sent) == sorted(
+            [f"{first.alert_id}:firing", f"{second.alert_id}:firing"]
+        )
         assert alerts.deliver(cfg, settings).sent == []
         bodies = [body for body, _ in hook.received]
         assert sorted((b["alert_id"], b["event"]) for b in bodies) == sorted(
-            [(first.alert_id, "firing"), (second.alert_id, "firing")])
+            [(first.alert_id, "firing"), (second.alert_id, "firing")]
+        )
         a = next(b for b in bodies if b["job"] == "job_a")
         assert a["message"] == "state rows 130 > warn 100" and a["severity"] == "warning"
         headers = [h for _, h in hook.received]
         assert {h["Authorization"] for h in headers} == {f"Bearer {TOKEN}"}
-        assert {h["Idempotency-Key"] for h in headers} == {f"{first.alert_id}:firing",
-                                                             f"{second.alert_id}:firing"}
+        assert {h["Idempotency-Key"] for h in headers} == {
+            f"{first.alert_id}:firing",
+            f"{second.alert_id}:firing",
+        }
 
         # 4. A resolution is one more notification, and the key can fire again later.
         assert alerts.resolve(cfg, "state_size:job_a", "state rows 40 < warn 100").resolved
         assert alerts.resolve(cfg, "state_size:job_a", "again") is None
         assert alerts.deliver(cfg, settings).sent == [f"{first.alert_id}:resolved"]
-        reopened = alerts.raise_alert(cfg, job="job_a", kind="state_size",
-                                      severity="warning", message="state rows 150 > warn 100")
+        reopened = alerts.raise_alert(
+            cfg,
+            job="job_a",
+            kind="state_size",
+            severity="warning",
+            message="state rows 150 > warn 100",
+        )
         assert reopened.opened and reopened.alert_id == "state_size:job_a#2"
         assert alerts.deliver(cfg, settings).sent == ["state_size:job_a#2:firing"]
         assert [(b["alert_id"], b["event"]) for b, _ in hook.received[2:]] == [
-            (first.alert_id, "resolved"), ("state_size:job_a#2", "firing")]
+            (first.alert_id, "resolved"),
+            ("state_size:job_a#2", "firing"),
+        ]
     finally:
         hook.close()
 
@@ -152,14 +171,16 @@ class Redirector(Hook):
 
 
 def test_a_redirecting_webhook_never_gets_the_token_elsewhere_and_the_alert_stays_pending(
-        cfg, settings, monkeypatch):
+    cfg, settings, monkeypatch
+):
     elsewhere = Hook()
     elsewhere.down = False
     redirector = Redirector(f"http://127.0.0.1:{elsewhere.port}/stolen")
     try:
         monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_TOKEN", TOKEN)
-        monkeypatch.setenv("TIDEMARK_ALERT_WEBHOOK_URL",
-                           f"http://127.0.0.1:{redirector.port}{SECRET_URL_PATH}")
+        monkeypatch.setenv(
+            "TIDEMARK_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{redirector.port}{SECRET_URL_PATH}"
+        )
         alerts.raise_alert(cfg, job="j", kind="k", severity="critical", message="m")
         result = alerts.deliver(cfg, settings)
         assert result.sent == [] and len(result.failed) == 1
@@ -173,14 +194,17 @@ def test_a_redirecting_webhook_never_gets_the_token_elsewhere_and_the_alert_stay
         elsewhere.close()
 
 
-@pytest.mark.parametrize("url, ok", [
-    ("https://hooks.example.test/x", True),
-    ("http://127.0.0.1:8080/x", True),
-    ("http://localhost/x", True),
-    ("http://hooks.example.test/x", False),   # a token in clear text across a network
-    ("ftp://127.0.0.1/x", False),
-    ("https:///x", False),
-])
+@pytest.mark.parametrize(
+    "url, ok",
+    [
+        ("https://hooks.example.test/x", True),
+        ("http://127.0.0.1:8080/x", True),
+        ("http://localhost/x", True),
+        ("http://hooks.example.test/x", False),  # a token in clear text across a network
+        ("ftp://127.0.0.1/x", False),
+        ("https:///x", False),
+    ],
+)
 def test_the_webhook_url_is_https_or_loopback(url, ok):
     if ok:
         alerts.check_url(url)
@@ -221,10 +245,14 @@ def test_with_the_disk_full_the_alert_still_leaves_once_and_is_recorded_later(cf
     hook = Hook()
     hook.down = False
     try:
-        env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-               "TIDEMARK_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{hook.port}/hook"}
-        probe = subprocess.run([sys.executable, "-c", FULL_DISK], env=env, capture_output=True,
-                               text=True, timeout=300)
+        env = {
+            **os.environ,
+            "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+            "TIDEMARK_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{hook.port}/hook",
+        }
+        probe = subprocess.run(
+            [sys.executable, "-c", FULL_DISK], env=env, capture_output=True, text=True, timeout=300
+        )
         assert probe.returncode == 0, probe.stderr[-3000:]
         outcome = json.loads(probe.stdout.strip().splitlines()[-1])
         assert outcome["recorded_while_full"] == 0  # the outbox really could not be written

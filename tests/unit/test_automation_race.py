@@ -14,7 +14,8 @@ import dagster as dg
 import pytest
 from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
 from dagster._core.definitions.automation_tick_evaluation_context import (
-    AutomationTickEvaluationContext)
+    AutomationTickEvaluationContext,
+)
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.test_utils import create_run_for_test, instance_for_test
 
@@ -43,26 +44,42 @@ class Ticks:
         self.instance = instance
         self.graph = dg.Definitions(assets=[gold, recon]).resolve_asset_graph()
         self.cursor = AssetDaemonCursor.empty()
-        self.runs = {tag: create_run_for_test(instance, job_name=f"run_{i}", tags=tags)
-                     for i, (tag, tags) in enumerate({
-                         "continuous": {CONTINUOUS_TAG: "1"}, "reconciliation": {RECON_TAG: "1"},
-                         "incremental": {}}.items())}
+        self.runs = {
+            tag: create_run_for_test(instance, job_name=f"run_{i}", tags=tags)
+            for i, (tag, tags) in enumerate(
+                {
+                    "continuous": {CONTINUOUS_TAG: "1"},
+                    "reconciliation": {RECON_TAG: "1"},
+                    "incremental": {},
+                }.items()
+            )
+        }
 
     def report(self, key: dg.AssetKey, by: str) -> None:
         run = self.runs[by]
-        self.instance.report_dagster_event(DagsterEvent(
-            event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value, job_name=run.job_name,
-            event_specific_data=StepMaterializationData(dg.AssetMaterialization(key))),
-            run_id=run.run_id)
+        self.instance.report_dagster_event(
+            DagsterEvent(
+                event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+                job_name=run.job_name,
+                event_specific_data=StepMaterializationData(dg.AssetMaterialization(key)),
+            ),
+            run_id=run.run_id,
+        )
 
     def tick(self, during=None) -> set[dg.AssetKey]:
         """One tick: the keys it requests. ``during`` runs after the tick noted the log's id."""
         context = AutomationTickEvaluationContext(
-            evaluation_id=self.cursor.evaluation_id + 1, instance=self.instance,
-            asset_graph=self.graph, cursor=self.cursor, materialize_run_tags={},
-            observe_run_tags={}, auto_observe_asset_keys=set(),
-            asset_selection=dg.AssetSelection.all(), logger=logging.getLogger("test"),
-            emit_backfills=False)
+            evaluation_id=self.cursor.evaluation_id + 1,
+            instance=self.instance,
+            asset_graph=self.graph,
+            cursor=self.cursor,
+            materialize_run_tags={},
+            observe_run_tags={},
+            auto_observe_asset_keys=set(),
+            asset_selection=dg.AssetSelection.all(),
+            logger=logging.getLogger("test"),
+            emit_backfills=False,
+        )
         if during:
             during()
         requests, self.cursor, _ = context.evaluate()

@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.config import ConfigError, TidemarkConfig
-from streaming_jobs.spark import (DELTA_PACKAGE, KAFKA_PACKAGE, SparkStartupError, check_java,
-                                  spark_conf)
+from streaming_jobs.spark import (
+    DELTA_PACKAGE,
+    KAFKA_PACKAGE,
+    SparkStartupError,
+    check_java,
+    spark_conf,
+)
 
 
 def test_defaults_work_on_a_laptop(tmp_path):
@@ -18,7 +23,9 @@ def test_defaults_work_on_a_laptop(tmp_path):
     conf = spark_conf(cfg.with_data_root(tmp_path))
     assert conf["spark.sql.shuffle.partitions"] == "4"
     assert conf["spark.ui.enabled"] == "false"
-    assert conf["spark.sql.streaming.stateStore.providerClass"].endswith("RocksDBStateStoreProvider")
+    assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(
+        "RocksDBStateStoreProvider"
+    )
     assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert conf["spark.sql.catalogImplementation"] == "in-memory"
@@ -26,12 +33,14 @@ def test_defaults_work_on_a_laptop(tmp_path):
 
 
 def test_master_and_any_setting_come_from_the_environment(tmp_path):
-    cfg = TidemarkConfig.from_env({
-        "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
-        "TIDEMARK_SPARK_CONF": "spark.executor.memory=2g; spark.sql.shuffle.partitions=8",
-        "TIDEMARK_SPARK_UI": "1",
-        "TIDEMARK_DATA_ROOT": str(tmp_path),
-    })
+    cfg = TidemarkConfig.from_env(
+        {
+            "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
+            "TIDEMARK_SPARK_CONF": "spark.executor.memory=2g; spark.sql.shuffle.partitions=8",
+            "TIDEMARK_SPARK_UI": "1",
+            "TIDEMARK_DATA_ROOT": str(tmp_path),
+        }
+    )
     conf = spark_conf(cfg)
     assert conf["spark.master"] == "spark://127.0.0.1:7077"
     assert conf["spark.executor.memory"] == "2g"
@@ -41,17 +50,23 @@ def test_master_and_any_setting_come_from_the_environment(tmp_path):
 
 
 def test_dbt_process_gets_a_derby_metastore_under_the_data_root(tmp_path):
-    conf = spark_conf(TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}),
-                      hive_metastore=True)
+    conf = spark_conf(
+        TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}), hive_metastore=True
+    )
     assert conf["spark.sql.catalogImplementation"] == "hive"
     # generated code for every statement (interpreted sorts and windows are slow at scale)
     assert "spark.sql.codegen.factoryMode" not in conf
-    assert str(tmp_path / "dbt" / "metastore_db") in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+    assert (
+        str(tmp_path / "dbt" / "metastore_db")
+        in conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+    )
 
 
 def test_jars_come_from_the_cache_once_resolved(tmp_path):
     cache = tmp_path / "ivy"
-    cfg = TidemarkConfig.from_env({"TIDEMARK_JARS_CACHE": str(cache), "TIDEMARK_DATA_ROOT": str(tmp_path)})
+    cfg = TidemarkConfig.from_env(
+        {"TIDEMARK_JARS_CACHE": str(cache), "TIDEMARK_DATA_ROOT": str(tmp_path)}
+    )
     conf = spark_conf(cfg)
     assert conf["spark.jars.packages"] == f"{DELTA_PACKAGE},{KAFKA_PACKAGE}"
     assert "spark.jars" not in conf
@@ -59,7 +74,8 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"")
     (cache / "tidemark-jars.json").write_text(
-        '{"packages": ["%s", "%s"], "jars": ["%s"]}' % (DELTA_PACKAGE, KAFKA_PACKAGE, jar))
+        '{"packages": ["%s", "%s"], "jars": ["%s"]}' % (DELTA_PACKAGE, KAFKA_PACKAGE, jar)
+    )
     conf = spark_conf(cfg)
     assert conf["spark.jars"] == str(jar) and "spark.jars.packages" not in conf
 
@@ -67,30 +83,43 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
 def test_kafka_settings_and_their_secrets_stay_out_of_reprs(tmp_path):
     from streaming_jobs.kafka import client_config, spark_options
 
-    cfg = TidemarkConfig.from_env({
-        "TIDEMARK_DATA_ROOT": str(tmp_path), "TIDEMARK_SOURCE": "kafka",
-        "TIDEMARK_KAFKA_PORT": "19999", "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER": "1000",
-        "TIDEMARK_KAFKA_CONF": "security.protocol=SASL_SSL;sasl.jaas.config=pw-s3cret",
-        "TIDEMARK_KAFKA_CLIENT_CONF": "sasl.password=pw-s3cret"})
+    cfg = TidemarkConfig.from_env(
+        {
+            "TIDEMARK_DATA_ROOT": str(tmp_path),
+            "TIDEMARK_SOURCE": "kafka",
+            "TIDEMARK_KAFKA_PORT": "19999",
+            "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER": "1000",
+            "TIDEMARK_KAFKA_CONF": "security.protocol=SASL_SSL;sasl.jaas.config=pw-s3cret",
+            "TIDEMARK_KAFKA_CLIENT_CONF": "sasl.password=pw-s3cret",
+        }
+    )
     assert cfg.kafka.source == "kafka" and cfg.kafka.bootstrap == "127.0.0.1:19999"
     options = spark_options(cfg, "tidemark.orders")
-    assert options["kafka.sasl.jaas.config"] == "pw-s3cret" and options["subscribe"] == \
-        "tidemark.orders" and options["maxOffsetsPerTrigger"] == "1000"
+    assert (
+        options["kafka.sasl.jaas.config"] == "pw-s3cret"
+        and options["subscribe"] == "tidemark.orders"
+        and options["maxOffsetsPerTrigger"] == "1000"
+    )
     assert options["failOnDataLoss"] == "true" and options["startingOffsets"] == "earliest"
     assert client_config(cfg)["sasl.password"] == "pw-s3cret"
     assert "s3cret" not in repr(cfg)
     conf = spark_conf(cfg)
     import re
+
     assert re.search(conf["spark.sql.redaction.options.regex"], "kafka.sasl.jaas.config")
 
 
 def test_a_standalone_master_gets_what_executors_in_other_jvms_need(tmp_path):
     local = spark_conf(TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path)}))
     assert "spark.cores.max" not in local and "spark.executorEnv.PYTHONPATH" not in local
-    cfg = TidemarkConfig.from_env({
-        "TIDEMARK_DATA_ROOT": str(tmp_path), "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
-        "TIDEMARK_JOBS_PATH": str(tmp_path / "my_jobs"),
-        "TIDEMARK_SPARK_CONF": "spark.executor.memory=4g"})
+    cfg = TidemarkConfig.from_env(
+        {
+            "TIDEMARK_DATA_ROOT": str(tmp_path),
+            "TIDEMARK_SPARK_MASTER": "spark://127.0.0.1:7077",
+            "TIDEMARK_JOBS_PATH": str(tmp_path / "my_jobs"),
+            "TIDEMARK_SPARK_CONF": "spark.executor.memory=4g",
+        }
+    )
     conf = spark_conf(cfg)
     assert conf["spark.master"] == "spark://127.0.0.1:7077"
     assert "-Duser.timezone=UTC" in conf["spark.executor.extraJavaOptions"]
@@ -101,29 +130,46 @@ def test_a_standalone_master_gets_what_executors_in_other_jvms_need(tmp_path):
     assert conf["spark.executor.memory"] == "4g"  # the user's setting wins
 
 
-@pytest.mark.parametrize("env,needle", [
-    ({"TIDEMARK_SOURCE": "files"}, "TIDEMARK_SOURCE='files' is not one of landing, kafka"),
-    ({"TIDEMARK_KAFKA_PORT": "70000"}, "TIDEMARK_KAFKA_PORT=70000 is not a TCP port"),
-    ({"TIDEMARK_CLUSTER_PORT": "70000"}, "TIDEMARK_CLUSTER_PORT=70000 is not a TCP port"),
-    ({"TIDEMARK_CLUSTER_WORKER_MEMORY": "lots"}, "TIDEMARK_CLUSTER_WORKER_MEMORY='lots': use a "
-                                                 "size like 3g"),
-    ({"TIDEMARK_CLUSTER_WORKERS": "0"}, "TIDEMARK_CLUSTER_WORKERS"),
-    ({"TIDEMARK_KAFKA_CONF": "no-equals"}, "TIDEMARK_KAFKA_CONF: cannot read its setting number 1"),
-    ({"TIDEMARK_SPARK_CONF": "no-equals-sign"}, "TIDEMARK_SPARK_CONF"),
-    ({"TIDEMARK_SHUFFLE_PARTITIONS": "zero"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
-    ({"TIDEMARK_STALL_SECONDS": "nan"}, "TIDEMARK_STALL_SECONDS='nan' is not a finite number"),
-    ({"TIDEMARK_IDLE_SECONDS": "inf"}, "TIDEMARK_IDLE_SECONDS='inf' is not a finite number"),
-    ({"TIDEMARK_SAVEPOINTS_KEEP": "0"}, "TIDEMARK_SAVEPOINTS_KEEP='0' is not a whole number of "
-                                        "at least 1"),
-    ({"TIDEMARK_ALERT_RETRY_SECONDS": "soon"}, "TIDEMARK_ALERT_RETRY_SECONDS"),
-    ({"TIDEMARK_MAX_CONCURRENT_RUNS": "0"}, "TIDEMARK_MAX_CONCURRENT_RUNS"),
-    ({"TIDEMARK_UNBOUNDED_STATE": "ignore"}, "TIDEMARK_UNBOUNDED_STATE='ignore': use refuse or "
-                                             "warn"),
-    ({"TIDEMARK_LANDING_RETENTION": "shred"}, "TIDEMARK_LANDING_RETENTION='shred' is not one "
-                                              "of archive, delete, keep"),
-    ({"TIDEMARK_MAINTENANCE_CRON": "daily"}, "TIDEMARK_MAINTENANCE_CRON='daily' is not a cron"),
-    ({"TIDEMARK_VACUUM_RETAIN_HOURS": "-1"}, "TIDEMARK_VACUUM_RETAIN_HOURS='-1' is not a finite"),
-])
+@pytest.mark.parametrize(
+    "env,needle",
+    [
+        ({"TIDEMARK_SOURCE": "files"}, "TIDEMARK_SOURCE='files' is not one of landing, kafka"),
+        ({"TIDEMARK_KAFKA_PORT": "70000"}, "TIDEMARK_KAFKA_PORT=70000 is not a TCP port"),
+        ({"TIDEMARK_CLUSTER_PORT": "70000"}, "TIDEMARK_CLUSTER_PORT=70000 is not a TCP port"),
+        (
+            {"TIDEMARK_CLUSTER_WORKER_MEMORY": "lots"},
+            "TIDEMARK_CLUSTER_WORKER_MEMORY='lots': use a size like 3g",
+        ),
+        ({"TIDEMARK_CLUSTER_WORKERS": "0"}, "TIDEMARK_CLUSTER_WORKERS"),
+        (
+            {"TIDEMARK_KAFKA_CONF": "no-equals"},
+            "TIDEMARK_KAFKA_CONF: cannot read its setting number 1",
+        ),
+        ({"TIDEMARK_SPARK_CONF": "no-equals-sign"}, "TIDEMARK_SPARK_CONF"),
+        ({"TIDEMARK_SHUFFLE_PARTITIONS": "zero"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
+        ({"TIDEMARK_STALL_SECONDS": "nan"}, "TIDEMARK_STALL_SECONDS='nan' is not a finite number"),
+        ({"TIDEMARK_IDLE_SECONDS": "inf"}, "TIDEMARK_IDLE_SECONDS='inf' is not a finite number"),
+        (
+            {"TIDEMARK_SAVEPOINTS_KEEP": "0"},
+            "TIDEMARK_SAVEPOINTS_KEEP='0' is not a whole number of at least 1",
+        ),
+        ({"TIDEMARK_ALERT_RETRY_SECONDS": "soon"}, "TIDEMARK_ALERT_RETRY_SECONDS"),
+        ({"TIDEMARK_MAX_CONCURRENT_RUNS": "0"}, "TIDEMARK_MAX_CONCURRENT_RUNS"),
+        (
+            {"TIDEMARK_UNBOUNDED_STATE": "ignore"},
+            "TIDEMARK_UNBOUNDED_STATE='ignore': use refuse or warn",
+        ),
+        (
+            {"TIDEMARK_LANDING_RETENTION": "shred"},
+            "TIDEMARK_LANDING_RETENTION='shred' is not one of archive, delete, keep",
+        ),
+        ({"TIDEMARK_MAINTENANCE_CRON": "daily"}, "TIDEMARK_MAINTENANCE_CRON='daily' is not a cron"),
+        (
+            {"TIDEMARK_VACUUM_RETAIN_HOURS": "-1"},
+            "TIDEMARK_VACUUM_RETAIN_HOURS='-1' is not a finite",
+        ),
+    ],
+)
 def test_malformed_settings_name_the_variable(env, needle):
     with pytest.raises(ConfigError, match=needle):
         TidemarkConfig.from_env(env)
@@ -150,8 +196,9 @@ def test_the_settings_reference_is_generated_from_the_code_and_covers_every_vari
     from streaming_jobs.settings import BEGIN, END, INTERNAL, SETTINGS, render
 
     text = (CHECKOUT / "docs" / "configuration.md").read_text()
-    assert text[text.index(BEGIN):text.index(END) + len(END)] == render(), \
+    assert text[text.index(BEGIN) : text.index(END) + len(END)] == render(), (
         "run: tidemark settings --write"
+    )
     read = set()
     for folder in ("streaming_jobs", "orchestration"):
         for path in (CHECKOUT / folder).rglob("*.py"):

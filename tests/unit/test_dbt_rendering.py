@@ -11,8 +11,13 @@ from streaming_jobs.registry import registry
 from streaming_jobs.schemas import STREAMS
 
 from orchestration import dbt_models
-from orchestration.dbt_cli import parse_args, split_own_options, split_run_vars, with_excluded, \
-    with_vars
+from orchestration.dbt_cli import (
+    parse_args,
+    split_own_options,
+    split_run_vars,
+    with_excluded,
+    with_vars,
+)
 from orchestration.dbt_vars import job_vars, last_batches
 from orchestration.project import DBT_PROJECT_DIR
 
@@ -24,7 +29,8 @@ def test_the_committed_sources_and_staging_models_are_what_the_schemas_render():
     streaming_jobs/schemas.py (fix with `make dbt-models`)."""
     rendered = dbt_models.builtin_files()
     assert set(rendered) == {"staging/_lake__sources.yml"} | {
-        f"staging/stg_{s}.{ext}" for s in STREAMS for ext in ("sql", "yml")}
+        f"staging/stg_{s}.{ext}" for s in STREAMS for ext in ("sql", "yml")
+    }
     for relative, text in rendered.items():
         assert (DBT_PROJECT_DIR / "models" / relative).read_text() == text, relative
     sources = yaml.safe_load(rendered["staging/_lake__sources.yml"])["sources"][0]["tables"]
@@ -52,14 +58,14 @@ select user_id, window.start as window_start, window.end as window_end, count(*)
 from failed
 group by user_id, window(event_time, '10 minutes')
 """
-STREAM = '''
+STREAM = """
 from pyspark.sql import types as T
 from streaming_jobs.schemas import Field, StreamSchema
 STREAM = StreamSchema(name="logins", key="login_id", event_time="event_time", fields=(
     Field("login_id", T.StringType(), "id"), Field("user_id", T.StringType(), "who"),
     Field("outcome", T.StringType(), "ok or failed"),
     Field("event_time", T.TimestampType(), "when")))
-'''
+"""
 
 
 def test_your_jobs_get_one_line_models_in_the_generated_folder(tmp_path, monkeypatch):
@@ -68,80 +74,166 @@ def test_your_jobs_get_one_line_models_in_the_generated_folder(tmp_path, monkeyp
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(tmp_path))
     files = dbt_models.render()
     generated = {p for p in files if p.startswith("generated/")}
-    assert generated == {f"generated/{p}" for p in (
-        "staging/stg_logins.sql", "staging/stg_logins.yml",
-        "batch/int_logins_10m__batch.sql", "batch/int_logins_10m__batch.yml",
-        "recon/recon_logins_10m.sql", "recon/recon_logins_10m.yml")}
-    code = [l for l in files["generated/batch/int_logins_10m__batch.sql"].splitlines()
-            if not l.startswith("--")]
+    assert generated == {
+        f"generated/{p}"
+        for p in (
+            "staging/stg_logins.sql",
+            "staging/stg_logins.yml",
+            "batch/int_logins_10m__batch.sql",
+            "batch/int_logins_10m__batch.yml",
+            "recon/recon_logins_10m.sql",
+            "recon/recon_logins_10m.yml",
+        )
+    }
+    code = [
+        l
+        for l in files["generated/batch/int_logins_10m__batch.sql"].splitlines()
+        if not l.startswith("--")
+    ]
     # a windowed job over one stream: its tables replace only the days a run recomputes
     by_day = "{{ config(materialized='recon_partitions', recon_job='logins_10m') }}"
     assert code == [by_day, "{{ batch_by_basis('logins_10m') }}"]
-    recon = [l for l in files["generated/recon/recon_logins_10m.sql"].splitlines()
-             if not l.startswith("--")]
-    assert recon == [by_day, "{{ recon_by_basis('logins_10m', open_when='coalesce(t.window_end, "
-                             "o.window_end) > s.stream_watermark') }}"]
+    recon = [
+        l
+        for l in files["generated/recon/recon_logins_10m.sql"].splitlines()
+        if not l.startswith("--")
+    ]
+    assert recon == [
+        by_day,
+        "{{ recon_by_basis('logins_10m', open_when='coalesce(t.window_end, "
+        "o.window_end) > s.stream_watermark') }}",
+    ]
     # the copy's sources list your stream and job beside the built-in ones
-    tables = {t["name"] for t in yaml.safe_load(files["staging/_lake__sources.yml"])
-              ["sources"][0]["tables"]}
+    tables = {
+        t["name"]
+        for t in yaml.safe_load(files["staging/_lake__sources.yml"])["sources"][0]["tables"]
+    }
     assert {"bronze_logins", "gold_logins_10m", "bronze_clicks"} <= tables
     # the job's SQL and its source's dedup key and columns reach the macro through --vars
     params = job_vars(registry())["logins_10m"]
-    assert params["batch_sql"].startswith("with failed as") and not params["batch_sql"].endswith(";")
+    assert params["batch_sql"].startswith("with failed as") and not params["batch_sql"].endswith(
+        ";"
+    )
     assert params["source_keys"] == {"logins": ["login_id"]}
     assert params["source_columns"] == {"logins": ["user_id", "outcome", "event_time"]}
     # by the day its window ends, reading events back by the window's length
     assert (params["recon_partition"], params["recon_read_back_seconds"]) == (
-        "to_date(window_end)", 600)
+        "to_date(window_end)",
+        600,
+    )
 
 
 def test_the_pinned_position_takes_each_jobs_last_batch_of_its_current_lineage():
     t0 = datetime(2026, 1, 1)
     rows = [
         {"job": "a", "query_id": "old", "batch_id": 9, "ts": t0, "sink_version": 40},
-        {"job": "a", "query_id": "new", "batch_id": 0, "ts": t0 + timedelta(hours=1),
-         "sink_version": 1},
-        {"job": "a", "query_id": "new", "batch_id": 1, "ts": t0 + timedelta(hours=2),
-         "sink_version": 3},
+        {
+            "job": "a",
+            "query_id": "new",
+            "batch_id": 0,
+            "ts": t0 + timedelta(hours=1),
+            "sink_version": 1,
+        },
+        {
+            "job": "a",
+            "query_id": "new",
+            "batch_id": 1,
+            "ts": t0 + timedelta(hours=2),
+            "sink_version": 3,
+        },
         {"job": "b", "query_id": "q", "batch_id": 5, "ts": t0, "sink_version": None},
     ]
     chosen = last_batches(rows)
     # a was rebuilt (new query id): its old lineage's versions belong to another table
     assert (chosen["a"]["query_id"], chosen["a"]["batch_id"], chosen["a"]["sink_version"]) == (
-        "new", 1, 3)
+        "new",
+        1,
+        3,
+    )
     assert "b" not in chosen  # no batch with a known gold version
 
 
 def test_vars_and_the_data_root_are_placed_where_dbt_expects_them():
     assert with_vars(["build", "--select", "x"], {"a": 1}) == [
-        "build", "--vars", '{"a": 1}', "--select", "x"]
+        "build",
+        "--vars",
+        '{"a": 1}',
+        "--select",
+        "x",
+    ]
     assert with_vars(["build", "--vars", "{}"], {"a": 1}) == ["build", "--vars", "{}"]
     assert with_vars(["clean"], {"a": 1}) == ["clean"]
     assert split_own_options(["--data-root", "/d", "build"]) == (
-        {"TIDEMARK_DATA_ROOT": "/d"}, ["build"])
+        {"TIDEMARK_DATA_ROOT": "/d"},
+        ["build"],
+    )
     assert split_own_options(["--data-root", "/d", "--dagster-run-id", "abc", "build"]) == (
-        {"TIDEMARK_DATA_ROOT": "/d", "TIDEMARK_DAGSTER_RUN_ID": "abc"}, ["build"])
+        {"TIDEMARK_DATA_ROOT": "/d", "TIDEMARK_DAGSTER_RUN_ID": "abc"},
+        ["build"],
+    )
     assert split_own_options(["build"]) == ({}, ["build"])
     # the jobs nothing new reached join the user's own --exclude, or get one
     assert with_excluded(["build", "--exclude", "x", "--select", "y"], ["a", "b"]) == [
-        "build", "--exclude", "a", "b", "x", "--select", "y"]
+        "build",
+        "--exclude",
+        "a",
+        "b",
+        "x",
+        "--select",
+        "y",
+    ]
     assert with_excluded(["build"], ["a"]) == ["build", "--exclude", "a"]
     assert with_excluded(["build"], []) == ["build"]
 
 
 def test_the_parse_before_a_warm_session_keeps_what_changes_the_manifest_and_drops_the_rest():
     # what Dagster's DbtCliResource passes, after tidemark-dbt added the target and the vars
-    args = ["--no-use-color", "build", "--vars", '{"a": 1}', "--select", "fqn:x", "--full-refresh",
-            "--target-path=/t", "--no-partial-parse", "--target", "session"]
-    assert parse_args(args) == ["parse", "--quiet", "--vars", '{"a": 1}', "--target-path=/t",
-                                "--no-partial-parse", "--target", "session"]
+    args = [
+        "--no-use-color",
+        "build",
+        "--vars",
+        '{"a": 1}',
+        "--select",
+        "fqn:x",
+        "--full-refresh",
+        "--target-path=/t",
+        "--no-partial-parse",
+        "--target",
+        "session",
+    ]
+    assert parse_args(args) == [
+        "parse",
+        "--quiet",
+        "--vars",
+        '{"a": 1}',
+        "--target-path=/t",
+        "--no-partial-parse",
+        "--target",
+        "session",
+    ]
     assert parse_args(["test", "-t", "endpoint", "--profiles-dir", "/p", "--exclude", "y"]) == [
-        "parse", "--quiet", "-t", "endpoint", "--profiles-dir", "/p"]
+        "parse",
+        "--quiet",
+        "-t",
+        "endpoint",
+        "--profiles-dir",
+        "/p",
+    ]
     # the partial-parse file's own place, unless the command names one
     assert parse_args(["build", "--target", "endpoint"], "/root/dbt/target") == [
-        "parse", "--quiet", "--target", "endpoint", "--target-path", "/root/dbt/target"]
+        "parse",
+        "--quiet",
+        "--target",
+        "endpoint",
+        "--target-path",
+        "/root/dbt/target",
+    ]
     assert parse_args(["build", "--target-path", "/t"], "/root/dbt/target") == [
-        "parse", "--quiet", "--target-path", "/t"]
+        "parse",
+        "--quiet",
+        "--target-path",
+        "/t",
+    ]
 
 
 def test_each_runs_own_vars_leave_the_vars_dbt_parses_with():
@@ -150,22 +242,38 @@ def test_each_runs_own_vars_leave_the_vars_dbt_parses_with():
     import json
 
     jobs = {"j": {"keys": ["k"]}}
-    own = {"progress_version": 7, "gold_versions": {"j": 3}, "recon_from": {"j": "2026-01-02"},
-           "recon_positions": [{"job": "j"}], "recon_reasons": {"j": "from 2026-01-02"},
-           "recon_full": False}
-    args = ["build", "--vars", json.dumps({"jobs": jobs, **own, "text_measures": {}}),
-            "--select", "x"]
+    own = {
+        "progress_version": 7,
+        "gold_versions": {"j": 3},
+        "recon_from": {"j": "2026-01-02"},
+        "recon_positions": [{"job": "j"}],
+        "recon_reasons": {"j": "from 2026-01-02"},
+        "recon_full": False,
+    }
+    args = [
+        "build",
+        "--vars",
+        json.dumps({"jobs": jobs, **own, "text_measures": {}}),
+        "--select",
+        "x",
+    ]
     rest, taken = split_run_vars(args)
     assert taken == own
     assert rest[0:2] == ["build", "--vars"] and rest[3:] == ["--select", "x"]
     assert json.loads(rest[2]) == {"jobs": jobs, "text_measures": {}}
     # two runs at other positions parse with the same --vars
     other = {**own, "progress_version": 8, "recon_from": {"j": "2026-01-03"}}
-    assert split_run_vars(["build", "--vars", json.dumps({"jobs": jobs, **other,
-                                                           "text_measures": {}})])[0][2] == rest[2]
+    assert (
+        split_run_vars(
+            ["build", "--vars", json.dumps({"jobs": jobs, **other, "text_measures": {}})]
+        )[0][2]
+        == rest[2]
+    )
     # YAML, as dbt reads --vars, and no --vars at all
     assert split_run_vars(["run", "--vars", "{progress_version: 2, jobs: {}}"]) == (
-        ["run", "--vars", "{\"jobs\": {}}"], {"progress_version": 2})
+        ["run", "--vars", '{"jobs": {}}'],
+        {"progress_version": 2},
+    )
     assert split_run_vars(["build"]) == (["build"], {})
 
 
@@ -182,7 +290,7 @@ def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):
     jobs = {n: s for n, s in registry().items() if n in ("user_sessions", "events_by_type")}
     gold = cfg.paths.table("gold", "user_sessions")
     write_deltalake(str(gold), pa.table({"user_id": pa.array([], pa.string())}))  # version 0
-    write_deltalake(str(gold), pa.table({"user_id": ["u1"]}), mode="append")     # version 1
+    write_deltalake(str(gold), pa.table({"user_id": ["u1"]}), mode="append")  # version 1
     pinned = position_vars(cfg, jobs)
     assert pinned["gold_versions"] == {"user_sessions": 1}  # events_by_type: no table yet
     assert pinned["progress_version"] == ops_tables.version(cfg, "stream_progress")

@@ -18,9 +18,11 @@ def test_low_free_space_is_a_critical_alert_resolved_when_space_is_back(cfg, mon
     from orchestration.resources import TidemarkResource
 
     cfg.data_root.mkdir(parents=True, exist_ok=True)
-    free_gb = shutil.disk_usage(cfg.data_root).free / 1024 ** 3
-    context = build_sensor_context(instance=DagsterInstance.ephemeral(), resources={
-        "tidemark": TidemarkResource(data_root=str(cfg.data_root))})
+    free_gb = shutil.disk_usage(cfg.data_root).free / 1024**3
+    context = build_sensor_context(
+        instance=DagsterInstance.ephemeral(),
+        resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))},
+    )
 
     monkeypatch.setenv("TIDEMARK_MIN_FREE_GB", str(free_gb * 10))  # more than the disk has
     checkpoint_health_sensor(context)

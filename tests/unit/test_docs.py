@@ -53,8 +53,9 @@ def shown_commands(tool: str) -> set[str]:
     for page in PAGES:
         for code in re.findall(r"```.*?```|`[^`\n]+`", page.read_text(), flags=re.S):
             # a command: at the start of a line or of inline code, or after .venv/bin/
-            found |= set(re.findall(rf"(?:^[ \t]*|^`|/bin/){tool} ([a-z][a-z-]*)", code,
-                                    flags=re.M))
+            found |= set(
+                re.findall(rf"(?:^[ \t]*|^`|/bin/){tool} ([a-z][a-z-]*)", code, flags=re.M)
+            )
     return found
 
 
@@ -67,8 +68,12 @@ def test_every_make_target_shown_exists():
 
 
 def test_every_tidemark_command_shown_exists():
-    helped = subprocess.run([str(Path(sys.executable).with_name("tidemark")), "--help"],
-                            capture_output=True, text=True, check=True).stdout
+    helped = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark")), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     commands = set(re.search(r"\{([a-z,-]+)\}", helped).group(1).split(","))
     shown = shown_commands("tidemark")
     assert {"new", "check", "recon"} <= shown

@@ -33,15 +33,36 @@ def test_same_seed_same_bytes_and_other_seed_differs(tmp_path, stream):
 
 
 def test_shares_of_late_duplicate_malformed_and_failed_events():
-    cfg = GeneratorConfig(events=20_000, files=2, seed=5, late_share=0.05, duplicate_share=0.02,
-                          malformed_share=0.01, failed_share=0.2, jitter_seconds=60,
-                          late_by_seconds=(3600, 7200))
+    cfg = GeneratorConfig(
+        events=20_000,
+        files=2,
+        seed=5,
+        late_share=0.05,
+        duplicate_share=0.02,
+        malformed_share=0.01,
+        failed_share=0.2,
+        jitter_seconds=60,
+        late_by_seconds=(3600, 7200),
+    )
     lines = [line for f in generate(cfg) for line in f]
     events, bad_json = _parse(lines)
-    required = {"event_id", "user_id", "card_id", "merchant", "amount", "currency", "status",
-                "event_time"}
-    broken = [e for e in events if set(e) != required or isinstance(e.get("amount"), str)
-              or not str(e.get("event_time", "")).startswith("20")]
+    required = {
+        "event_id",
+        "user_id",
+        "card_id",
+        "merchant",
+        "amount",
+        "currency",
+        "status",
+        "event_time",
+    }
+    broken = [
+        e
+        for e in events
+        if set(e) != required
+        or isinstance(e.get("amount"), str)
+        or not str(e.get("event_time", "")).startswith("20")
+    ]
     malformed = len(bad_json) + len(broken)
     assert 0.007 < malformed / cfg.events < 0.013
 
@@ -54,6 +75,7 @@ def test_shares_of_late_duplicate_malformed_and_failed_events():
             assert lines[i + 1] == line
 
     from datetime import datetime
+
     valid = [e for e in events if e not in broken]
     times = [datetime.fromisoformat(e["event_time"].replace("Z", "+00:00")) for e in valid]
     running_max, late = times[0], 0
@@ -67,8 +89,15 @@ def test_shares_of_late_duplicate_malformed_and_failed_events():
 
 
 def test_keys_are_zipf_skewed():
-    cfg = GeneratorConfig(events=20_000, files=1, seed=9, users=1000, zipf_s=1.2,
-                          malformed_share=0.0, duplicate_share=0.0)
+    cfg = GeneratorConfig(
+        events=20_000,
+        files=1,
+        seed=9,
+        users=1000,
+        zipf_s=1.2,
+        malformed_share=0.0,
+        duplicate_share=0.0,
+    )
     users = Counter(json.loads(line)["user_id"] for line in generate(cfg)[0])
     top10 = sum(n for _, n in users.most_common(10)) / cfg.events
     assert top10 > 0.3  # uniform keys would give 1%
@@ -93,8 +122,17 @@ def test_bad_settings_are_refused_with_the_setting_named(bad):
 
 
 def _clean(stream: str, events: int, **kw):
-    cfg = GeneratorConfig(stream=stream, events=events, files=1, seed=21, late_share=0.0,
-                          duplicate_share=0.0, malformed_share=0.0, jitter_seconds=0.0, **kw)
+    cfg = GeneratorConfig(
+        stream=stream,
+        events=events,
+        files=1,
+        seed=21,
+        late_share=0.0,
+        duplicate_share=0.0,
+        malformed_share=0.0,
+        jitter_seconds=0.0,
+        **kw,
+    )
     return [json.loads(line) for line in generate(cfg)[0]]
 
 
@@ -170,14 +208,16 @@ def test_files_by_event_time_keep_orders_and_payments_in_step():
             assert end - dt.timedelta(seconds=span) - jitter <= latest < end, (stream, k)
         lines = [line for file in content for line in file]
         more = GeneratorConfig(stream=stream, events=2 * 50 * files, files=1, seed=5)
-        assert lines == generate(more)[0][:len(lines)]
+        assert lines == generate(more)[0][: len(lines)]
     total = {stream: sum(map(len, content)) for stream, content in by_time.items()}
     assert total["payments"] < total["orders"] * 0.95  # fewer: unpaid orders
 
     # split by count, as before, payments run ahead of their orders further every file
     def gap(content):
-        last = {stream: _latest([line for file in files for line in file], column[stream])
-                for stream, files in content.items()}
+        last = {
+            stream: _latest([line for file in files for line in file], column[stream])
+            for stream, files in content.items()
+        }
         return last["payments"] - last["orders"]
 
     assert gap({g.stream: generate(g) for g in (orders, payments)}) > dt.timedelta(minutes=5)
@@ -188,8 +228,12 @@ def test_live_lander_lands_every_stream_in_step(cfg):
     from orchestration.live import Landing
 
     landing = Landing(cfg, rate=10, minutes=15, every=5)  # 180 files of 50 events a stream
-    latest = {gen.stream: _latest(files[-1], {"orders": "order_time",
-                                              "payments": "payment_time"}.get(gen.stream,
-                                                                               "event_time"))
-              for gen, files in landing.samples if gen.stream in ("orders", "payments")}
+    latest = {
+        gen.stream: _latest(
+            files[-1],
+            {"orders": "order_time", "payments": "payment_time"}.get(gen.stream, "event_time"),
+        )
+        for gen, files in landing.samples
+        if gen.stream in ("orders", "payments")
+    }
     assert abs(latest["payments"] - latest["orders"]).total_seconds() < 120 + 25

@@ -19,19 +19,31 @@ def test_a_record_is_keyed_by_the_streams_key_and_a_malformed_line_by_nothing():
 
 
 def test_lag_is_what_the_partitions_held_beyond_where_the_batch_stopped():
-    kafka = {"description": "KafkaV2[Subscribe[tidemark.orders]]",
-             "startOffset": {"tidemark.orders": {"0": 10, "1": 4}},
-             "endOffset": {"tidemark.orders": {"0": 40, "1": 9}},
-             "latestOffset": {"tidemark.orders": {"0": 100, "1": 9}}}
+    kafka = {
+        "description": "KafkaV2[Subscribe[tidemark.orders]]",
+        "startOffset": {"tidemark.orders": {"0": 10, "1": 4}},
+        "endOffset": {"tidemark.orders": {"0": 40, "1": 9}},
+        "latestOffset": {"tidemark.orders": {"0": 100, "1": 9}},
+    }
     assert kafka_lag([kafka]) == 60
     as_text = {**kafka, **{k: json.dumps(kafka[k]) for k in ("endOffset", "latestOffset")}}
     assert kafka_lag([as_text]) == 60
-    delta = {"description": "DeltaSource[file:/lake/bronze/orders]",
-             "startOffset": None, "endOffset": {"reservoirVersion": 3, "index": -1}}
+    delta = {
+        "description": "DeltaSource[file:/lake/bronze/orders]",
+        "startOffset": None,
+        "endOffset": {"reservoirVersion": 3, "index": -1},
+    }
     assert kafka_lag([delta]) is None
-    row = progress_row("bronze_orders", {"id": "q", "runId": "r", "batchId": 2,
-                                         "timestamp": "2026-11-23T00:00:00.000Z",
-                                         "sources": [kafka]})
+    row = progress_row(
+        "bronze_orders",
+        {
+            "id": "q",
+            "runId": "r",
+            "batchId": 2,
+            "timestamp": "2026-11-23T00:00:00.000Z",
+            "sources": [kafka],
+        },
+    )
     assert row["source_lag_rows"] == 60
 
 
@@ -43,7 +55,9 @@ def test_committed_offsets_are_those_of_the_last_committed_batch(tmp_path):
     for batch, offsets in ((0, {"0": 5, "1": 7}), (1, {"0": 9, "1": 7})):
         (checkpoint / "offsets" / str(batch)).write_text(
             'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
-            + json.dumps({"tidemark.orders": offsets}) + "\n")
+            + json.dumps({"tidemark.orders": offsets})
+            + "\n"
+        )
     (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     # batch 1 is planned, not committed: what was read is batch 0's end
     assert committed_offsets(checkpoint, "tidemark.orders") == {0: 5, 1: 7}

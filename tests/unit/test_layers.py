@@ -22,19 +22,52 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 PACKAGES = ("streaming_jobs", "orchestration")
 
 LAYERS = [
-    ("base", ["streaming_jobs.config", "streaming_jobs.intervals", "streaming_jobs.schemas",
-              "streaming_jobs.spec", "streaming_jobs.delta_log", "streaming_jobs.checkpoints",
-              "streaming_jobs.validation", "streaming_jobs.stateful", "streaming_jobs.processes",
-              "streaming_jobs.interrupts", "streaming_jobs.settings"]),
-    ("storage", ["streaming_jobs.ops_tables", "streaming_jobs.spark", "streaming_jobs.lake",
-                 "streaming_jobs.failures", "streaming_jobs.jobs", "streaming_jobs.sql_jobs",
-                 "streaming_jobs.registry", "streaming_jobs.generator",
-                 "streaming_jobs.expectations", "streaming_jobs.restores", "streaming_jobs.maven",
-                 "streaming_jobs.kafka", "streaming_jobs.kafka_broker",
-                 "streaming_jobs.spark_cluster"]),
-    ("streaming", ["streaming_jobs.ingestion", "streaming_jobs.gold", "streaming_jobs.progress",
-                   "streaming_jobs.analysis",
-                   "streaming_jobs.tables", "streaming_jobs.runner"]),
+    (
+        "base",
+        [
+            "streaming_jobs.config",
+            "streaming_jobs.intervals",
+            "streaming_jobs.schemas",
+            "streaming_jobs.spec",
+            "streaming_jobs.delta_log",
+            "streaming_jobs.checkpoints",
+            "streaming_jobs.validation",
+            "streaming_jobs.stateful",
+            "streaming_jobs.processes",
+            "streaming_jobs.interrupts",
+            "streaming_jobs.settings",
+        ],
+    ),
+    (
+        "storage",
+        [
+            "streaming_jobs.ops_tables",
+            "streaming_jobs.spark",
+            "streaming_jobs.lake",
+            "streaming_jobs.failures",
+            "streaming_jobs.jobs",
+            "streaming_jobs.sql_jobs",
+            "streaming_jobs.registry",
+            "streaming_jobs.generator",
+            "streaming_jobs.expectations",
+            "streaming_jobs.restores",
+            "streaming_jobs.maven",
+            "streaming_jobs.kafka",
+            "streaming_jobs.kafka_broker",
+            "streaming_jobs.spark_cluster",
+        ],
+    ),
+    (
+        "streaming",
+        [
+            "streaming_jobs.ingestion",
+            "streaming_jobs.gold",
+            "streaming_jobs.progress",
+            "streaming_jobs.analysis",
+            "streaming_jobs.tables",
+            "streaming_jobs.runner",
+        ],
+    ),
     ("operations", ["streaming_jobs.operations", "streaming_jobs.sql_endpoint"]),
     ("orchestration", ["orchestration"]),
 ]
@@ -46,8 +79,7 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for package in PACKAGES
-            for p in (CHECKOUT / package).rglob("*.py")}
+    return {module_name(p): p for package in PACKAGES for p in (CHECKOUT / package).rglob("*.py")}
 
 
 def imports(path: Path, name: str, known: set[str]) -> set[str]:
@@ -60,8 +92,10 @@ def imports(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
-                                + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
+                )
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
@@ -89,10 +123,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_import_points_down_or_sideways():
-    upward = [f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} "
-              f"({LAYERS[layer_of(target)][0]})"
-              for name, targets in graph().items() for target in targets
-              if layer_of(target) > layer_of(name)]
+    upward = [
+        f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for name, targets in graph().items()
+        for target in targets
+        if layer_of(target) > layer_of(name)
+    ]
     assert upward == []
 
 
@@ -105,7 +141,7 @@ def test_the_import_graph_has_no_cycle():
         state[node] = "open"
         for target in sorted(edges.get(node, ())):
             if state.get(target) == "open":
-                cycles.append(" -> ".join(stack[stack.index(target):] + [target]))
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
             elif target not in state:
                 visit(target, stack + [target])
         state[node] = "done"

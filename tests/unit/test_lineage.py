@@ -9,20 +9,41 @@ from streaming_jobs.operations.lineage import plan
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
 
-def batch(b: int, *, job="j", query="q1", minutes=None, watermark=None, dropped=0, rows=10,
-          versions=None, rolled=None, **extra) -> dict:
+def batch(
+    b: int,
+    *,
+    job="j",
+    query="q1",
+    minutes=None,
+    watermark=None,
+    dropped=0,
+    rows=10,
+    versions=None,
+    rolled=None,
+    **extra,
+) -> dict:
     """Batch ``b`` of a lineage, recorded ``minutes`` after T0 (default b), reading bronze
     versions (b, b+1] of clicks."""
     low, high = versions or (b, b + 1)
-    return {"job": job, "query_id": query, "batch_id": b, "run_id": "r",
-            "ts": T0 + timedelta(minutes=b if minutes is None else minutes),
-            "watermark": watermark or T0 + timedelta(minutes=b, seconds=30),
-            "num_input_rows": rows, "num_output_rows": 1, "batch_duration_ms": 100,
-            "rows_dropped_by_watermark": dropped, "rolled_up_batches": rolled,
-            "source_versions": [{"source_table": "clicks", "version_from": low,
-                                 "version_to": high}],
-            "source_version_from": low, "source_version_to": high,
-            "sink_version": 100 + b, "state_rows": 1000 + b, **extra}
+    return {
+        "job": job,
+        "query_id": query,
+        "batch_id": b,
+        "run_id": "r",
+        "ts": T0 + timedelta(minutes=b if minutes is None else minutes),
+        "watermark": watermark or T0 + timedelta(minutes=b, seconds=30),
+        "num_input_rows": rows,
+        "num_output_rows": 1,
+        "batch_duration_ms": 100,
+        "rows_dropped_by_watermark": dropped,
+        "rolled_up_batches": rolled,
+        "source_versions": [{"source_table": "clicks", "version_from": low, "version_to": high}],
+        "source_version_from": low,
+        "source_version_to": high,
+        "sink_version": 100 + b,
+        "state_rows": 1000 + b,
+        **extra,
+    }
 
 
 def test_the_old_batches_of_a_lineage_fold_into_one_row_that_keeps_sums_ranges_and_the_last():
@@ -33,16 +54,20 @@ def test_the_old_batches_of_a_lineage_fold_into_one_row_that_keeps_sums_ranges_a
     assert (fold.job, fold.query_id, fold.upto_batch, fold.reports) == ("j", "q1", 3, 4)
     assert [b["batch_id"] for b in fold.batches] == [0, 1, 2, 3]
     # each batch's late threshold is the watermark of the batch before it
-    assert fold.thresholds == {0: None, 1: T0 + timedelta(minutes=0, seconds=30),
-                               2: T0 + timedelta(minutes=1, seconds=30),
-                               3: T0 + timedelta(minutes=2, seconds=30)}
+    assert fold.thresholds == {
+        0: None,
+        1: T0 + timedelta(minutes=0, seconds=30),
+        2: T0 + timedelta(minutes=1, seconds=30),
+        3: T0 + timedelta(minutes=2, seconds=30),
+    }
     row = fold.rollup()
     assert row["batch_id"] == 3 and row["rolled_up_batches"] == 4
     assert row["num_input_rows"] == 40 and row["rows_dropped_by_watermark"] == 0 + 1 + 2 + 3
     assert row["watermark"] == T0 + timedelta(minutes=3, seconds=30)  # the next batch's threshold
     assert row["sink_version"] == 103 and row["state_rows"] == 1003
-    assert row["source_versions"] == [{"source_table": "clicks", "version_from": 0,
-                                       "version_to": 4}]
+    assert row["source_versions"] == [
+        {"source_table": "clicks", "version_from": 0, "version_to": 4}
+    ]
     assert (row["source_version_from"], row["source_version_to"]) == (0, 4)
     assert row["state_operators"] is None and row["progress_json"] is None
     assert fold.predicate == "job = 'j' and query_id = 'q1' and batch_id <= 3"
@@ -79,8 +104,11 @@ def test_a_second_fold_extends_the_rollup_and_replayed_reports_are_replaced_with
     row = fold.rollup()
     assert row["rolled_up_batches"] == 5 and row["num_input_rows"] == 30 + 10 + 10
     assert row["rows_dropped_by_watermark"] == 4 + 1 + 2
-    assert row["source_versions"][0] == {"source_table": "clicks", "version_from": -1,
-                                         "version_to": 5}
+    assert row["source_versions"][0] == {
+        "source_table": "clicks",
+        "version_from": -1,
+        "version_to": 5,
+    }
 
 
 def test_only_a_jobs_current_lineage_is_folded_and_each_job_on_its_own():
@@ -92,8 +120,16 @@ def test_only_a_jobs_current_lineage_is_folded_and_each_job_on_its_own():
 
 
 def test_an_ingestion_query_without_source_versions_folds_its_counts():
-    rows = [{**batch(b), "job": "bronze_clicks", "source_versions": None,
-             "source_version_from": None, "source_version_to": None} for b in range(3)]
+    rows = [
+        {
+            **batch(b),
+            "job": "bronze_clicks",
+            "source_versions": None,
+            "source_version_from": None,
+            "source_version_to": None,
+        }
+        for b in range(3)
+    ]
     row = plan(rows, T0 + timedelta(days=1), {})[0].rollup()
     assert row["source_versions"] is None and row["num_input_rows"] == 20
     assert row["rolled_up_batches"] == 2

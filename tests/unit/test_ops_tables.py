@@ -26,9 +26,15 @@ print("done")
 def test_concurrent_writers_from_several_processes_all_land(cfg):
     # Nobody created the tables up front: the writers also race to create them.
     writers, rows = 4, 13  # 52 appends: the 50th commit writes a log checkpoint
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(w), str(rows)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for w in range(writers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(w), str(rows)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(writers)
+    ]
     outcomes = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outcomes]
 
@@ -44,23 +50,33 @@ def test_concurrent_writers_from_several_processes_all_land(cfg):
 def test_rows_are_read_back_typed_and_filtered_and_old_tables_gain_columns(cfg):
     now = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
     old_schema = ops_tables.arrow_schema("stream_progress").remove(
-        ops_tables.arrow_schema("stream_progress").get_field_index("sink_version"))
+        ops_tables.arrow_schema("stream_progress").get_field_index("sink_version")
+    )
     import pyarrow as pa
     from deltalake import write_deltalake
 
     # a table written by an older tidemark, without sink_version
-    write_deltalake(str(ops_tables.path(cfg, "stream_progress")),
-                    pa.Table.from_pylist([{"job": "it's", "batch_id": 1, "ts": now}],
-                                         schema=old_schema), mode="append")
+    write_deltalake(
+        str(ops_tables.path(cfg, "stream_progress")),
+        pa.Table.from_pylist([{"job": "it's", "batch_id": 1, "ts": now}], schema=old_schema),
+        mode="append",
+    )
     assert ops_tables.read(cfg, "stream_progress", columns=["job", "sink_version"]) == [
-        {"job": "it's", "sink_version": None}]
-    ops_tables.append(cfg, "stream_progress", [{"job": "other", "batch_id": 2, "ts": now,
-                                                "sink_version": 7}])
+        {"job": "it's", "sink_version": None}
+    ]
+    ops_tables.append(
+        cfg, "stream_progress", [{"job": "other", "batch_id": 2, "ts": now, "sink_version": 7}]
+    )
     # a quote in a value is escaped by literal()
     quoted = ops_tables.literal("it's")
     assert quoted == "'it''s'"
-    got = ops_tables.read(cfg, "stream_progress", where=f"job = {quoted}",
-                          columns=["job", "batch_id", "ts", "sink_version"])
+    got = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {quoted}",
+        columns=["job", "batch_id", "ts", "sink_version"],
+    )
     assert got == [{"job": "it's", "batch_id": 1, "ts": now, "sink_version": None}]
-    assert [r["sink_version"] for r in ops_tables.read(cfg, "stream_progress",
-                                                       where="batch_id = 2")] == [7]
+    assert [
+        r["sink_version"] for r in ops_tables.read(cfg, "stream_progress", where="batch_id = 2")
+    ] == [7]

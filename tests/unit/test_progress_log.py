@@ -12,8 +12,15 @@ from streaming_jobs.progress import ProgressLog
 
 
 def progress_event(run_id: str, batch_id: int) -> SimpleNamespace:
-    body = {"id": "q", "runId": run_id, "name": "job", "batchId": batch_id,
-            "timestamp": "2026-01-01T00:00:00.000Z", "numInputRows": 1, "sources": []}
+    body = {
+        "id": "q",
+        "runId": run_id,
+        "name": "job",
+        "batchId": batch_id,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "numInputRows": 1,
+        "sources": [],
+    }
     return SimpleNamespace(progress=SimpleNamespace(json=json.dumps(body)))
 
 

@@ -17,8 +17,11 @@ JOB = "events_by_type"
 
 
 def committed(cfg, at: datetime) -> None:
-    ops_tables.append(cfg, "stream_progress", [{"job": JOB, "query_id": "q", "run_id": "r",
-                                                "batch_id": 3, "ts": at}])
+    ops_tables.append(
+        cfg,
+        "stream_progress",
+        [{"job": JOB, "query_id": "q", "run_id": "r", "batch_id": 3, "ts": at}],
+    )
 
 
 def test_a_job_failing_since_its_last_commit_is_not_rebuilt_unless_forced(tmp_path):
@@ -28,8 +31,12 @@ def test_a_job_failing_since_its_last_commit_is_not_rebuilt_unless_forced(tmp_pa
     (gold / "part-0.parquet").write_bytes(b"rows")
     now = datetime.now(timezone.utc)
     committed(cfg, now - timedelta(hours=1))
-    assert record_failure(cfg, JOB, "run-1", "[TASK_WRITE_FAILED] Task failed while writing "
-                                             "rows to lake/gold/events_by_type")
+    assert record_failure(
+        cfg,
+        JOB,
+        "run-1",
+        "[TASK_WRITE_FAILED] Task failed while writing rows to lake/gold/events_by_type",
+    )
     assert record_failure(cfg, JOB, "run-2", "[TASK_WRITE_FAILED] again")
 
     with pytest.raises(RebuildRefused) as refused:

@@ -6,8 +6,13 @@ import datetime as dt
 
 import pytest
 
-from orchestration.recon_partitions import (chosen_tags, incremental_tags, partitions_def,
-                                            recomputed_from, run_scope)
+from orchestration.recon_partitions import (
+    chosen_tags,
+    incremental_tags,
+    partitions_def,
+    recomputed_from,
+    run_scope,
+)
 from orchestration.recon_scope import NOTHING_NEW
 from streaming_jobs.config import ConfigError, TidemarkConfig
 
@@ -32,8 +37,10 @@ def test_partitions_are_utc_days_from_the_configured_start_to_today(monkeypatch)
     today = dt.datetime.now(dt.timezone.utc).date()
     assert daily.get_first_partition_key() == "2026-02-03"
     assert daily.get_last_partition_key() == today.isoformat()
-    assert incremental_tags(cfg) == {"tidemark/recon": "incremental",
-                                     "dagster/partition": today.isoformat()}
+    assert incremental_tags(cfg) == {
+        "tidemark/recon": "incremental",
+        "dagster/partition": today.isoformat(),
+    }
 
 
 def test_a_malformed_or_future_start_date_names_the_variable(monkeypatch):
@@ -51,7 +58,8 @@ def test_chosen_partitions_are_one_day_or_a_range():
     assert chosen_tags("2026-03-05:2026-03-05") == {"dagster/partition": "2026-03-05"}
     assert chosen_tags("2026-03-05:2026-03-09") == {
         "dagster/asset_partition_range_start": "2026-03-05",
-        "dagster/asset_partition_range_end": "2026-03-09"}
+        "dagster/asset_partition_range_end": "2026-03-09",
+    }
 
 
 def test_what_a_recon_materialization_says_it_recomputed():

@@ -7,9 +7,18 @@ import json
 
 import pytest
 
-from orchestration.recon_scope import (NOTHING_NEW, NeedsFull, batch_ran_since,
-                                       earliest_new_event, first_day, ingest_batch_floor,
-                                       last_batch, last_reconciled, left_out, positions_now)
+from orchestration.recon_scope import (
+    NOTHING_NEW,
+    NeedsFull,
+    batch_ran_since,
+    earliest_new_event,
+    first_day,
+    ingest_batch_floor,
+    last_batch,
+    last_reconciled,
+    left_out,
+    positions_now,
+)
 from streaming_jobs.registry import registry
 
 UTC = dt.timezone.utc
@@ -33,8 +42,9 @@ def test_the_earliest_new_event_comes_from_the_files_added_since(tmp_path):
     # OPTIMIZE rewrites old rows: not new events
     commit(table, 2, add("2026-02-01T00:00:00.000Z", data_change=False))
     commit(table, 3, add("2026-03-03T00:00:00.000Z"), add(None, rows=0))
-    assert earliest_new_event(table, 0, 3, "event_time") == dt.datetime(2026, 3, 2, 8, 30,
-                                                                        tzinfo=UTC)
+    assert earliest_new_event(table, 0, 3, "event_time") == dt.datetime(
+        2026, 3, 2, 8, 30, tzinfo=UTC
+    )
     assert earliest_new_event(table, 3, 3, "event_time") is None
 
 
@@ -50,9 +60,12 @@ def test_a_missing_log_version_or_statistic_asks_for_a_full_run(tmp_path):
 
 
 def batch_file(low: int, nulls: int = 0, data_change: bool = True) -> dict:
-    stats = {"numRecords": 5, "minValues": {"_ingest_batch_id": low},
-             "maxValues": {"_ingest_batch_id": low},
-             "nullCount": {"_ingest_batch_id": nulls}}
+    stats = {
+        "numRecords": 5,
+        "minValues": {"_ingest_batch_id": low},
+        "maxValues": {"_ingest_batch_id": low},
+        "nullCount": {"_ingest_batch_id": nulls},
+    }
     return {"add": {"path": "x.parquet", "dataChange": data_change, "stats": json.dumps(stats)}}
 
 
@@ -102,36 +115,72 @@ def test_the_first_day_reaches_back_by_lookback_open_windows_and_sessions():
 
 def test_positions_are_the_newest_versions_read_and_the_newest_run_recorded():
     progress = [
-        {"job": "j", "source_versions": [{"source_table": "orders", "version_from": 0,
-                                          "version_to": 4}]},
-        {"job": "j", "source_versions": [{"source_table": "orders", "version_from": 4,
-                                          "version_to": 9},
-                                         {"source_table": "payments", "version_from": 1,
-                                          "version_to": 2}]},
+        {
+            "job": "j",
+            "source_versions": [{"source_table": "orders", "version_from": 0, "version_to": 4}],
+        },
+        {
+            "job": "j",
+            "source_versions": [
+                {"source_table": "orders", "version_from": 4, "version_to": 9},
+                {"source_table": "payments", "version_from": 1, "version_to": 2},
+            ],
+        },
         {"job": "k", "source_versions": []},
     ]
     assert positions_now(progress) == {"j": {"orders": 9, "payments": 2}}
     t1, t2 = dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 3, 2, tzinfo=UTC)
     rows = [
-        {"job": "j", "source": "orders", "version_to": 4, "query_id": "q", "fingerprint": "f",
-         "open_from": None, "invocation_id": "a", "reconciled_at": t1},
-        {"job": "j", "source": "orders", "version_to": 9, "query_id": "q", "fingerprint": "f",
-         "open_from": dt.date(2026, 2, 28), "invocation_id": "b", "reconciled_at": t2},
-        {"job": "j", "source": "payments", "version_to": 2, "query_id": "q",
-         "fingerprint": "f", "open_from": dt.date(2026, 2, 28), "invocation_id": "b",
-         "reconciled_at": t2},
+        {
+            "job": "j",
+            "source": "orders",
+            "version_to": 4,
+            "query_id": "q",
+            "fingerprint": "f",
+            "open_from": None,
+            "invocation_id": "a",
+            "reconciled_at": t1,
+        },
+        {
+            "job": "j",
+            "source": "orders",
+            "version_to": 9,
+            "query_id": "q",
+            "fingerprint": "f",
+            "open_from": dt.date(2026, 2, 28),
+            "invocation_id": "b",
+            "reconciled_at": t2,
+        },
+        {
+            "job": "j",
+            "source": "payments",
+            "version_to": 2,
+            "query_id": "q",
+            "fingerprint": "f",
+            "open_from": dt.date(2026, 2, 28),
+            "invocation_id": "b",
+            "reconciled_at": t2,
+        },
     ]
-    assert last_reconciled(rows) == {"j": {"query_id": "q", "fingerprint": "f",
-                                           "reconciled_at": t2,
-                                           "open_from": dt.date(2026, 2, 28), "batch_id": None,
-                                           "versions": {"orders": 9, "payments": 2}}}
+    assert last_reconciled(rows) == {
+        "j": {
+            "query_id": "q",
+            "fingerprint": "f",
+            "reconciled_at": t2,
+            "open_from": dt.date(2026, 2, 28),
+            "batch_id": None,
+            "versions": {"orders": 9, "payments": 2},
+        }
+    }
 
 
 def test_open_windows_count_only_if_the_stream_ran_a_batch_since():
-    progress = [{"job": "j", "query_id": "old", "batch_id": 40},
-                {"job": "j", "query_id": "q", "batch_id": 6},
-                {"job": "j", "query_id": "q", "batch_id": 7},
-                {"job": "k", "query_id": "q", "batch_id": 99}]
+    progress = [
+        {"job": "j", "query_id": "old", "batch_id": 40},
+        {"job": "j", "query_id": "q", "batch_id": 6},
+        {"job": "j", "query_id": "q", "batch_id": 7},
+        {"job": "k", "query_id": "q", "batch_id": 99},
+    ]
     # the newest batch of the job's current query, not of an older one or of another job
     assert last_batch(progress, "j", "q") == 7
     assert last_batch(progress, "j", "never") is None
@@ -144,12 +193,10 @@ def test_open_windows_count_only_if_the_stream_ran_a_batch_since():
 
 
 def test_only_the_jobs_nothing_reached_are_left_out():
-    variables = {"recon_from": {"b": NOTHING_NEW, "a": "2026-03-01", "c": None,
-                                "d": NOTHING_NEW}}
+    variables = {"recon_from": {"b": NOTHING_NEW, "a": "2026-03-01", "c": None, "d": NOTHING_NEW}}
     assert left_out(variables) == ["int_b__batch", "recon_b", "int_d__batch", "recon_d"]
     assert left_out({"recon_from": {"a": None}}) == []
     assert left_out({"jobs": {}}) == []
-
 
 
 def test_a_change_to_gold_made_outside_its_stream_is_found(tmp_path):
@@ -166,13 +213,16 @@ def test_a_change_to_gold_made_outside_its_stream_is_found(tmp_path):
     marked = CommitProperties(app_transactions=[Transaction("query-1", 0)])
     write_deltalake(str(table), rows, commit_properties=marked)  # the stream's first batch
     before = dt.datetime.now(UTC)
-    write_deltalake(str(table), pa.table({"k": [4]}), mode="append", commit_properties=(
-        CommitProperties(app_transactions=[Transaction("query-1", 1)])))  # its next batch
+    write_deltalake(
+        str(table),
+        pa.table({"k": [4]}),
+        mode="append",
+        commit_properties=(CommitProperties(app_transactions=[Transaction("query-1", 1)])),
+    )  # its next batch
     DeltaTable(str(table)).optimize.compact()  # no row changes
     assert changed_outside_its_writer(table, before) is None
     DeltaTable(str(table)).delete("k = 2")  # by hand
     found = changed_outside_its_writer(table, before)
     assert found is not None and found.startswith("version 3, DELETE at ")
     # a change before the last reconciliation is history: that run saw it
-    assert changed_outside_its_writer(table, dt.datetime.now(UTC) + dt.timedelta(seconds=1)) \
-        is None
+    assert changed_outside_its_writer(table, dt.datetime.now(UTC) + dt.timedelta(seconds=1)) is None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
 
+def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
     from orchestration.demo import DEMO_MARKER, reset_demo_root as _reset
     from streaming_jobs.config import TidemarkConfig
 
@@ -34,13 +34,30 @@ def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
 def _recon_row(job: str, compared: int, unexplained: int, status: str = "passed", **extra):
     from datetime import datetime, timezone
 
-    classes = {"match": compared - unexplained, "window_open": 0, "late_dropped": 0,
-               "value_mismatch": unexplained, "missing_in_stream": 0, "missing_in_batch": 0}
-    return {"run_key": "r1", "job": job, "finished_at": datetime(2026, 1, 1, 2, tzinfo=timezone.utc),
-            "run_status": "passed" if status == "passed" else "failed", "status": status,
-            "rows_compared": compared, "unexplained_rows": unexplained, "class_rows": classes,
-            "failed_checks": [], "late_events_replayed": 3, "late_events_reported": 3,
-            "late_events_report_lost": None, "message": None, **extra}
+    classes = {
+        "match": compared - unexplained,
+        "window_open": 0,
+        "late_dropped": 0,
+        "value_mismatch": unexplained,
+        "missing_in_stream": 0,
+        "missing_in_batch": 0,
+    }
+    return {
+        "run_key": "r1",
+        "job": job,
+        "finished_at": datetime(2026, 1, 1, 2, tzinfo=timezone.utc),
+        "run_status": "passed" if status == "passed" else "failed",
+        "status": status,
+        "rows_compared": compared,
+        "unexplained_rows": unexplained,
+        "class_rows": classes,
+        "failed_checks": [],
+        "late_events_replayed": 3,
+        "late_events_reported": 3,
+        "late_events_report_lost": None,
+        "message": None,
+        **extra,
+    }
 
 
 def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
@@ -49,23 +66,47 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
     from streaming_jobs.config import TidemarkConfig
 
     rows = [_recon_row("failed_txn_velocity", 10, 0), _recon_row("zone_revenue_hourly", 4, 0)]
-    summary = Summary(landing_lines={"transactions": 100, "rides": 7},
-                      bronze_rows={"transactions": 95, "rides": 5},
-                      quarantine_rows={"transactions": 5, "rides": 1},
-                      quarantine_reasons={"transactions": {"invalid JSON": 5}},
-                      gold_rows={"failed_txn_velocity": 12},
-                      recon=ReconStatus(jobs={r["job"]: r for r in rows}, latest_run=rows))
+    summary = Summary(
+        landing_lines={"transactions": 100, "rides": 7},
+        bronze_rows={"transactions": 95, "rides": 5},
+        quarantine_rows={"transactions": 5, "rides": 1},
+        quarantine_reasons={"transactions": {"invalid JSON": 5}},
+        gold_rows={"failed_txn_velocity": 12},
+        recon=ReconStatus(jobs={r["job"]: r for r in rows}, latest_run=rows),
+    )
     text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
-    assert text[1] == ("  transactions: 100 landing lines = 95 bronze + 5 quarantined (holds): "
-                       "invalid JSON 5")
+    assert text[1] == (
+        "  transactions: 100 landing lines = 95 bronze + 5 quarantined (holds): invalid JSON 5"
+    )
     assert text[2] == "  rides: 7 landing lines = 5 bronze + 1 quarantined (DOES NOT HOLD)"
     assert text[3] == "  gold rows: failed_txn_velocity 12"
     # a header, then a line per job: status, compared, each class in order, the late events
-    assert text[4].split() == ["recon", "status", "compared", "match", "window_open",
-                               "late_dropped", "value_mismatch", "missing_in_stream",
-                               "missing_in_batch", "late", "events", "replayed/reported"]
-    assert text[5].split() == ["failed_txn_velocity", "passed", "10", "10", "0", "0", "0", "0",
-                               "0", "3/3"]
+    assert text[4].split() == [
+        "recon",
+        "status",
+        "compared",
+        "match",
+        "window_open",
+        "late_dropped",
+        "value_mismatch",
+        "missing_in_stream",
+        "missing_in_batch",
+        "late",
+        "events",
+        "replayed/reported",
+    ]
+    assert text[5].split() == [
+        "failed_txn_velocity",
+        "passed",
+        "10",
+        "10",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "3/3",
+    ]
     assert text[6].split()[:3] == ["zone_revenue_hourly", "passed", "4"]
     assert text[-2] == "  latest run 2026-01-01 02:00:00 UTC: passed"
     assert text[-1] == "reconciliation: 14 rows compared, 0 unexplained"
@@ -75,19 +116,28 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
     # rows from landing files retention has deleted since are counted apart
     summary.removed_lines = {"rides": 2}
     text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
-    assert text[2] == ("  rides: 7 landing lines + 2 in files retention removed = 5 bronze + "
-                       "1 quarantined (DOES NOT HOLD)")
+    assert text[2] == (
+        "  rides: 7 landing lines + 2 in files retention removed = 5 bronze + "
+        "1 quarantined (DOES NOT HOLD)"
+    )
     summary.landing_lines["rides"] = 4
     text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
-    assert text[2] == ("  rides: 4 landing lines + 2 in files retention removed = 5 bronze + "
-                       "1 quarantined (holds)")
+    assert text[2] == (
+        "  rides: 4 landing lines + 2 in files retention removed = 5 bronze + 1 quarantined (holds)"
+    )
 
 
 def test_recon_metadata_gives_numbers_to_plot_and_a_table():
     from orchestration.recon_report import recon_metadata
 
-    counts = {"match": 6, "window_open": 2, "late_dropped": 1, "value_mismatch": 1,
-              "missing_in_stream": 0, "missing_in_batch": 0}
+    counts = {
+        "match": 6,
+        "window_open": 2,
+        "late_dropped": 1,
+        "value_mismatch": 1,
+        "missing_in_stream": 0,
+        "missing_in_batch": 0,
+    }
     meta = recon_metadata(counts)
     assert meta["rows_compared"].value == 10 and meta["unexplained_rows"].value == 1
     assert meta["late_dropped_rows"].value == 1 and meta["missing_in_batch_rows"].value == 0
@@ -110,12 +160,23 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
         # several runs at once; one per checkpoint (every query: written out by hand here) and
         # one reconciliation
         assert queue.max_concurrent_runs == 8
-        queries = {"bronze_transactions", "bronze_rides", "bronze_orders", "bronze_payments",
-                   "bronze_clicks", "failed_txn_velocity", "zone_revenue_hourly",
-                   "user_sessions", "user_activity_profile", "order_payment_match",
-                   "events_by_type"}
+        queries = {
+            "bronze_transactions",
+            "bronze_rides",
+            "bronze_orders",
+            "bronze_payments",
+            "bronze_clicks",
+            "failed_txn_velocity",
+            "zone_revenue_hourly",
+            "user_sessions",
+            "user_activity_profile",
+            "order_payment_match",
+            "events_by_type",
+        }
         assert sorted((l["key"], l["limit"]) for l in queue.tag_concurrency_limits) == sorted(
-            [("tidemark/reconciliation", 1)] + [(f".dagster/tidemark/checkpoint.{q}", 1) for q in queries])
+            [("tidemark/reconciliation", 1)]
+            + [(f".dagster/tidemark/checkpoint.{q}", 1) for q in queries]
+        )
         assert instance.run_monitoring_enabled
     finally:
         instance.dispose()
@@ -142,16 +203,28 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     assert recon_lines(status)[-2:] == [
         "  no reconciliation has run yet",
         "reconciliation: none has run yet (run `tidemark run`, or the reconciliation job in "
-        "Dagster)"]
+        "Dagster)",
+    ]
     table, totals = overview(cfg)
     assert "unexplained_rows" not in totals and "rows_compared" not in totals
 
-    failed = _recon_row("failed_txn_velocity", 30, 10, status="failed",
-                        failed_checks=["no_unexplained_rows__failed_txn_velocity: 10 rows"])
-    unbuilt = {**_recon_row("events_by_type", 0, 0, status="not_built"), "rows_compared": None,
-               "unexplained_rows": None, "class_rows": None, "late_events_replayed": None,
-               "run_status": "failed", "message": "recon_events_by_type skipped: an upstream "
-                                                  "node failed: int_events_by_type__batch (error)"}
+    failed = _recon_row(
+        "failed_txn_velocity",
+        30,
+        10,
+        status="failed",
+        failed_checks=["no_unexplained_rows__failed_txn_velocity: 10 rows"],
+    )
+    unbuilt = {
+        **_recon_row("events_by_type", 0, 0, status="not_built"),
+        "rows_compared": None,
+        "unexplained_rows": None,
+        "class_rows": None,
+        "late_events_replayed": None,
+        "run_status": "failed",
+        "message": "recon_events_by_type skipped: an upstream "
+        "node failed: int_events_by_type__batch (error)",
+    }
     failed["run_status"] = "failed"
     ops_tables.append(cfg, "recon_runs", [failed, unbuilt])
     status = recon_runs.status(cfg)
@@ -159,11 +232,16 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     assert status.jobs["failed_txn_velocity"]["class_rows"]["value_mismatch"] == 10
     lines = recon_lines(status)
     assert lines[-1].startswith("reconciliation FAILED: 2 problem(s), 10 unexplained rows")
-    assert ("failed_txn_velocity: 10 unexplained rows (failed checks: "
-            "no_unexplained_rows__failed_txn_velocity: 10 rows)") in lines[-1]
+    assert (
+        "failed_txn_velocity: 10 unexplained rows (failed checks: "
+        "no_unexplained_rows__failed_txn_velocity: 10 rows)"
+    ) in lines[-1]
     assert "events_by_type: not reconciled" in lines[-1]
     assert next(line for line in lines if line.split()[:1] == ["events_by_type"]).split()[1:4] == [
-        "not_built", "-", "-"]
+        "not_built",
+        "-",
+        "-",
+    ]
 
     table, totals = overview(cfg)
     assert totals["unexplained_rows"] == 10 and totals["reconciliation_failed_jobs"] == 2
@@ -171,9 +249,14 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     assert "**FAILED** (failed)" in row and row.split("|")[8].strip() == "10"
 
     # a later clean run of both jobs makes it clean again
-    later = [{**_recon_row(job, 5, 0), "run_key": "r2",
-              "finished_at": failed["finished_at"].replace(hour=3)}
-             for job in ("failed_txn_velocity", "events_by_type")]
+    later = [
+        {
+            **_recon_row(job, 5, 0),
+            "run_key": "r2",
+            "finished_at": failed["finished_at"].replace(hour=3),
+        }
+        for job in ("failed_txn_velocity", "events_by_type")
+    ]
     ops_tables.append(cfg, "recon_runs", later)
     assert recon_runs.status(cfg).clean
 
@@ -188,9 +271,19 @@ def test_the_overview_says_none_yet_before_a_watermark_and_plots_no_false_lag(tm
 
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
     now = datetime(2026, 11, 28, 12, tzinfo=timezone.utc)
-    ops_tables.append(cfg, "stream_progress", [{
-        "job": "failed_txn_velocity", "batch_id": 0, "ts": now, "state_rows": 0,
-        "watermark": datetime(1970, 1, 1, tzinfo=timezone.utc)}])
+    ops_tables.append(
+        cfg,
+        "stream_progress",
+        [
+            {
+                "job": "failed_txn_velocity",
+                "batch_id": 0,
+                "ts": now,
+                "state_rows": 0,
+                "watermark": datetime(1970, 1, 1, tzinfo=timezone.utc),
+            }
+        ],
+    )
     table, totals = overview(cfg, now=now)
     row = next(line for line in table.splitlines() if line.startswith("| failed_txn_velocity "))
     cells = [c.strip() for c in row.split("|")]

@@ -15,8 +15,9 @@ def test_a_dbt_table_that_lost_its_log_meanwhile_is_skipped_not_failed(tmp_path)
     out = Maintenance()
     # no Spark: the step must not need it when there is no log to vacuum
     _dbt_table(out, "dbt/recon.recon_user_sessions", None, cfg, table)
-    assert [(s.target, s.action) for s in out.steps] == [("dbt/recon.recon_user_sessions",
-                                                          "skipped")]
+    assert [(s.target, s.action) for s in out.steps] == [
+        ("dbt/recon.recon_user_sessions", "skipped")
+    ]
     assert out.failed == []
     assert (table / "part-00000.parquet").exists()  # nothing of a table being written is deleted
 
@@ -40,8 +41,10 @@ def test_a_compaction_that_loses_to_a_concurrent_commit_is_tried_again_then_skip
     one that keeps losing is a skipped step naming the conflict; any other error is raised."""
     from streaming_jobs.operations.retention import ConcurrentCompaction, retry_conflicts
 
-    conflict = RuntimeError("[DELTA_CONCURRENT_DELETE_READ.WITH_PARTITION_HINT] Transaction "
-                            "conflict detected, a concurrent OPTIMIZE deleted data")
+    conflict = RuntimeError(
+        "[DELTA_CONCURRENT_DELETE_READ.WITH_PARTITION_HINT] Transaction "
+        "conflict detected, a concurrent OPTIMIZE deleted data"
+    )
     calls = []
 
     def loses_once():
@@ -54,8 +57,11 @@ def test_a_compaction_that_loses_to_a_concurrent_commit_is_tried_again_then_skip
     def always_loses():
         raise conflict
 
-    with pytest.raises(ConcurrentCompaction, match="3 attempts each lost to a concurrent "
-                       r"commit \(DELTA_CONCURRENT_DELETE_READ.WITH_PARTITION_HINT\)"):
+    with pytest.raises(
+        ConcurrentCompaction,
+        match="3 attempts each lost to a concurrent "
+        r"commit \(DELTA_CONCURRENT_DELETE_READ.WITH_PARTITION_HINT\)",
+    ):
         retry_conflicts(always_loses, pause=0)
 
     def broken():

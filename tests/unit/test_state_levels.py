@@ -11,13 +11,18 @@ from streaming_jobs.spec import StateThresholds
 
 
 def reading(hour: float, rows: int) -> Reading:
-    return Reading("j", int(hour), datetime(2026, 1, 1) + timedelta(hours=hour),
-                   (OperatorReading("dedupeWithinWatermark", rows, 0, 0),))
+    return Reading(
+        "j",
+        int(hour),
+        datetime(2026, 1, 1) + timedelta(hours=hour),
+        (OperatorReading("dedupeWithinWatermark", rows, 0, 0),),
+    )
 
 
 def test_growth_projects_when_state_reaches_critical_and_hysteresis_holds_the_level():
-    limits = StateThresholds(warn_rows=100, critical_rows=1000, warn_bytes=10 ** 12,
-                             critical_bytes=10 ** 13)
+    limits = StateThresholds(
+        warn_rows=100, critical_rows=1000, warn_bytes=10**12, critical_bytes=10**13
+    )
     # 100 rows/hour, now at 400: 600 rows to go, 6 hours.
     trend = growth([reading(h, 100 + 100 * h) for h in range(4)], limits)
     assert trend.rows_per_hour == pytest.approx(100.0)
@@ -39,23 +44,48 @@ def test_a_far_future_watermark_is_critical_and_a_high_late_share_warns():
     from streaming_jobs.operations.health import lateness_findings
 
     now = datetime(2026, 11, 22, 12, 0)
-    normal = [{"batch_id": b, "ts": now + timedelta(minutes=b), "num_input_rows": 100,
-               "watermark": now + timedelta(minutes=b) - timedelta(minutes=10),
-               "rows_dropped_by_watermark": 2} for b in range(5)]
+    normal = [
+        {
+            "batch_id": b,
+            "ts": now + timedelta(minutes=b),
+            "num_input_rows": 100,
+            "watermark": now + timedelta(minutes=b) - timedelta(minutes=10),
+            "rows_dropped_by_watermark": 2,
+        }
+        for b in range(5)
+    ]
     assert lateness_findings(normal, "j", late_share=0.5, watermark_ahead_seconds=86400) == []
     # an event dated 9999 arrives: the watermark leaps; later batches drop everything
     poisoned = normal + [
-        {"batch_id": 5, "ts": now + timedelta(minutes=5), "num_input_rows": 1,
-         "watermark": datetime(9999, 12, 30), "rows_dropped_by_watermark": 0},
-        *({"batch_id": b, "ts": now + timedelta(minutes=b), "num_input_rows": 200,
-           "watermark": datetime(9999, 12, 30), "rows_dropped_by_watermark": 200}
-          for b in range(6, 9))]
-    found = {f.kind: f for f in lateness_findings(poisoned, "j", late_share=0.5,
-                                                  watermark_ahead_seconds=86400)}
+        {
+            "batch_id": 5,
+            "ts": now + timedelta(minutes=5),
+            "num_input_rows": 1,
+            "watermark": datetime(9999, 12, 30),
+            "rows_dropped_by_watermark": 0,
+        },
+        *(
+            {
+                "batch_id": b,
+                "ts": now + timedelta(minutes=b),
+                "num_input_rows": 200,
+                "watermark": datetime(9999, 12, 30),
+                "rows_dropped_by_watermark": 200,
+            }
+            for b in range(6, 9)
+        ),
+    ]
+    found = {
+        f.kind: f
+        for f in lateness_findings(poisoned, "j", late_share=0.5, watermark_ahead_seconds=86400)
+    }
     assert set(found) == {"watermark_ahead", "late_share"}
     assert found["watermark_ahead"].severity == "critical"
     assert "batch 5 set the watermark to 9999-12-30" in found["watermark_ahead"].message
-    assert f"{5 * 2 + 3 * 200} of the 1,{5 * 100 + 1 + 3 * 200 - 1000:03d} rows" in found["late_share"].message
+    assert (
+        f"{5 * 2 + 3 * 200} of the 1,{5 * 100 + 1 + 3 * 200 - 1000:03d} rows"
+        in found["late_share"].message
+    )
     assert found["late_share"].severity == "warning"
 
 
@@ -64,11 +94,18 @@ def test_an_auto_repaired_snapshot_warns_with_spark_counters():
 
     def batch(b, repaired=0, replayed=0):
         # delta-rs gives a map column as (key, value) pairs, as here
-        custom = [("rocksdbNumSnapshotsAutoRepaired", repaired),
-                  ("rocksdbNumReplayChangelogFiles", replayed), ("rocksdbGetCount", 7)]
-        return {"batch_id": b, "state_operators": [
-            {"operator": "dedupeWithinWatermark", "custom": custom},
-            {"operator": "stateStoreSave", "custom": None}]}
+        custom = [
+            ("rocksdbNumSnapshotsAutoRepaired", repaired),
+            ("rocksdbNumReplayChangelogFiles", replayed),
+            ("rocksdbGetCount", 7),
+        ]
+        return {
+            "batch_id": b,
+            "state_operators": [
+                {"operator": "dedupeWithinWatermark", "custom": custom},
+                {"operator": "stateStoreSave", "custom": None},
+            ],
+        }
 
     # changelog replays alone are how every load works with changelog checkpointing: silent
     assert repair_findings([batch(b, replayed=3) for b in range(4)], "j") == []

@@ -21,10 +21,14 @@ def brute_counts(times: list[int], end: int) -> int:
 def test_change_points_equal_brute_force_over_every_window_end():
     rng = random.Random(3)
     times = sorted(rng.randrange(0, 200_000) for _ in range(40))
-    starts, counts = panes.add_to_panes(np.array([], dtype=np.int64), np.array([], dtype=np.int64),
-                                        panes.pane_starts(np.array(times, dtype=np.int64), SLIDE))
-    ends, values = panes.change_points(starts, counts, size_ms=SIZE, slide_ms=SLIDE,
-                                       after_ms=None, until_ms=None, last_value=0)
+    starts, counts = panes.add_to_panes(
+        np.array([], dtype=np.int64),
+        np.array([], dtype=np.int64),
+        panes.pane_starts(np.array(times, dtype=np.int64), SLIDE),
+    )
+    ends, values = panes.change_points(
+        starts, counts, size_ms=SIZE, slide_ms=SLIDE, after_ms=None, until_ms=None, last_value=0
+    )
     expected, previous = [], 0
     for end in range(0, 200_000 + SIZE + 2 * SLIDE, SLIDE):
         count = brute_counts(times, end)
@@ -63,11 +67,18 @@ def test_epochs_merged_in_any_arrival_order_equal_the_sorted_sweep(seed):
     order = events[:]
     rng.shuffle(order)
     epochs = Epochs.empty()
-    for batch in (order[i:i + 4] for i in range(0, len(order), 4)):  # micro-batches
-        epochs = epochs.merge(np.array([t for t, _ in batch], dtype=np.int64),
-                              np.array([a for _, a in batch]), ttl)
-    got = list(zip(epochs.first.tolist(), epochs.last.tolist(), epochs.count.tolist(),
-                   epochs.total.tolist()))
+    for batch in (order[i : i + 4] for i in range(0, len(order), 4)):  # micro-batches
+        epochs = epochs.merge(
+            np.array([t for t, _ in batch], dtype=np.int64), np.array([a for _, a in batch]), ttl
+        )
+    got = list(
+        zip(
+            epochs.first.tolist(),
+            epochs.last.tolist(),
+            epochs.count.tolist(),
+            epochs.total.tolist(),
+        )
+    )
     assert got == sorted_epochs(events, ttl)
 
 

@@ -4,11 +4,14 @@ from streaming_jobs.operations.continuous import is_transient, may_restart
 
 
 def test_only_the_python_worker_connect_timeout_is_transient():
-    assert is_transient(RuntimeError("org.apache.spark.SparkException: Python worker failed to "
-                                     "connect back."))
+    assert is_transient(
+        RuntimeError("org.apache.spark.SparkException: Python worker failed to connect back.")
+    )
     caused = RuntimeError("query failed")
-    caused._stackTrace = ("Caused by: java.net.SocketTimeoutException: Timed out while waiting "
-                          "for the Python worker to connect back")
+    caused._stackTrace = (
+        "Caused by: java.net.SocketTimeoutException: Timed out while waiting "
+        "for the Python worker to connect back"
+    )
     assert is_transient(caused)
     assert not is_transient(RuntimeError("[DELTA_MISSING_DELTA_TABLE] not a Delta table"))
     assert not is_transient(RuntimeError("No space left on device"))

@@ -76,8 +76,9 @@ def reconcile(cfg, gql, root: Path, label: str, repeat: int) -> list[dict]:
         run_id = gql.launch("reconciliation_job", tags=incremental_tags(cfg))
         status = gql.wait(run_id, timeout=3600)
         seconds = run_seconds(root, run_id)
-        out.append({"mode": label, "attempt": attempt + 1, "status": status,
-                    "seconds": round(seconds, 1)})
+        out.append(
+            {"mode": label, "attempt": attempt + 1, "status": status, "seconds": round(seconds, 1)}
+        )
         print(f"  reconciliation ({label}) {attempt + 1}: {status} in {seconds:.1f}s", flush=True)
     return out
 
@@ -91,8 +92,9 @@ def sensor_ticks(root: Path) -> dict[str, list[float]]:
     out = {}
     for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
         ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1000)
-        out[state.instigator_name] = [round(t.end_timestamp - t.timestamp, 2)
-                                      for t in reversed(ticks) if t.end_timestamp]
+        out[state.instigator_name] = [
+            round(t.end_timestamp - t.timestamp, 2) for t in reversed(ticks) if t.end_timestamp
+        ]
     return out
 
 
@@ -117,19 +119,30 @@ print("PROBE " + json.dumps(out))
 def baseline_sensors(root: Path, revision: str) -> dict:
     """The revision's sensors, evaluated in a fresh process on ``root``."""
     work = Path(tempfile.mkdtemp(prefix="tidemark-baseline-"))
-    subprocess.run(["git", "-C", str(CHECKOUT), "worktree", "add", "--detach", str(work),
-                    revision], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(CHECKOUT), "worktree", "add", "--detach", str(work), revision],
+        check=True,
+        capture_output=True,
+    )
     try:
         env = {**os.environ, "TIDEMARK_DATA_ROOT": str(root), "PYTHONPATH": str(work)}
-        result = subprocess.run([sys.executable, "-c", BASELINE_PROBE], env=env, cwd=work,
-                                capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(
+            [sys.executable, "-c", BASELINE_PROBE],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         line = next((s for s in result.stdout.splitlines() if s.startswith("PROBE ")), None)
         if line is None:
             return {"error": (result.stdout + result.stderr)[-1500:]}
         return json.loads(line.removeprefix("PROBE "))
     finally:
-        subprocess.run(["git", "-C", str(CHECKOUT), "worktree", "remove", "--force", str(work)],
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(CHECKOUT), "worktree", "remove", "--force", str(work)],
+            capture_output=True,
+        )
 
 
 def main(argv=None) -> int:
@@ -140,8 +153,11 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--data-root", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the data root it built")
-    parser.add_argument("--baseline", default="d933b44",
-                        help="revision whose sensors to evaluate for comparison ('' to skip)")
+    parser.add_argument(
+        "--baseline",
+        default="d933b44",
+        help="revision whose sensors to evaluate for comparison ('' to skip)",
+    )
     args = parser.parse_args(argv)
 
     root = (args.data_root or Path(tempfile.mkdtemp(prefix="tidemark-bench-live-"))).resolve()
@@ -159,8 +175,9 @@ def main(argv=None) -> int:
     cfg = TidemarkConfig.from_env().with_data_root(root)
     results = []
     # 1. today's path: a JVM per reconciliation run
-    dagster = DagsterDev(cfg, free_port(), env={"TIDEMARK_DBT_TARGET": "session",
-                                                "TIDEMARK_RECON_CRON": "0 0 1 1 *"})
+    dagster = DagsterDev(
+        cfg, free_port(), env={"TIDEMARK_DBT_TARGET": "session", "TIDEMARK_RECON_CRON": "0 0 1 1 *"}
+    )
     started = time.monotonic()
     gql = dagster.start()
     print(f"dagster dev up in {time.monotonic() - started:.0f}s", flush=True)
@@ -172,8 +189,11 @@ def main(argv=None) -> int:
     endpoint_started = time.monotonic()
     start_sql_endpoint(cfg)
     endpoint_seconds = time.monotonic() - endpoint_started
-    dagster = DagsterDev(cfg, free_port(), env={"TIDEMARK_DBT_TARGET": "endpoint",
-                                                "TIDEMARK_RECON_CRON": "0 0 1 1 *"})
+    dagster = DagsterDev(
+        cfg,
+        free_port(),
+        env={"TIDEMARK_DBT_TARGET": "endpoint", "TIDEMARK_RECON_CRON": "0 0 1 1 *"},
+    )
     gql = dagster.start()
     try:
         warm = reconcile(cfg, gql, root, "endpoint, first run after start", 1)
@@ -186,9 +206,11 @@ def main(argv=None) -> int:
     baseline = baseline_sensors(root, args.baseline) if args.baseline else {}
 
     print("\n## Scheduled reconciliation (run start to end, Dagster run stats)\n")
-    print(f"{args.events:,} events ({root}); {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}; setup {json.dumps({k: round(v) for k, v in setup.items()})}; "
-          f"SQL endpoint start {endpoint_seconds:.0f}s\n")
+    print(
+        f"{args.events:,} events ({root}); {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; setup {json.dumps({k: round(v) for k, v in setup.items()})}; "
+        f"SQL endpoint start {endpoint_seconds:.0f}s\n"
+    )
     print("| mode | run | status | seconds |\n|---|---:|---|---:|")
     for r in results:
         print(f"| {r['mode']} | {r['attempt']} | {r['status']} | {r['seconds']} |")
@@ -198,11 +220,15 @@ def main(argv=None) -> int:
         times = ticks.get(name, [])
         if times:
             steady = times[1:] or times
-            print(f"| {name} | {len(times)} | {times[0]} | {statistics.median(steady)} | "
-                  f"{max(steady)} |")
+            print(
+                f"| {name} | {len(times)} | {times[0]} | {statistics.median(steady)} | "
+                f"{max(steady)} |"
+            )
     if baseline:
-        print(f"\nBaseline {args.baseline} (sensors that start a SparkSession), fresh process, "
-              f"same data root: {json.dumps(baseline)}")
+        print(
+            f"\nBaseline {args.baseline} (sensors that start a SparkSession), fresh process, "
+            f"same data root: {json.dumps(baseline)}"
+        )
     if not args.keep and args.data_root is None:
         import shutil
 

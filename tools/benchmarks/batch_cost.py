@@ -49,10 +49,18 @@ PHASES = ("addBatch", "walCommit", "commitOffsets", "latestOffset", "queryPlanni
 def waves_of(stream: str, waves: int, events: int, seed: int) -> list[list[str]]:
     """``waves`` files of ``events`` clean events each, event time moving forward by a minute
     a wave (watermarks advance, windows close as they would at a low steady rate)."""
-    gen = GeneratorConfig(stream=stream, events=events * waves, files=waves, seed=seed,
-                          rate=events / 60.0, late_share=0.0, duplicate_share=0.0,
-                          malformed_share=0.0, jitter_seconds=5.0,
-                          start=EPOCH + timedelta(days=1))
+    gen = GeneratorConfig(
+        stream=stream,
+        events=events * waves,
+        files=waves,
+        seed=seed,
+        rate=events / 60.0,
+        late_share=0.0,
+        duplicate_share=0.0,
+        malformed_share=0.0,
+        jitter_seconds=5.0,
+        start=EPOCH + timedelta(days=1),
+    )
     return generate(gen)
 
 
@@ -77,8 +85,9 @@ class StepTimer:
             for name in names:
                 original = getattr(module, name)
                 self.undo.append((module, name, original))
-                setattr(module, name, self._timed(f"{module_name.rsplit('.', 1)[1]}.{name}",
-                                                  original))
+                setattr(
+                    module, name, self._timed(f"{module_name.rsplit('.', 1)[1]}.{name}", original)
+                )
 
     def _timed(self, label: str, fn):
         def timed(*args, **kwargs):
@@ -88,6 +97,7 @@ class StepTimer:
             finally:
                 where = next((f" {a.parent.name}" for a in args if isinstance(a, Path)), "")
                 self.seconds.setdefault(label + where, []).append(time.monotonic() - started)
+
         return timed
 
     def uninstall(self) -> None:
@@ -95,11 +105,14 @@ class StepTimer:
             setattr(module, name, original)
 
     def table(self) -> list[str]:
-        out = ["| step (inside foreachBatch) | calls | s median | s worst |",
-               "|---|---:|---:|---:|"]
+        out = [
+            "| step (inside foreachBatch) | calls | s median | s worst |",
+            "|---|---:|---:|---:|",
+        ]
         for label, times in sorted(self.seconds.items()):
-            out.append(f"| `{label}` | {len(times)} | {statistics.median(times):.2f} | "
-                       f"{max(times):.2f} |")
+            out.append(
+                f"| `{label}` | {len(times)} | {statistics.median(times):.2f} | {max(times):.2f} |"
+            )
         return out
 
 
@@ -110,14 +123,18 @@ def wait_for(spark, rows_read: dict[str, int], timeout: float, failure: list) ->
     while time.monotonic() < deadline:
         if failure:  # the run failed: measure() raises its error
             return
-        read = {q.name: sum(p.get("numInputRows", 0) for p in q.recentProgress)
-                for q in spark.streams.active}
+        read = {
+            q.name: sum(p.get("numInputRows", 0) for p in q.recentProgress)
+            for q in spark.streams.active
+        }
         if all(read.get(name, 0) >= n for name, n in rows_read.items()):
             time.sleep(1.0)
             return
         time.sleep(0.2)
-    raise TimeoutError(f"batch-cost: queries did not read {rows_read} within {timeout:g} s "
-                       f"(read: {read}); raise --wave-seconds on a loaded machine")
+    raise TimeoutError(
+        f"batch-cost: queries did not read {rows_read} within {timeout:g} s "
+        f"(read: {read}); raise --wave-seconds on a loaded machine"
+    )
 
 
 def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
@@ -131,9 +148,16 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
 
     def host() -> None:
         try:
-            run_continuous(spark, cfg, streams=spec.sources, jobs=[job],
-                           trigger_seconds=args.trigger_seconds, should_stop=stop.is_set,
-                           holder="the batch-cost benchmark", flush_seconds=5.0)
+            run_continuous(
+                spark,
+                cfg,
+                streams=spec.sources,
+                jobs=[job],
+                trigger_seconds=args.trigger_seconds,
+                should_stop=stop.is_set,
+                holder="the batch-cost benchmark",
+                flush_seconds=5.0,
+            )
         except BaseException as exc:  # noqa: BLE001 - reported below
             failure.append(exc)
 
@@ -142,14 +166,22 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
     try:
         for wave in range(args.waves + 1):  # wave 0 warms the queries up (first plans, tables)
             for stream, waves in files.items():
-                write_files(cfg.paths.landing_dir(stream),
-                            GeneratorConfig(stream=stream, seed=args.seed,
-                                            file_prefix=f"wave{wave:03d}"),
-                            waves, only=range(wave, wave + 1))
+                write_files(
+                    cfg.paths.landing_dir(stream),
+                    GeneratorConfig(stream=stream, seed=args.seed, file_prefix=f"wave{wave:03d}"),
+                    waves,
+                    only=range(wave, wave + 1),
+                )
             expected = (wave + 1) * args.events
-            wait_for(spark, {**{query_name(s): expected for s in spec.sources},
-                             job: expected * len(spec.sources)},
-                     args.warmup_seconds if wave == 0 else args.wave_seconds, failure)
+            wait_for(
+                spark,
+                {
+                    **{query_name(s): expected for s in spec.sources},
+                    job: expected * len(spec.sources),
+                },
+                args.warmup_seconds if wave == 0 else args.wave_seconds,
+                failure,
+            )
     finally:
         stop.set()
         thread.join()
@@ -165,31 +197,44 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
             warmed.add(row["job"])
             continue
         durations = dict(row["durations_ms"] or {})
-        rows.append({"job": job, "query": row["job"], "batch_id": row["batch_id"],
-                     "input_rows": row["num_input_rows"], "batch_ms": row["batch_duration_ms"],
-                     "state_commit_ms": row["state_commit_ms"],
-                     **{p: durations.get(p, 0) for p in PHASES}})
+        rows.append(
+            {
+                "job": job,
+                "query": row["job"],
+                "batch_id": row["batch_id"],
+                "input_rows": row["num_input_rows"],
+                "batch_ms": row["batch_duration_ms"],
+                "state_commit_ms": row["state_commit_ms"],
+                **{p: durations.get(p, 0) for p in PHASES},
+            }
+        )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return rows
 
 
 def table(rows: list[dict]) -> list[str]:
-    out = ["| job | query | batches | rows a batch (median) | batch s median | batch s worst | "
-           + " | ".join(f"{p} s" for p in PHASES) + " | state commit s |",
-           "|---|---|---:|---:|---:|---:|" + "---:|" * (len(PHASES) + 1)]
+    out = [
+        "| job | query | batches | rows a batch (median) | batch s median | batch s worst | "
+        + " | ".join(f"{p} s" for p in PHASES)
+        + " | state commit s |",
+        "|---|---|---:|---:|---:|---:|" + "---:|" * (len(PHASES) + 1),
+    ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         groups.setdefault((row["job"], row["query"]), []).append(row)
     for (job, query), batches in groups.items():
+
         def med(key: str) -> float:
             return statistics.median(b[key] or 0 for b in batches) / 1000.0
 
-        out.append(f"| {job} | {query} | {len(batches)} | "
-                   f"{statistics.median(b['input_rows'] for b in batches):g} | "
-                   f"{med('batch_ms'):.2f} | {max(b['batch_ms'] for b in batches) / 1000:.2f} | "
-                   + " | ".join(f"{med(p):.2f}" for p in PHASES)
-                   + f" | {med('state_commit_ms'):.2f} |")
+        out.append(
+            f"| {job} | {query} | {len(batches)} | "
+            f"{statistics.median(b['input_rows'] for b in batches):g} | "
+            f"{med('batch_ms'):.2f} | {max(b['batch_ms'] for b in batches) / 1000:.2f} | "
+            + " | ".join(f"{med(p):.2f}" for p in PHASES)
+            + f" | {med('state_commit_ms'):.2f} |"
+        )
     return out
 
 
@@ -204,10 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--work", default=None, help="folder for the data roots (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the data roots")
-    parser.add_argument("--profile", action="store_true",
-                        help="also time each step inside the foreachBatch functions")
-    parser.add_argument("--results", default=str(default_results("batch_cost.json")),
-                        help="where the JSON goes (default: the data root's results/; the committed evidence: results/batch_cost.json)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each step inside the foreachBatch functions",
+    )
+    parser.add_argument(
+        "--results",
+        default=str(default_results("batch_cost.json")),
+        help="where the JSON goes (default: the data root's results/; the committed evidence: results/batch_cost.json)",
+    )
     args = parser.parse_args(argv)
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)
@@ -222,11 +273,18 @@ def main(argv: list[str] | None = None) -> int:
     for job in jobs:
         print(f"{job}: {args.waves} waves of {args.events} events per stream", flush=True)
         rows.extend(measure(spark, base, job, args))
-    Path(args.results).write_text(json.dumps({
-        "command": "tools/benchmarks/batch_cost.py " + " ".join(argv or []),
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
-        "seconds": round(time.monotonic() - started), "batches": rows,
-        "steps": timer.seconds}, indent=1))
+    Path(args.results).write_text(
+        json.dumps(
+            {
+                "command": "tools/benchmarks/batch_cost.py " + " ".join(argv or []),
+                "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+                "seconds": round(time.monotonic() - started),
+                "batches": rows,
+                "steps": timer.seconds,
+            },
+            indent=1,
+        )
+    )
     # ingestion queries appear once per job that reads them; each job's own line is the job
     print("\n".join(table(rows)))
     if args.profile:

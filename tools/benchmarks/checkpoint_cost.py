@@ -59,15 +59,26 @@ FILL_SECONDS = 400.0  # of event time: inside the job's 10-minute watermark
 def clicks(seed: int, events: int, start_s: float, span_s: float, files: int = 1):
     """Clean clicks (no late, duplicate or malformed lines) from ``start_s`` over ``span_s``
     seconds of event time, ids unique to ``seed``."""
-    gen = GeneratorConfig(stream="clicks", events=events, files=files, seed=seed,
-                          rate=events / span_s, users=max(events // 10, 1), jitter_seconds=0.0,
-                          late_share=0.0, duplicate_share=0.0, malformed_share=0.0,
-                          start=EPOCH + timedelta(seconds=start_s), file_prefix=f"w{seed}")
+    gen = GeneratorConfig(
+        stream="clicks",
+        events=events,
+        files=files,
+        seed=seed,
+        rate=events / span_s,
+        users=max(events // 10, 1),
+        jitter_seconds=0.0,
+        late_share=0.0,
+        duplicate_share=0.0,
+        malformed_share=0.0,
+        start=EPOCH + timedelta(seconds=start_s),
+        file_prefix=f"w{seed}",
+    )
     return gen, generate(gen)
 
 
-def land(cfg: TidemarkConfig, seed: int, events: int, start_s: float, span_s: float,
-         files: int = 1) -> int:
+def land(
+    cfg: TidemarkConfig, seed: int, events: int, start_s: float, span_s: float, files: int = 1
+) -> int:
     gen, lines = clicks(seed, events, start_s, span_s, files)
     write_files(cfg.paths.landing_dir("clicks"), gen, lines)
     return sum(map(len, lines))
@@ -99,9 +110,10 @@ def snapshot_bytes(checkpoint: Path) -> int | None:
         _, newest = max(zips)
         with zipfile.ZipFile(newest) as archive:
             text = archive.read("metadata").decode()
-        meta = json.loads(text[text.index("{"):])
-        total += newest.stat().st_size + sum(int(f.get("sizeBytes", 0))
-                                             for f in meta.get("sstFiles", []))
+        meta = json.loads(text[text.index("{") :])
+        total += newest.stat().st_size + sum(
+            int(f.get("sizeBytes", 0)) for f in meta.get("sstFiles", [])
+        )
         found = True
     return total if found else None
 
@@ -145,36 +157,61 @@ def commit_phase(spark, cfg: TidemarkConfig, args, next_s: float) -> tuple[list[
         run_job(spark, cfg, get_job(JOB))
         wall = time.monotonic() - started
         after = files_in(checkpoint)
-        added = sum(size for path, size in after.items()
-                    if path not in before or before[path] != size)
+        added = sum(
+            size for path, size in after.items() if path not in before or before[path] != size
+        )
         batch = last_committed_batch(checkpoint)
         row = progress(cfg)[batch]
         ops = row["state_operators"] or []
-        batches.append({
-            "batch": batch, "wall_s": round(wall, 2),
-            "trigger_ms": dict(row["durations_ms"] or {}).get("triggerExecution"),
-            "commit_ms": row["state_commit_ms"], "state_rows": row["state_rows"],
-            "snapshot_bytes": snapshot_bytes(checkpoint), "checkpoint_bytes_added": added,
-            "files_added": sum(1 for p in after if p not in before),
-            "rocksdb": {o["operator"]: {k: v for k, v in custom(o).items()
-                                        if k.startswith("rocksdbCommit")} for o in ops},
-        })
-        print(f"batch {batch}: commit {row['state_commit_ms']} ms, state "
-              f"{row['state_rows']:,} rows, checkpoint +{added / 1e3:.0f} kB, "
-              f"wall {wall:.1f} s", flush=True)
+        batches.append(
+            {
+                "batch": batch,
+                "wall_s": round(wall, 2),
+                "trigger_ms": dict(row["durations_ms"] or {}).get("triggerExecution"),
+                "commit_ms": row["state_commit_ms"],
+                "state_rows": row["state_rows"],
+                "snapshot_bytes": snapshot_bytes(checkpoint),
+                "checkpoint_bytes_added": added,
+                "files_added": sum(1 for p in after if p not in before),
+                "rocksdb": {
+                    o["operator"]: {
+                        k: v for k, v in custom(o).items() if k.startswith("rocksdbCommit")
+                    }
+                    for o in ops
+                },
+            }
+        )
+        print(
+            f"batch {batch}: commit {row['state_commit_ms']} ms, state "
+            f"{row['state_rows']:,} rows, checkpoint +{added / 1e3:.0f} kB, "
+            f"wall {wall:.1f} s",
+            flush=True,
+        )
     return batches, next_s
 
 
 def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
     checkpoint = cfg.paths.checkpoint(JOB)
     env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
-    command = [str(Path(sys.executable).with_name("tidemark")), "continuous", "--jobs", JOB,
-               "--trigger", "1"]
+    command = [
+        str(Path(sys.executable).with_name("tidemark")),
+        "continuous",
+        "--jobs",
+        JOB,
+        "--trigger",
+        "1",
+    ]
     log = open(cfg.data_root / "continuous.log", "a")
 
     def start():
-        return subprocess.Popen(command, env=env, cwd=CHECKOUT, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            command,
+            env=env,
+            cwd=CHECKOUT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def until(what, condition, timeout=600.0, every=0.02):
         deadline = time.monotonic() + timeout
@@ -182,8 +219,10 @@ def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
             if condition():
                 return
             time.sleep(every)
-        raise RuntimeError(f"checkpoint benchmark: timed out waiting for {what} "
-                           f"(see {cfg.data_root / 'continuous.log'})")
+        raise RuntimeError(
+            f"checkpoint benchmark: timed out waiting for {what} "
+            f"(see {cfg.data_root / 'continuous.log'})"
+        )
 
     def planned_past(done):
         planned = last_planned_batch(checkpoint)
@@ -195,8 +234,9 @@ def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
         while len(trials) < args.kills and attempt < 3 * args.kills:
             attempt += 1
             done = last_committed_batch(checkpoint)
-            expected = gold_rows(cfg) + land(cfg, 5000 + attempt, args.wave, next_s,
-                                             args.wave / 2500)
+            expected = gold_rows(cfg) + land(
+                cfg, 5000 + attempt, args.wave, next_s, args.wave / 2500
+            )
             next_s += args.wave / 2500
             until("the job to plan its batch", lambda: planned_past(done))
             planned = last_planned_batch(checkpoint)
@@ -215,20 +255,27 @@ def kill_phase(cfg: TidemarkConfig, args, next_s: float) -> list[dict]:
                 print(f"attempt {attempt}: batch {planned} committed before the kill", flush=True)
                 continue
             first_commit = commit.stat().st_mtime
-            until("the batch's progress row", lambda: planned in progress(cfg), timeout=120,
-                  every=0.5)
+            until(
+                "the batch's progress row", lambda: planned in progress(cfg), timeout=120, every=0.5
+            )
             row = progress(cfg)[planned]
-            trials.append({
-                "trial": len(trials), "batch": planned,
-                "kill_to_first_commit_s": round(first_commit - killed, 2),
-                "start_up_s": round(row["ts"].timestamp() - killed, 2),
-                "batch_s": round(first_commit - row["ts"].timestamp(), 2),
-                "replayed_same_offsets":
-                    (checkpoint / "offsets" / str(planned)).read_text() == offsets,
-                "gold_exact": gold_rows(cfg) == expected,
-            })
-            print(f"kill {len(trials)}: batch {planned} cut short; first commit "
-                  f"{trials[-1]['kill_to_first_commit_s']} s after SIGKILL", flush=True)
+            trials.append(
+                {
+                    "trial": len(trials),
+                    "batch": planned,
+                    "kill_to_first_commit_s": round(first_commit - killed, 2),
+                    "start_up_s": round(row["ts"].timestamp() - killed, 2),
+                    "batch_s": round(first_commit - row["ts"].timestamp(), 2),
+                    "replayed_same_offsets": (checkpoint / "offsets" / str(planned)).read_text()
+                    == offsets,
+                    "gold_exact": gold_rows(cfg) == expected,
+                }
+            )
+            print(
+                f"kill {len(trials)}: batch {planned} cut short; first commit "
+                f"{trials[-1]['kill_to_first_commit_s']} s after SIGKILL",
+                flush=True,
+            )
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -245,8 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--wave", type=int, default=1000, help="clicks per small wave")
     parser.add_argument("--kills", type=int, default=3)
-    parser.add_argument("--results", default=str(default_results("checkpoint.json")),
-                        help="where the JSON goes (default: the data root's results/; the committed evidence: results/checkpoint.json)")
+    parser.add_argument(
+        "--results",
+        default=str(default_results("checkpoint.json")),
+        help="where the JSON goes (default: the data root's results/; the committed evidence: results/checkpoint.json)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data root")
     args = parser.parse_args(argv)
 
@@ -259,8 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, get_job(JOB))
     fill = progress(cfg)[last_committed_batch(cfg.paths.checkpoint(JOB))]
-    print(f"fill: {landed:,} clicks, state {fill['state_rows']:,} rows, "
-          f"{time.monotonic() - started:.0f} s", flush=True)
+    print(
+        f"fill: {landed:,} clicks, state {fill['state_rows']:,} rows, "
+        f"{time.monotonic() - started:.0f} s",
+        flush=True,
+    )
 
     batches, next_s = commit_phase(spark, cfg, args, FILL_SECONDS)
     version = spark.version
@@ -271,32 +324,46 @@ def main(argv: list[str] | None = None) -> int:
     added = [b["checkpoint_bytes_added"] for b in batches]
     snapshots = [b["snapshot_bytes"] for b in batches if b["snapshot_bytes"]]
     state_bytes = snapshots[-1] if snapshots else None
-    results = {"machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, "
-                          f"Spark {version}", "args": vars(args),
-               "fill_state_rows": fill["state_rows"], "batches": batches, "kills": trials}
+    results = {
+        "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, Spark {version}",
+        "args": vars(args),
+        "fill_state_rows": fill["state_rows"],
+        "batches": batches,
+        "kills": trials,
+    }
     Path(args.results).write_text(json.dumps(results, indent=2, default=str) + "\n")
     lines = [
         f"`{JOB}`, {fill['state_rows']:,} state rows after the fill, {args.batches} batches of "
-        f"{args.wave:,} clicks; {results['machine']}.", "",
-        "| figure | p50 | p99 | max |", "|---|---:|---:|---:|",
-        f"| state commit (ms) | {pct(commits, .5):,.0f} | {pct(commits, .99):,.0f} | "
+        f"{args.wave:,} clicks; {results['machine']}.",
+        "",
+        "| figure | p50 | p99 | max |",
+        "|---|---:|---:|---:|",
+        f"| state commit (ms) | {pct(commits, 0.5):,.0f} | {pct(commits, 0.99):,.0f} | "
         f"{max(commits):,.0f} |",
-        f"| batch wall time (s) | {pct([b['wall_s'] for b in batches], .5):.2f} | "
-        f"{pct([b['wall_s'] for b in batches], .99):.2f} | "
+        f"| batch wall time (s) | {pct([b['wall_s'] for b in batches], 0.5):.2f} | "
+        f"{pct([b['wall_s'] for b in batches], 0.99):.2f} | "
         f"{max(b['wall_s'] for b in batches):.2f} |",
-        f"| checkpoint bytes added per batch (kB) | {pct(added, .5) / 1e3:,.0f} | "
-        f"{pct(added, .99) / 1e3:,.0f} | {max(added) / 1e3:,.0f} |",
-        "", (f"The newest full state snapshot (RocksDB's SST files and metadata, every state "
-             f"partition): {state_bytes / 1e6:,.1f} MB; a batch adds "
-             f"{pct(added, .5) / state_bytes:.2%} of it (median)." if state_bytes else
-             "No full state snapshot was written during the batches."), "",
+        f"| checkpoint bytes added per batch (kB) | {pct(added, 0.5) / 1e3:,.0f} | "
+        f"{pct(added, 0.99) / 1e3:,.0f} | {max(added) / 1e3:,.0f} |",
+        "",
+        (
+            f"The newest full state snapshot (RocksDB's SST files and metadata, every state "
+            f"partition): {state_bytes / 1e6:,.1f} MB; a batch adds "
+            f"{pct(added, 0.5) / state_bytes:.2%} of it (median)."
+            if state_bytes
+            else "No full state snapshot was written during the batches."
+        ),
+        "",
         "| kill | batch | SIGKILL to first commit (s) | start-up (s) | the batch (s) "
-        "| same offsets replayed | gold rows exact |", "|---|---:|---:|---:|---:|---|---|",
+        "| same offsets replayed | gold rows exact |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
     for t in trials:
-        lines.append(f"| {t['trial'] + 1} | {t['batch']} | {t['kill_to_first_commit_s']} | "
-                     f"{t['start_up_s']} | {t['batch_s']} | {t['replayed_same_offsets']} | "
-                     f"{t['gold_exact']} |")
+        lines.append(
+            f"| {t['trial'] + 1} | {t['batch']} | {t['kill_to_first_commit_s']} | "
+            f"{t['start_up_s']} | {t['batch_s']} | {t['replayed_same_offsets']} | "
+            f"{t['gold_exact']} |"
+        )
     print("\n".join(lines))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

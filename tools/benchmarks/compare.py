@@ -58,6 +58,7 @@ TIME_COLUMNS = ("window_start", "window_end", "anchor")
 
 # --- the engines that run in this environment (Spark) ---------------------------------------
 
+
 def _epoch_ms(df):
     """Time columns as epoch milliseconds, so every engine's answer compares alike."""
     from pyspark.sql import functions as F
@@ -99,14 +100,22 @@ def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
     if query.name == "sliding_60s":
         from sliding_window import expand_change_points
 
-        watermark = (read_table(spark, cfg.paths.table("ops", "stream_progress"))
-                     .where(f"job = '{spec.name}'").agg(F.max("watermark")).collect()[0][0])
+        watermark = (
+            read_table(spark, cfg.paths.table("ops", "stream_progress"))
+            .where(f"job = '{spec.name}'")
+            .agg(F.max("watermark"))
+            .collect()[0][0]
+        )
         gold = expand_change_points(gold, 5, watermark)
     elif query.name == "interval_join":
         gold = gold.withColumn("anchor", F.coalesce("order_time", "payment_time"))
     _epoch_ms(gold).write.parquet(str(out))
-    return {"processing_s": ended - started, "ingest_s": ingested - started,
-            "job_s": ended - ingested, "job_input_rows": metrics.input_rows}
+    return {
+        "processing_s": ended - started,
+        "ingest_s": ingested - started,
+        "job_s": ended - ingested,
+        "job_input_rows": metrics.input_rows,
+    }
 
 
 def bare_session():
@@ -115,17 +124,19 @@ def bare_session():
     from pyspark.sql import SparkSession
 
     provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-    return (SparkSession.builder.master("local[2]").appName("bare-spark")
-            .config("spark.driver.memory", "4g")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.streaming.stateStore.providerClass", provider)
-            .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-                    "true")
-            .getOrCreate())
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("bare-spark")
+        .config("spark.driver.memory", "4g")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stateStore.providerClass", provider)
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .getOrCreate()
+    )
 
 
 def run_spark(query: Query, folder: Path, out: Path, work: Path) -> dict:
@@ -138,56 +149,89 @@ def run_spark(query: Query, folder: Path, out: Path, work: Path) -> dict:
     def stream(name: str, reads: str = "true"):
         # as tidemark's jobs do: the watermark over every event, the dedup over those read
         schema = ", ".join(f"{k} {SPARK_TYPES[v]}" for k, v in COLUMNS[name].items())
-        return (spark.readStream.schema(schema).json(str(folder / name))
-                .withColumn("ts", F.col(EVENT_TIME[name]).cast("timestamp"))
-                .withWatermark("ts", "10 minutes")
-                .where(reads)
-                .dropDuplicatesWithinWatermark(["event_id"]))
+        return (
+            spark.readStream.schema(schema)
+            .json(str(folder / name))
+            .withColumn("ts", F.col(EVENT_TIME[name]).cast("timestamp"))
+            .withWatermark("ts", "10 minutes")
+            .where(reads)
+            .dropDuplicatesWithinWatermark(["event_id"])
+        )
 
     if query.name == "tumbling":
         rides = stream("rides")
-        result = (rides.groupBy("pickup_zone", F.window("ts", "1 hour").alias("w"))
-                  .agg(F.count(F.lit(1)).alias("trips"), F.sum("total_amount").alias("revenue"),
-                       F.avg("fare").alias("avg_fare")))
+        result = rides.groupBy("pickup_zone", F.window("ts", "1 hour").alias("w")).agg(
+            F.count(F.lit(1)).alias("trips"),
+            F.sum("total_amount").alias("revenue"),
+            F.avg("fare").alias("avg_fare"),
+        )
     elif query.name == "sliding_60s":
         failed = stream("transactions", "status = 'FAILED'")
-        result = (failed.groupBy("user_id", F.window("ts", "60 seconds", "5 seconds").alias("w"))
-                  .agg(F.count(F.lit(1)).alias("failed_count")))
+        result = failed.groupBy(
+            "user_id", F.window("ts", "60 seconds", "5 seconds").alias("w")
+        ).agg(F.count(F.lit(1)).alias("failed_count"))
     elif query.name == "session":
         clicks = stream("clicks")
-        result = (clicks.groupBy("user_id", F.session_window("ts", "5 minutes").alias("w"))
-                  .agg(F.count(F.lit(1)).alias("clicks"), F.sum("amount").alias("spend")))
+        result = clicks.groupBy("user_id", F.session_window("ts", "5 minutes").alias("w")).agg(
+            F.count(F.lit(1)).alias("clicks"), F.sum("amount").alias("spend")
+        )
     elif query.name == "interval_join":
-        o = stream("orders").select(F.col("order_id").alias("o_id"),
-                                    F.col("amount").alias("order_amount"),
-                                    F.col("ts").alias("o_ts"))
-        p = stream("payments").select(F.col("order_id").alias("p_id"), "payment_id",
-                                      F.col("amount").alias("payment_amount"),
-                                      F.col("ts").alias("p_ts"))
-        joined = o.join(p, F.expr("o_id = p_id and p_ts >= o_ts - interval 20 minutes "
-                                  "and p_ts <= o_ts + interval 20 minutes"), "full_outer")
+        o = stream("orders").select(
+            F.col("order_id").alias("o_id"),
+            F.col("amount").alias("order_amount"),
+            F.col("ts").alias("o_ts"),
+        )
+        p = stream("payments").select(
+            F.col("order_id").alias("p_id"),
+            "payment_id",
+            F.col("amount").alias("payment_amount"),
+            F.col("ts").alias("p_ts"),
+        )
+        joined = o.join(
+            p,
+            F.expr(
+                "o_id = p_id and p_ts >= o_ts - interval 20 minutes "
+                "and p_ts <= o_ts + interval 20 minutes"
+            ),
+            "full_outer",
+        )
         result = joined.select(
-            F.coalesce("o_id", "p_id").alias("order_id"), "payment_id",
+            F.coalesce("o_id", "p_id").alias("order_id"),
+            "payment_id",
             F.when(F.col("o_id").isNull(), "unknown_order")
-            .when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"),
-            "order_amount", "payment_amount", F.coalesce("o_ts", "p_ts").alias("anchor"))
+            .when(F.col("payment_id").isNull(), "unpaid")
+            .otherwise("paid")
+            .alias("status"),
+            "order_amount",
+            "payment_amount",
+            F.coalesce("o_ts", "p_ts").alias("anchor"),
+        )
     else:
-        raise SystemExit(f"compare: query {query.name} does not run on bare Spark: Spark's "
-                         "window() makes 17,280 copies of each event at 24 h / 5 s")
+        raise SystemExit(
+            f"compare: query {query.name} does not run on bare Spark: Spark's "
+            "window() makes 17,280 copies of each event at 24 h / 5 s"
+        )
     if "w" in result.columns:
-        result = result.select("*", F.col("w.start").alias("window_start"),
-                               F.col("w.end").alias("window_end")).drop("w")
+        result = result.select(
+            "*", F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end")
+        ).drop("w")
     raw = work / "raw"
     started = time.monotonic()
-    (result.writeStream.format("parquet").outputMode("append")
-     .option("checkpointLocation", str(work / "checkpoint"))
-     .trigger(availableNow=True).start(str(raw)).awaitTermination())
+    (
+        result.writeStream.format("parquet")
+        .outputMode("append")
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(raw))
+        .awaitTermination()
+    )
     ended = time.monotonic()
     _epoch_ms(spark.read.parquet(str(raw))).write.parquet(str(out))
     return {"processing_s": ended - started}
 
 
 # --- the parent: data, processes, memory, checks --------------------------------------------
+
 
 def _children() -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
@@ -240,8 +284,9 @@ def measured(command: list[str], log: Path) -> tuple[dict, float, int]:
         sampler.join()
     wall = time.monotonic() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"compare: {' '.join(command[:4])} failed (exit {proc.returncode}); "
-                           f"see {log}")
+        raise RuntimeError(
+            f"compare: {' '.join(command[:4])} failed (exit {proc.returncode}); see {log}"
+        )
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]), wall, peak[0]
 
@@ -251,8 +296,14 @@ def generate_input(folder: Path, streams: set[str], events: int, files: int, see
 
     lines = {}
     for stream in sorted(streams):
-        gen = GeneratorConfig(stream=stream, events=events, files=files, seed=seed,
-                              late_share=0.0, malformed_share=0.0)
+        gen = GeneratorConfig(
+            stream=stream,
+            events=events,
+            files=files,
+            seed=seed,
+            late_share=0.0,
+            malformed_share=0.0,
+        )
         content = generate(gen)
         write_files(folder / stream, gen, content)
         shutil.rmtree(folder / f".{stream}.staging", ignore_errors=True)
@@ -264,12 +315,21 @@ def versions(bench_python: str) -> dict:
     import pyspark
 
     flink = subprocess.run(
-        [bench_python, "-c", "import importlib.metadata as m; "
-                             "print(m.version('apache-flink'), m.version('duckdb'))"],
-        capture_output=True, text=True).stdout.split()
-    return {"python": platform.python_version(), "spark": pyspark.__version__,
-            "flink": flink[0] if flink else "?", "duckdb": flink[1] if len(flink) > 1 else "?",
-            "cores": os.cpu_count()}
+        [
+            bench_python,
+            "-c",
+            "import importlib.metadata as m; print(m.version('apache-flink'), m.version('duckdb'))",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return {
+        "python": platform.python_version(),
+        "spark": pyspark.__version__,
+        "flink": flink[0] if flink else "?",
+        "duckdb": flink[1] if len(flink) > 1 else "?",
+        "cores": os.cpu_count(),
+    }
 
 
 def table(results: list[dict], head: str) -> str:
@@ -277,23 +337,34 @@ def table(results: list[dict], head: str) -> str:
     for name in dict.fromkeys(r["query"] for r in results):
         rows = [r for r in results if r["query"] == name]
         ours = next((r for r in rows if r["engine"] == "tidemark"), None)
-        lines += [f"**{name}** ({QUERIES[name].job}; {rows[0]['input_events']:,} input events)",
-                  "", "| engine | events/s | processing s | wall s | peak memory MB | "
-                      "tidemark / engine | answer |", "|---|---:|---:|---:|---:|---:|---|"]
+        lines += [
+            f"**{name}** ({QUERIES[name].job}; {rows[0]['input_events']:,} input events)",
+            "",
+            "| engine | events/s | processing s | wall s | peak memory MB | "
+            "tidemark / engine | answer |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
         for r in rows:
-            ratio = (f"{ours['events_per_s'] / r['events_per_s']:.2f}"
-                     if ours and r is not ours else "")
+            ratio = (
+                f"{ours['events_per_s'] / r['events_per_s']:.2f}" if ours and r is not ours else ""
+            )
             check = r.get("check") or {}
-            verdict = ("reference" if r["engine"] == "duckdb" else
-                       "equal" if check.get("equal") else
-                       f"differs: {check.get('missing')} missing, {check.get('extra')} extra, "
-                       f"{check.get('differing')} differing, {check.get('repeated')} repeated")
+            verdict = (
+                "reference"
+                if r["engine"] == "duckdb"
+                else "equal"
+                if check.get("equal")
+                else f"differs: {check.get('missing')} missing, {check.get('extra')} extra, "
+                f"{check.get('differing')} differing, {check.get('repeated')} repeated"
+            )
             if r["engine"] != "duckdb" and check:
                 verdict += f" ({check['compared']:,} rows)"
-            extra = (f" (job alone {r['job_s']:.1f} s)" if "job_s" in r else "")
-            lines.append(f"| {r['engine']} | {r['events_per_s']:,.0f} | "
-                         f"{r['processing_s']:.1f}{extra} | {r['wall_s']:.1f} | "
-                         f"{r['peak_memory_bytes'] / 2**20:,.0f} | {ratio} | {verdict} |")
+            extra = f" (job alone {r['job_s']:.1f} s)" if "job_s" in r else ""
+            lines.append(
+                f"| {r['engine']} | {r['events_per_s']:,.0f} | "
+                f"{r['processing_s']:.1f}{extra} | {r['wall_s']:.1f} | "
+                f"{r['peak_memory_bytes'] / 2**20:,.0f} | {ratio} | {verdict} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -309,26 +380,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--queries", nargs="+", default=list(QUERIES), choices=list(QUERIES))
     parser.add_argument("--engines", nargs="+", default=["duckdb", "tidemark", "spark", "flink"])
-    parser.add_argument("--bench-python",
-                        default=str(CHECKOUT / ".tidemark" / "bench-venv" / "bin" / "python"))
-    parser.add_argument("--results", default=None,
-                        help="where the JSON goes (default: the data root's results/; the committed evidence: results/compare.json)")
+    parser.add_argument(
+        "--bench-python", default=str(CHECKOUT / ".tidemark" / "bench-venv" / "bin" / "python")
+    )
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="where the JSON goes (default: the data root's results/; the committed evidence: results/compare.json)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data and answers")
     args = parser.parse_args(argv)
     from streaming_jobs.config import default_results
 
     args.results = args.results or str(default_results("compare.json"))
     if not Path(args.bench_python).exists():
-        raise SystemExit(f"compare: {args.bench_python} does not exist; `make bench-compare` "
-                         "creates the benchmark's environment (Flink, DuckDB)")
+        raise SystemExit(
+            f"compare: {args.bench_python} does not exist; `make bench-compare` "
+            "creates the benchmark's environment (Flink, DuckDB)"
+        )
 
     root = Path(tempfile.mkdtemp(prefix="tidemark-compare-"))
     folder = root / "input"
     streams = {s for q in args.queries for s in QUERIES[q].streams}
     started = time.monotonic()
     lines = generate_input(folder, streams, args.events, args.files, args.seed)
-    print(f"generated {sum(lines.values()):,} lines in {time.monotonic() - started:.0f}s: "
-          + ", ".join(f"{s} {n:,}" for s, n in lines.items()), flush=True)
+    print(
+        f"generated {sum(lines.values()):,} lines in {time.monotonic() - started:.0f}s: "
+        + ", ".join(f"{s} {n:,}" for s, n in lines.items()),
+        flush=True,
+    )
 
     results = []
     for name in args.queries:
@@ -341,40 +421,99 @@ def main(argv: list[str] | None = None) -> int:
             out, work = root / f"{name}.{engine}", root / f"work.{name}.{engine}"
             work.mkdir()
             if engine == "duckdb":
-                command = [args.bench_python, str(HERE / "compare_duckdb.py"), "answer",
-                           "--query", name, "--input", str(folder), "--out", str(reference)]
+                command = [
+                    args.bench_python,
+                    str(HERE / "compare_duckdb.py"),
+                    "answer",
+                    "--query",
+                    name,
+                    "--input",
+                    str(folder),
+                    "--out",
+                    str(reference),
+                ]
             elif engine == "flink":
-                command = [args.bench_python, str(HERE / "compare_flink.py"), "--query", name,
-                           "--input", str(folder), "--out", str(out), "--work", str(work)]
+                command = [
+                    args.bench_python,
+                    str(HERE / "compare_flink.py"),
+                    "--query",
+                    name,
+                    "--input",
+                    str(folder),
+                    "--out",
+                    str(out),
+                    "--work",
+                    str(work),
+                ]
             else:
-                command = [sys.executable, str(HERE / "compare.py"), "engine", "--engine",
-                           engine, "--query", name, "--input", str(folder), "--out", str(out),
-                           "--work", str(work)]
+                command = [
+                    sys.executable,
+                    str(HERE / "compare.py"),
+                    "engine",
+                    "--engine",
+                    engine,
+                    "--query",
+                    name,
+                    "--input",
+                    str(folder),
+                    "--out",
+                    str(out),
+                    "--work",
+                    str(work),
+                ]
             said, wall, peak = measured(command, root / f"{name}.{engine}.log")
-            row = {"query": name, "engine": engine, "input_events": events, "wall_s": wall,
-                   "peak_memory_bytes": peak, **said,
-                   "events_per_s": events / said["processing_s"]}
+            row = {
+                "query": name,
+                "engine": engine,
+                "input_events": events,
+                "wall_s": wall,
+                "peak_memory_bytes": peak,
+                **said,
+                "events_per_s": events / said["processing_s"],
+            }
             if engine != "duckdb":
                 row["check"], _, _ = measured(
-                    [args.bench_python, str(HERE / "compare_duckdb.py"), "check", "--query",
-                     name, "--input", str(folder), "--reference", str(reference),
-                     "--answer", str(out)], root / f"{name}.{engine}.check.log")
+                    [
+                        args.bench_python,
+                        str(HERE / "compare_duckdb.py"),
+                        "check",
+                        "--query",
+                        name,
+                        "--input",
+                        str(folder),
+                        "--reference",
+                        str(reference),
+                        "--answer",
+                        str(out),
+                    ],
+                    root / f"{name}.{engine}.check.log",
+                )
             results.append(row)
-            print(f"{name} {engine}: {row['events_per_s']:,.0f} events/s, "
-                  f"{said['processing_s']:.1f}s, peak {peak / 2**20:,.0f} MB"
-                  + ("" if engine == "duckdb" else
-                     f", answer {'equal' if row['check']['equal'] else row['check']}"),
-                  flush=True)
+            print(
+                f"{name} {engine}: {row['events_per_s']:,.0f} events/s, "
+                f"{said['processing_s']:.1f}s, peak {peak / 2**20:,.0f} MB"
+                + (
+                    ""
+                    if engine == "duckdb"
+                    else f", answer {'equal' if row['check']['equal'] else row['check']}"
+                ),
+                flush=True,
+            )
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
 
     info = versions(args.bench_python)
-    head = (f"{args.events:,} generated events per stream (seed {args.seed}, no late or "
-            f"malformed events, 1 % duplicates), {info['cores']} cores, Python {info['python']}, "
-            f"Spark {info['spark']}, Flink {info['flink']}, DuckDB {info['duckdb']}.")
+    head = (
+        f"{args.events:,} generated events per stream (seed {args.seed}, no late or "
+        f"malformed events, 1 % duplicates), {info['cores']} cores, Python {info['python']}, "
+        f"Spark {info['spark']}, Flink {info['flink']}, DuckDB {info['duckdb']}."
+    )
     print(table(results, head))
-    Path(args.results).write_text(json.dumps(
-        {"events_per_stream": args.events, "versions": info, "results": results}, indent=1))
+    Path(args.results).write_text(
+        json.dumps(
+            {"events_per_stream": args.events, "versions": info, "results": results}, indent=1
+        )
+    )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     else:

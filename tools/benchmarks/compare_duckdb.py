@@ -19,8 +19,14 @@ from pathlib import Path
 import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_queries import (COLUMNS, EVENT_TIME, QUERIES, SESSION_GAP_MS,  # noqa: E402
-                             WATERMARK_MS, Query)
+from compare_queries import (
+    COLUMNS,
+    EVENT_TIME,
+    QUERIES,
+    SESSION_GAP_MS,  # noqa: E402
+    WATERMARK_MS,
+    Query,
+)
 
 TOLERANCE = 1e-6
 
@@ -43,21 +49,21 @@ def reference_sql(query: Query, folder: Path) -> str:
         return f"""select pickup_zone, (t // 3600000) * 3600000 as window_start,
                           (t // 3600000) * 3600000 + 3600000 as window_end,
                           count(*) as trips, sum(total_amount) as revenue, avg(fare) as avg_fare
-                   from {d['rides']} group by all"""
+                   from {d["rides"]} group by all"""
     if query.name == "sliding_60s":
         return f"""select user_id, s as window_start, s + 60000 as window_end,
                           count(*) as failed_count
                    from (select user_id,
                                 unnest(range((t // 5000) * 5000 - 55000, (t // 5000) * 5000 + 1,
                                              5000)) as s
-                         from {d['transactions']} where status = 'FAILED')
+                         from {d["transactions"]} where status = 'FAILED')
                    group by all"""
     if query.name == "session":
         return f"""with o as (
                      select user_id, t, amount,
                             case when t - lag(t) over (partition by user_id order by t)
                                       <= {SESSION_GAP_MS} then 0 else 1 end as starts
-                     from {d['clicks']}),
+                     from {d["clicks"]}),
                    s as (select *, sum(starts) over (partition by user_id order by t
                                                      rows unbounded preceding) as sid from o)
                    select user_id, min(t) as window_start, max(t) + {SESSION_GAP_MS} as window_end,
@@ -70,13 +76,13 @@ def reference_sql(query: Query, folder: Path) -> str:
                                when p.payment_id is null then 'unpaid' else 'paid' end as status,
                           o.amount as order_amount, p.amount as payment_amount,
                           coalesce(o.t, p.t) as anchor
-                   from {d['orders']} o full outer join {d['payments']} p
+                   from {d["orders"]} o full outer join {d["payments"]} p
                      on o.order_id = p.order_id
                     and p.t between o.t - 1200000 and o.t + 1200000"""
     if query.name == "sliding_24h":
         panes = 24 * 3600 // 5
         return f"""with panes as (select user_id, t // 5000 as p, count(*) as c
-                                  from {d['transactions']} where status = 'FAILED' group by all),
+                                  from {d["transactions"]} where status = 'FAILED' group by all),
                    candidates as (select user_id, p, sum(c) as c from (
                                     select user_id, p, c from panes
                                     union all select user_id, p + {panes}, 0 from panes)
@@ -98,34 +104,49 @@ def final_watermark(con, query: Query, folder: Path) -> int:
     for stream in query.streams:
         time_col = EVENT_TIME[stream]
         columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS[stream].items()) + "}"
-        latest.append(con.execute(
-            f"select max(epoch_ms(cast(replace(replace({time_col}, 'T', ' '), 'Z', '') "
-            f"as timestamp))) from read_json('{folder / stream}/*', "
-            f"format = 'newline_delimited', columns = {columns})").fetchone()[0])
+        latest.append(
+            con.execute(
+                f"select max(epoch_ms(cast(replace(replace({time_col}, 'T', ' '), 'Z', '') "
+                f"as timestamp))) from read_json('{folder / stream}/*', "
+                f"format = 'newline_delimited', columns = {columns})"
+            ).fetchone()[0]
+        )
     return min(latest) - WATERMARK_MS
 
 
 def read_answer(path: Path) -> str:
     """A relation over an engine's answer: Parquet (Spark) or JSON lines (Flink) files."""
-    files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))] \
-        if path.is_dir() else [path]
+    files = (
+        [p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+        if path.is_dir()
+        else [path]
+    )
     if any(p.suffix == ".parquet" for p in files):
-        return f"read_parquet('{path}/**/*.parquet')" if path.is_dir() \
-            else f"read_parquet('{path}')"
-    return f"read_json('{path}/**/*' , format = 'newline_delimited')" if path.is_dir() \
+        return (
+            f"read_parquet('{path}/**/*.parquet')" if path.is_dir() else f"read_parquet('{path}')"
+        )
+    return (
+        f"read_json('{path}/**/*' , format = 'newline_delimited')"
+        if path.is_dir()
         else f"read_json('{path}', format = 'newline_delimited')"
+    )
 
 
 def normalized(con, relation: str, query: Query) -> str:
     described = con.execute(f"describe select * from {relation}").fetchall()
     types = {row[0]: row[1].upper() for row in described}
     cols = []
-    for col in (*query.keys, *query.measures, *([query.closed_by]
-                                                if query.closed_by not in query.keys else [])):
+    for col in (
+        *query.keys,
+        *query.measures,
+        *([query.closed_by] if query.closed_by not in query.keys else []),
+    ):
         kind = types.get(col)
         if kind is None:
-            raise SystemExit(f"compare_duckdb: the answer of {query.name} has no column {col!r} "
-                             f"(it has {sorted(types)})")
+            raise SystemExit(
+                f"compare_duckdb: the answer of {query.name} has no column {col!r} "
+                f"(it has {sorted(types)})"
+            )
         if col in ("window_start", "window_end", "anchor") and kind.startswith("TIMESTAMP"):
             cols.append(f"epoch_ms({col}) as {col}")
         elif col in ("window_start", "window_end", "anchor") and kind == "VARCHAR":
@@ -142,26 +163,35 @@ def check(query: Query, folder: Path, reference: Path, answer: Path) -> dict:
     con.execute("set TimeZone = 'UTC'")
     limit = final_watermark(con, query, folder) - query.margin_ms
     ref = f"(select * from read_parquet('{reference}') where {query.closed_by} <= {limit})"
-    got = f"(select * from {normalized(con, read_answer(answer), query)} " \
-          f"where {query.closed_by} <= {limit})"
+    got = (
+        f"(select * from {normalized(con, read_answer(answer), query)} "
+        f"where {query.closed_by} <= {limit})"
+    )
     on = " and ".join(f"r.{k} is not distinct from a.{k}" for k in query.keys)
     close = " or ".join(
         f"abs(coalesce(r.{m}, 0) - coalesce(a.{m}, 0)) > {TOLERANCE} * greatest(1, abs(r.{m}))"
-        f" or ((r.{m} is null) <> (a.{m} is null))" for m in query.measures)
+        f" or ((r.{m} is null) <> (a.{m} is null))"
+        for m in query.measures
+    )
     compared = con.execute(f"select count(*) from {ref}").fetchone()[0]
     answered = con.execute(f"select count(*) from {got}").fetchone()[0]
     keys = ", ".join(query.keys)
-    repeated = con.execute(
-        f"select count(*) - count(distinct ({keys})) from {got}").fetchone()[0]
-    missing = con.execute(
-        f"select count(*) from {ref} r anti join {got} a on {on}").fetchone()[0]
-    extra = con.execute(
-        f"select count(*) from {got} a anti join {ref} r on {on}").fetchone()[0]
+    repeated = con.execute(f"select count(*) - count(distinct ({keys})) from {got}").fetchone()[0]
+    missing = con.execute(f"select count(*) from {ref} r anti join {got} a on {on}").fetchone()[0]
+    extra = con.execute(f"select count(*) from {got} a anti join {ref} r on {on}").fetchone()[0]
     differing = con.execute(
-        f"select count(*) from {ref} r join {got} a on {on} where {close}").fetchone()[0]
-    return {"compared": compared, "answered": answered, "missing": missing, "extra": extra,
-            "differing": differing, "repeated": repeated, "final_watermark_ms": limit,
-            "equal": compared > 0 and missing == extra == differing == repeated == 0}
+        f"select count(*) from {ref} r join {got} a on {on} where {close}"
+    ).fetchone()[0]
+    return {
+        "compared": compared,
+        "answered": answered,
+        "missing": missing,
+        "extra": extra,
+        "differing": differing,
+        "repeated": repeated,
+        "final_watermark_ms": limit,
+        "equal": compared > 0 and missing == extra == differing == repeated == 0,
+    }
 
 
 def answer(query: Query, folder: Path, out: Path) -> dict:

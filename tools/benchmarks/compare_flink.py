@@ -72,39 +72,48 @@ def one_file_per_reader(source: Path, target: Path, readers: int) -> None:
 def query_sql(query: Query) -> tuple[str, str]:
     """The sink's columns and the SELECT that fills it."""
     if query.name == "tumbling":
-        return ("pickup_zone string, window_start string, window_end string, trips bigint, "
-                "revenue double, avg_fare double",
-                """select pickup_zone, cast(window_start as string), cast(window_end as string),
+        return (
+            "pickup_zone string, window_start string, window_end string, trips bigint, "
+            "revenue double, avg_fare double",
+            """select pickup_zone, cast(window_start as string), cast(window_end as string),
                           count(*), sum(total_amount), avg(fare)
                    from table(tumble(table rides_d, descriptor(ts), interval '1' hour))
-                   group by pickup_zone, window_start, window_end""")
+                   group by pickup_zone, window_start, window_end""",
+        )
     if query.name == "sliding_60s":
-        return ("user_id string, window_start string, window_end string, failed_count bigint",
-                """select user_id, cast(window_start as string), cast(window_end as string),
+        return (
+            "user_id string, window_start string, window_end string, failed_count bigint",
+            """select user_id, cast(window_start as string), cast(window_end as string),
                           count(*)
                    from table(hop(table transactions_f, descriptor(ts), interval '5' second,
                                   interval '60' second))
-                   group by user_id, window_start, window_end""")
+                   group by user_id, window_start, window_end""",
+        )
     if query.name == "session":
-        return ("user_id string, window_start string, window_end string, clicks bigint, "
-                "spend double",
-                """select user_id, cast(window_start as string), cast(window_end as string),
+        return (
+            "user_id string, window_start string, window_end string, clicks bigint, spend double",
+            """select user_id, cast(window_start as string), cast(window_end as string),
                           count(*), sum(amount)
                    from table(session(table clicks_d partition by user_id, descriptor(ts),
                                       interval '5' minute))
-                   group by user_id, window_start, window_end""")
+                   group by user_id, window_start, window_end""",
+        )
     if query.name == "interval_join":
-        return ("order_id string, payment_id string, status string, order_amount double, "
-                "payment_amount double, anchor string",
-                """select coalesce(o.order_id, p.order_id), p.payment_id,
+        return (
+            "order_id string, payment_id string, status string, order_amount double, "
+            "payment_amount double, anchor string",
+            """select coalesce(o.order_id, p.order_id), p.payment_id,
                           case when o.order_id is null then 'unknown_order'
                                when p.payment_id is null then 'unpaid' else 'paid' end,
                           o.amount, p.amount, cast(coalesce(o.ts, p.ts) as string)
                    from orders_d o full outer join payments_d p
                      on o.order_id = p.order_id
-                    and p.ts between o.ts - interval '20' minute and o.ts + interval '20' minute""")
-    raise SystemExit(f"compare_flink: query {query.name!r} is not run on Flink (see "
-                     "compare_queries.py: emitting every 24-hour window is 17,280 rows per event)")
+                    and p.ts between o.ts - interval '20' minute and o.ts + interval '20' minute""",
+        )
+    raise SystemExit(
+        f"compare_flink: query {query.name!r} is not run on Flink (see "
+        "compare_queries.py: emitting every 24-hour window is 17,280 rows per event)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     if "transactions" in query.streams:
         env.execute_sql("create temporary view transactions_f as select * from transactions_d")
     columns, select = query_sql(query)
-    env.execute_sql(f"create table answer ({columns}) with ('connector' = 'filesystem', "
-                    f"'path' = 'file://{args.out}', 'format' = 'json')")
+    env.execute_sql(
+        f"create table answer ({columns}) with ('connector' = 'filesystem', "
+        f"'path' = 'file://{args.out}', 'format' = 'json')"
+    )
     started = time.monotonic()
     env.execute_sql(f"insert into answer {select}").wait()
     print(json.dumps({"processing_s": time.monotonic() - started}))

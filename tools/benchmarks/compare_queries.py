@@ -43,35 +43,100 @@ class Query:
     engines: tuple[str, ...] = ("tidemark", "spark", "flink", "duckdb")
 
 
-QUERIES = {q.name: q for q in (
-    Query("tumbling", "zone_revenue_hourly", ("rides",),
-          ("pickup_zone", "window_start", "window_end"), ("trips", "revenue", "avg_fare")),
-    Query("sliding_60s", "failed_txn_velocity", ("transactions",),
-          ("user_id", "window_start", "window_end"), ("failed_count",),
-          params={"window": "60 seconds", "slide": "5 seconds"}),
-    Query("session", "user_sessions", ("clicks",),
-          ("user_id", "window_start", "window_end"), ("clicks", "spend")),
-    Query("interval_join", "order_payment_match", ("orders", "payments"),
-          ("order_id", "payment_id", "status"), ("order_amount", "payment_amount"),
-          closed_by="anchor", margin_ms=JOIN_MARGIN_MS),
-    Query("sliding_24h", "failed_txn_velocity", ("transactions",),
-          ("user_id", "window_end"), ("failed_count",), engines=("tidemark", "duckdb")),
-)}
+QUERIES = {
+    q.name: q
+    for q in (
+        Query(
+            "tumbling",
+            "zone_revenue_hourly",
+            ("rides",),
+            ("pickup_zone", "window_start", "window_end"),
+            ("trips", "revenue", "avg_fare"),
+        ),
+        Query(
+            "sliding_60s",
+            "failed_txn_velocity",
+            ("transactions",),
+            ("user_id", "window_start", "window_end"),
+            ("failed_count",),
+            params={"window": "60 seconds", "slide": "5 seconds"},
+        ),
+        Query(
+            "session",
+            "user_sessions",
+            ("clicks",),
+            ("user_id", "window_start", "window_end"),
+            ("clicks", "spend"),
+        ),
+        Query(
+            "interval_join",
+            "order_payment_match",
+            ("orders", "payments"),
+            ("order_id", "payment_id", "status"),
+            ("order_amount", "payment_amount"),
+            closed_by="anchor",
+            margin_ms=JOIN_MARGIN_MS,
+        ),
+        Query(
+            "sliding_24h",
+            "failed_txn_velocity",
+            ("transactions",),
+            ("user_id", "window_end"),
+            ("failed_count",),
+            engines=("tidemark", "duckdb"),
+        ),
+    )
+}
 
 # The columns each stream's JSON lines carry (all generated as valid values here)
 COLUMNS = {
-    "rides": {"event_id": "VARCHAR", "ride_id": "VARCHAR", "pickup_zone": "VARCHAR",
-              "dropoff_zone": "VARCHAR", "passengers": "BIGINT", "fare": "DOUBLE",
-              "total_amount": "DOUBLE", "pickup_time": "VARCHAR"},
-    "transactions": {"event_id": "VARCHAR", "user_id": "VARCHAR", "card_id": "VARCHAR",
-                     "merchant": "VARCHAR", "amount": "DOUBLE", "currency": "VARCHAR",
-                     "status": "VARCHAR", "event_time": "VARCHAR"},
-    "clicks": {"event_id": "VARCHAR", "user_id": "VARCHAR", "page": "VARCHAR",
-               "action": "VARCHAR", "amount": "DOUBLE", "event_time": "VARCHAR"},
-    "orders": {"event_id": "VARCHAR", "order_id": "VARCHAR", "user_id": "VARCHAR",
-               "amount": "DOUBLE", "order_time": "VARCHAR"},
-    "payments": {"event_id": "VARCHAR", "payment_id": "VARCHAR", "order_id": "VARCHAR",
-                 "amount": "DOUBLE", "payment_time": "VARCHAR"},
+    "rides": {
+        "event_id": "VARCHAR",
+        "ride_id": "VARCHAR",
+        "pickup_zone": "VARCHAR",
+        "dropoff_zone": "VARCHAR",
+        "passengers": "BIGINT",
+        "fare": "DOUBLE",
+        "total_amount": "DOUBLE",
+        "pickup_time": "VARCHAR",
+    },
+    "transactions": {
+        "event_id": "VARCHAR",
+        "user_id": "VARCHAR",
+        "card_id": "VARCHAR",
+        "merchant": "VARCHAR",
+        "amount": "DOUBLE",
+        "currency": "VARCHAR",
+        "status": "VARCHAR",
+        "event_time": "VARCHAR",
+    },
+    "clicks": {
+        "event_id": "VARCHAR",
+        "user_id": "VARCHAR",
+        "page": "VARCHAR",
+        "action": "VARCHAR",
+        "amount": "DOUBLE",
+        "event_time": "VARCHAR",
+    },
+    "orders": {
+        "event_id": "VARCHAR",
+        "order_id": "VARCHAR",
+        "user_id": "VARCHAR",
+        "amount": "DOUBLE",
+        "order_time": "VARCHAR",
+    },
+    "payments": {
+        "event_id": "VARCHAR",
+        "payment_id": "VARCHAR",
+        "order_id": "VARCHAR",
+        "amount": "DOUBLE",
+        "payment_time": "VARCHAR",
+    },
 }
-EVENT_TIME = {"rides": "pickup_time", "transactions": "event_time", "clicks": "event_time",
-              "orders": "order_time", "payments": "payment_time"}
+EVENT_TIME = {
+    "rides": "pickup_time",
+    "transactions": "event_time",
+    "clicks": "event_time",
+    "orders": "order_time",
+    "payments": "payment_time",
+}

@@ -46,13 +46,20 @@ def land_and_run(cfg, gens, pending: Path, hours: range) -> dict[str, dict]:
         for gen in gens:
             started = time.monotonic()
             m = run_bronze(spark, cfg, gen.stream)
-            out[f"bronze_{gen.stream}"] = {"seconds": time.monotonic() - started,
-                                           "batches": m.batches, "rows": m.input_rows}
+            out[f"bronze_{gen.stream}"] = {
+                "seconds": time.monotonic() - started,
+                "batches": m.batches,
+                "rows": m.input_rows,
+            }
         for spec in registry().values():
             started = time.monotonic()
             m = run_job(spark, cfg, spec)
-            out[spec.name] = {"seconds": time.monotonic() - started, "batches": m.batches,
-                              "rows": m.input_rows, "state_rows": m.state_rows}
+            out[spec.name] = {
+                "seconds": time.monotonic() - started,
+                "batches": m.batches,
+                "rows": m.input_rows,
+                "state_rows": m.state_rows,
+            }
     finally:
         spark.stop()
     return out
@@ -63,12 +70,17 @@ def state_loads(cfg, since_batch: dict[str, int]) -> dict[str, dict]:
     slowest store load (ms) over its operators; and the snapshots its checkpoint holds."""
     from deltalake import DeltaTable
 
-    progress = DeltaTable(str(cfg.paths.table("ops", "stream_progress"))).to_pyarrow_table(
-        columns=["job", "batch_id", "progress_json"]).to_pylist()
+    progress = (
+        DeltaTable(str(cfg.paths.table("ops", "stream_progress")))
+        .to_pyarrow_table(columns=["job", "batch_id", "progress_json"])
+        .to_pylist()
+    )
     out = {}
     for job, after in since_batch.items():
-        rows = sorted((r for r in progress if r["job"] == job and r["batch_id"] > after),
-                      key=lambda r: r["batch_id"])
+        rows = sorted(
+            (r for r in progress if r["job"] == job and r["batch_id"] > after),
+            key=lambda r: r["batch_id"],
+        )
         if not rows:
             continue
         operators = json.loads(rows[0]["progress_json"]).get("stateOperators", [])
@@ -93,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--days", type=float, default=10.0)
-    parser.add_argument("--history-hours", type=int, default=None,
-                        help="hours landed at once first (default: all but --runs)")
+    parser.add_argument(
+        "--history-hours",
+        type=int,
+        default=None,
+        help="hours landed at once first (default: all but --runs)",
+    )
     parser.add_argument("--runs", type=int, default=2, help="hours then run one at a time")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the data root")
@@ -116,17 +132,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     gens = []
     for stream in DEMO_STREAMS:
-        gen = GeneratorConfig(stream=stream, events=per_stream, files=hours, seed=args.seed,
-                              rate=rate)
+        gen = GeneratorConfig(
+            stream=stream, events=per_stream, files=hours, seed=args.seed, rate=rate
+        )
         write_files(pending / stream, gen, generate_by_time(gen, 3600.0))
         gens.append(gen)
-    print(f"generated {hours} hourly files per stream ({rate:.2f} events/s per stream) in "
-          f"{time.monotonic() - started:.0f}s; data root {root}", flush=True)
+    print(
+        f"generated {hours} hourly files per stream ({rate:.2f} events/s per stream) in "
+        f"{time.monotonic() - started:.0f}s; data root {root}",
+        flush=True,
+    )
 
     started = time.monotonic()
     first = land_and_run(cfg, gens, pending, range(0, history))
-    print(f"history: {history} hours landed at once, run in {time.monotonic() - started:.0f}s",
-          flush=True)
+    print(
+        f"history: {history} hours landed at once, run in {time.monotonic() - started:.0f}s",
+        flush=True,
+    )
     runs = []
     for hour in range(history, history + args.runs):
         before = last_batches(cfg)
@@ -134,22 +156,34 @@ def main(argv: list[str] | None = None) -> int:
         queries = land_and_run(cfg, gens, pending, range(hour, hour + 1))
         wall = time.monotonic() - started
         runs.append((hour, wall, queries, state_loads(cfg, before)))
-        print(f"hour {hour}: {wall:.0f}s " + json.dumps(
-            {q: round(v["seconds"], 1) for q, v in queries.items()}), flush=True)
+        print(
+            f"hour {hour}: {wall:.0f}s "
+            + json.dumps({q: round(v["seconds"], 1) for q, v in queries.items()}),
+            flush=True,
+        )
 
     jobs = [q for q in first if not q.startswith("bronze_")]
-    print(f"\n| hour (after {history} h of history) | run (s) | "
-          + " | ".join(f"`{j}` s / changelogs replayed / load ms" for j in jobs) + " |")
+    print(
+        f"\n| hour (after {history} h of history) | run (s) | "
+        + " | ".join(f"`{j}` s / changelogs replayed / load ms" for j in jobs)
+        + " |"
+    )
     print("|---:|---:|" + "---:|" * len(jobs))
     for hour, wall, queries, loads in runs:
         cells = []
         for job in jobs:
             load = loads.get(job, {})
-            cells.append(f"{queries[job]['seconds']:.1f} / {load.get('replayed', '-')} / "
-                         f"{load.get('load_ms', '-')}")
+            cells.append(
+                f"{queries[job]['seconds']:.1f} / {load.get('replayed', '-')} / "
+                f"{load.get('load_ms', '-')}"
+            )
         print(f"| {hour} | {wall:.0f} | " + " | ".join(cells) + " |")
-    print("\nsnapshots in each job's checkpoint after the last run: " + ", ".join(
-        f"{job} {runs[-1][3].get(job, {}).get('snapshots', '-')}" for job in jobs) if runs else "")
+    print(
+        "\nsnapshots in each job's checkpoint after the last run: "
+        + ", ".join(f"{job} {runs[-1][3].get(job, {}).get('snapshots', '-')}" for job in jobs)
+        if runs
+        else ""
+    )
     if args.keep:
         print(f"data root kept: {root}")
     else:

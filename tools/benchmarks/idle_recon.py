@@ -33,17 +33,28 @@ BUILD = ("build", "--exclude-resource-type", "unit_test")
 def timed_build(data_root: Path, *extra: str) -> tuple[float, int, dict[str, str]]:
     """Wall seconds, dbt nodes run, and each job's scope line of one tidemark-dbt build."""
     started = time.monotonic()
-    done = subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), "--data-root",
-                           str(data_root), *extra, *BUILD], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("tidemark-dbt")),
+            "--data-root",
+            str(data_root),
+            *extra,
+            *BUILD,
+        ],
+        capture_output=True,
+        text=True,
+    )
     took = time.monotonic() - started
     if done.returncode != 0:
-        raise SystemExit(f"tidemark-dbt {' '.join([*extra, *BUILD])} failed on {data_root}:\n"
-                         f"{done.stdout[-4000:]}")
+        raise SystemExit(
+            f"tidemark-dbt {' '.join([*extra, *BUILD])} failed on {data_root}:\n"
+            f"{done.stdout[-4000:]}"
+        )
     results = json.loads((data_root / "dbt" / "target" / "run_results.json").read_text())
     scopes = {}
     for line in done.stderr.splitlines():
         if line.startswith("tidemark-dbt: "):
-            job, _, why = line[len("tidemark-dbt: "):].partition(": ")
+            job, _, why = line[len("tidemark-dbt: ") :].partition(": ")
             scopes[job] = why
     return took, len(results["results"]), scopes
 
@@ -55,8 +66,10 @@ def main() -> None:
     args = parser.parse_args()
     root = args.data_root.resolve()
     if not (root / "lake").is_dir():
-        raise SystemExit(f"{root} has no lake: build one with tools/benchmarks/reconciliation.py "
-                         "--setup-only and pass the root it kept")
+        raise SystemExit(
+            f"{root} has no lake: build one with tools/benchmarks/reconciliation.py "
+            "--setup-only and pass the root it kept"
+        )
     code = os.environ.get("PYTHONPATH") or "this checkout"
     full, full_nodes, _ = timed_build(root, "--full")
     print(f"full: {full:.1f} s, {full_nodes} nodes  (code: {code})", flush=True)
@@ -67,8 +80,10 @@ def main() -> None:
         print(f"idle run {run + 1}: {took:.1f} s, {nodes} nodes", flush=True)
         for job, why in sorted(scopes.items()):
             print(f"    {job}: {why}")
-    print(f"| {code} | {full:.1f} | {' / '.join(f'{t:.1f}' for t in idle)} | "
-          f"{100 * min(idle) / full:.0f} % |")
+    print(
+        f"| {code} | {full:.1f} | {' / '.join(f'{t:.1f}' for t in idle)} | "
+        f"{100 * min(idle) / full:.0f} % |"
+    )
 
 
 if __name__ == "__main__":

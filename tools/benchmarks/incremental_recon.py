@@ -42,8 +42,9 @@ BUILD = ("build", "--exclude-resource-type", "unit_test")
 
 def tidemark_dbt(*args: str) -> tuple[float, str]:
     started = time.monotonic()
-    done = subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), *args],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark-dbt")), *args], capture_output=True, text=True
+    )
     took = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"tidemark-dbt {' '.join(args)} failed:\n{done.stdout[-4000:]}")
@@ -61,11 +62,17 @@ def slowest_nodes(cfg, count: int = 8) -> str:
     top = sorted(results, key=lambda r: -r["execution_time"])[:count]
     total = sum(r["execution_time"] for r in results)
     # the composed models (macros/compose.sql), whose cost should follow the new events
-    composed = {r["unique_id"].split(".")[-1]: r["execution_time"] for r in results
-                if r["unique_id"].split(".")[-1] in COMPOSED}
-    return (f"{len(results)} nodes, {total:.0f}s of node time; slowest: " + ", ".join(
-        f"{r['unique_id'].split('.')[-1]} {r['execution_time']:.1f}s" for r in top)
-        + "; composed: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(composed.items())))
+    composed = {
+        r["unique_id"].split(".")[-1]: r["execution_time"]
+        for r in results
+        if r["unique_id"].split(".")[-1] in COMPOSED
+    }
+    return (
+        f"{len(results)} nodes, {total:.0f}s of node time; slowest: "
+        + ", ".join(f"{r['unique_id'].split('.')[-1]} {r['execution_time']:.1f}s" for r in top)
+        + "; composed: "
+        + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(composed.items()))
+    )
 
 
 def event_span(cfg) -> tuple[dt.datetime, dt.datetime, int]:
@@ -80,7 +87,8 @@ def event_span(cfg) -> tuple[dt.datetime, dt.datetime, int]:
     for stream in DEMO_STREAMS:
         column = stream_schema(stream).event_time
         times = DeltaTable(str(cfg.paths.table("bronze", stream))).to_pyarrow_table(
-            columns=[column])[column]
+            columns=[column]
+        )[column]
         rows += len(times)
         lo, hi = pc.min(times).as_py(), pc.max(times).as_py()
         low = lo if low is None or lo < low else low
@@ -101,15 +109,24 @@ def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int
     for stream in DEMO_STREAMS:
         # named by its hour: a second run on the same root must not rewrite a file the stream
         # has already read (the file source skips a path it has seen, and nothing would land)
-        gen = GeneratorConfig(stream=stream, events=events, files=1, seed=seed, rate=rate,
-                              start=start, file_prefix=f"next-hour-{start:%Y%m%dT%H%M%S}")
+        gen = GeneratorConfig(
+            stream=stream,
+            events=events,
+            files=1,
+            seed=seed,
+            rate=rate,
+            start=start,
+            file_prefix=f"next-hour-{start:%Y%m%dT%H%M%S}",
+        )
         # the hour of event time, in every stream (payments are fewer than their orders)
         files = generate_by_time(gen, 3600.0)
         landed += sum(map(len, files))
         write_files(cfg.paths.landing_dir(stream), gen, files)
         if not run_bronze(spark, cfg, stream).input_rows:
-            raise SystemExit(f"incremental_recon: bronze {stream} took no rows from the new "
-                             f"hour's file in {cfg.paths.landing_dir(stream)}; nothing to measure")
+            raise SystemExit(
+                f"incremental_recon: bronze {stream} took no rows from the new "
+                f"hour's file in {cfg.paths.landing_dir(stream)}; nothing to measure"
+            )
     for spec in registry().values():
         run_job(spark, cfg, spec)
     return landed
@@ -123,8 +140,12 @@ def class_counts(cfg) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for job in reconciled_jobs():
         table = DeltaTable(str(cfg.paths.dbt_table("recon", f"recon_{job}")))
-        for row in table.to_pyarrow_table(columns=["recon_class"]).group_by(
-                "recon_class").aggregate([("recon_class", "count")]).to_pylist():
+        for row in (
+            table.to_pyarrow_table(columns=["recon_class"])
+            .group_by("recon_class")
+            .aggregate([("recon_class", "count")])
+            .to_pylist()
+        ):
             out[(job, row["recon_class"])] = row["recon_class_count"]
     return out
 
@@ -146,8 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-root", required=True)
     parser.add_argument("--seed", type=int, default=101)
-    parser.add_argument("--target", choices=("session", "endpoint"), default="session",
-                        help="where dbt's SQL runs (see the module doc)")
+    parser.add_argument(
+        "--target",
+        choices=("session", "endpoint"),
+        default="session",
+        help="where dbt's SQL runs (see the module doc)",
+    )
     args = parser.parse_args(argv)
     root = Path(args.data_root)
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
@@ -172,43 +197,65 @@ def measure(cfg, args) -> int:
     low, high, rows = event_span(cfg)
     days = (high - low).total_seconds() / 86_400
     rate = rows / len(DEMO_STREAMS) / (high - low).total_seconds()
-    print(f"{rows:,} bronze rows over {days:.1f} days of event time "
-          f"({rate:.2f} events/s per stream)", flush=True)
+    print(
+        f"{rows:,} bronze rows over {days:.1f} days of event time ({rate:.2f} events/s per stream)",
+        flush=True,
+    )
 
     full_s, _ = tidemark_dbt("--full", *BUILD)
     print(f"full reconciliation: {full_s:.1f}s\n  {slowest_nodes(cfg)}", flush=True)
 
     spark = get_spark(cfg)
     started = time.monotonic()
-    added = land_one_hour(spark, cfg, high.replace(microsecond=0) + dt.timedelta(seconds=1),
-                          rate, args.seed)
+    added = land_one_hour(
+        spark, cfg, high.replace(microsecond=0) + dt.timedelta(seconds=1), rate, args.seed
+    )
     spark.stop()
-    print(f"one more hour: {added:,} events landed and streamed in "
-          f"{time.monotonic() - started:.0f}s", flush=True)
+    print(
+        f"one more hour: {added:,} events landed and streamed in {time.monotonic() - started:.0f}s",
+        flush=True,
+    )
 
     incremental_s, scope = tidemark_dbt(*BUILD)
-    scopes = [line.removeprefix("tidemark-dbt: ") for line in scope.splitlines()
-              if line.startswith("tidemark-dbt: ")]
-    print(f"incremental reconciliation: {incremental_s:.1f}s\n  " + "\n  ".join(scopes)
-          + f"\n  {slowest_nodes(cfg)}", flush=True)
-    tables = [(schema, name) for schema, name in
-              [("batch", p.name) for p in (cfg.paths.warehouse / "batch.db").iterdir()]
-              + [("recon", p.name) for p in (cfg.paths.warehouse / "recon.db").iterdir()]
-              if name not in ("recon_summary", "recon_positions")]
+    scopes = [
+        line.removeprefix("tidemark-dbt: ")
+        for line in scope.splitlines()
+        if line.startswith("tidemark-dbt: ")
+    ]
+    print(
+        f"incremental reconciliation: {incremental_s:.1f}s\n  "
+        + "\n  ".join(scopes)
+        + f"\n  {slowest_nodes(cfg)}",
+        flush=True,
+    )
+    tables = [
+        (schema, name)
+        for schema, name in [
+            ("batch", p.name) for p in (cfg.paths.warehouse / "batch.db").iterdir()
+        ]
+        + [("recon", p.name) for p in (cfg.paths.warehouse / "recon.db").iterdir()]
+        if name not in ("recon_summary", "recon_positions")
+    ]
     after_incremental = {t: table_digest(cfg, *t) for t in tables}
     classes_incremental = class_counts(cfg)
 
     backfill_s, _ = tidemark_dbt("--full", *BUILD)
     same_rows = all(table_digest(cfg, *t) == after_incremental[t] for t in tables)
     same_classes = class_counts(cfg) == classes_incremental
-    print(f"backfill: {backfill_s:.1f}s; same rows in {len(tables)} tables: {same_rows}; "
-          f"same classes: {same_classes}")
-    print("\n| dbt target | history (days) | bronze rows | full (s) | +1 hour incremental (s) "
-          "| incremental / full | backfill (s) | same rows and classes as the backfill |")
+    print(
+        f"backfill: {backfill_s:.1f}s; same rows in {len(tables)} tables: {same_rows}; "
+        f"same classes: {same_classes}"
+    )
+    print(
+        "\n| dbt target | history (days) | bronze rows | full (s) | +1 hour incremental (s) "
+        "| incremental / full | backfill (s) | same rows and classes as the backfill |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    print(f"| {args.target} | {days:.1f} | {rows:,} | {full_s:.1f} | {incremental_s:.1f} "
-          f"| {incremental_s / full_s:.1%} | {backfill_s:.1f} "
-          f"| {'yes' if same_rows and same_classes else 'NO'} |")
+    print(
+        f"| {args.target} | {days:.1f} | {rows:,} | {full_s:.1f} | {incremental_s:.1f} "
+        f"| {incremental_s / full_s:.1%} | {backfill_s:.1f} "
+        f"| {'yes' if same_rows and same_classes else 'NO'} |"
+    )
     return 0 if same_rows and same_classes else 1
 
 

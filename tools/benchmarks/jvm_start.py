@@ -29,8 +29,11 @@ STEPS = ("session", "metastore", "delta")
 
 def one_start(with_archive: bool) -> dict[str, float]:
     """This script in a new process: one start, timed by step."""
-    done = subprocess.run([sys.executable, __file__, "--one", "on" if with_archive else "off"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--one", "on" if with_archive else "off"],
+        capture_output=True,
+        text=True,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"a start failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -48,8 +51,10 @@ def timed_start(with_archive: bool) -> None:
     conf = spark_conf(cfg, hive_metastore=True)
     if not with_archive:
         conf["spark.driver.extraJavaOptions"] = " ".join(
-            option for option in conf["spark.driver.extraJavaOptions"].split()
-            if not option.startswith(("-XX:SharedArchiveFile", "-Xlog:cds")))
+            option
+            for option in conf["spark.driver.extraJavaOptions"].split()
+            if not option.startswith(("-XX:SharedArchiveFile", "-Xlog:cds"))
+        )
     took = {}
     started = time.monotonic()
     spark = start_session(cfg, conf)
@@ -77,14 +82,20 @@ def main() -> None:
         for with_archive in (False, True):
             took = one_start(with_archive)
             runs[with_archive].append(took)
-            print(f"run {i + 1}, archive {'on ' if with_archive else 'off'}: "
-                  + ", ".join(f"{step} {took[step]:.1f} s" for step in STEPS)
-                  + f", total {sum(took.values()):.1f} s", flush=True)
+            print(
+                f"run {i + 1}, archive {'on ' if with_archive else 'off'}: "
+                + ", ".join(f"{step} {took[step]:.1f} s" for step in STEPS)
+                + f", total {sum(took.values()):.1f} s",
+                flush=True,
+            )
     print("\n| step | without the archive (s) | with it (s) |\n|---|---:|---:|")
     for step in (*STEPS, "total"):
+
         def median(with_archive: bool) -> float:
-            return statistics.median(sum(r.values()) if step == "total" else r[step]
-                                     for r in runs[with_archive])
+            return statistics.median(
+                sum(r.values()) if step == "total" else r[step] for r in runs[with_archive]
+            )
+
         print(f"| {step} | {median(False):.1f} | {median(True):.1f} |")
 
 

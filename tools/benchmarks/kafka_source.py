@@ -60,9 +60,16 @@ def one_path(spark, cfg: TidemarkConfig, path: str, gen: GeneratorConfig, files)
     started = time.monotonic()
     run_job(spark, cfg, get_job(JOB))
     job = time.monotonic() - started
-    return {"path": path, "lines": lines, "deliver_s": delivered, "bronze_s": ingest,
-            "bronze_rows": bronze.output_rows, "quarantined": bronze.quarantined_rows,
-            "job_s": job, "gold": _gold(spark, cfg)}
+    return {
+        "path": path,
+        "lines": lines,
+        "deliver_s": delivered,
+        "bronze_s": ingest,
+        "bronze_rows": bronze.output_rows,
+        "quarantined": bronze.quarantined_rows,
+        "job_s": job,
+        "gold": _gold(spark, cfg),
+    }
 
 
 def main() -> int:
@@ -75,49 +82,68 @@ def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-kafka-"))
-    base = TidemarkConfig.from_env({**os.environ, "TIDEMARK_DATA_ROOT": str(work / "broker"),
-                                    "TIDEMARK_KAFKA_PORT": str(free_port()),
-                                    "TIDEMARK_KAFKA_PARTITIONS": str(args.partitions)})
+    base = TidemarkConfig.from_env(
+        {
+            **os.environ,
+            "TIDEMARK_DATA_ROOT": str(work / "broker"),
+            "TIDEMARK_KAFKA_PORT": str(free_port()),
+            "TIDEMARK_KAFKA_PARTITIONS": str(args.partitions),
+        }
+    )
     broker = kafka_broker.start(base)
     rows = []
     try:
         spark = get_spark(base.with_data_root(work / "session"))
-        gen = GeneratorConfig(stream="transactions", events=args.events, files=args.files,
-                              seed=args.seed)
+        gen = GeneratorConfig(
+            stream="transactions", events=args.events, files=args.files, seed=args.seed
+        )
         files = generate(gen)
         for number in range(args.rounds):
             order = ("landing", "kafka") if number % 2 == 0 else ("kafka", "landing")
             results = {}
             for path in order:
-                cfg = replace(base.with_data_root(work / f"{path}-{number}"),
-                              kafka=replace(base.kafka, source=path,
-                                            bootstrap=broker.bootstrap,
-                                            topic_prefix=f"bench{number}."))
+                cfg = replace(
+                    base.with_data_root(work / f"{path}-{number}"),
+                    kafka=replace(
+                        base.kafka,
+                        source=path,
+                        bootstrap=broker.bootstrap,
+                        topic_prefix=f"bench{number}.",
+                    ),
+                )
                 results[path] = one_path(spark, cfg, path, gen, files)
                 results[path]["round"] = number + 1
             landing, kafka = results["landing"], results["kafka"]
             if (landing["bronze_rows"], landing["gold"]) != (kafka["bronze_rows"], kafka["gold"]):
-                raise SystemExit("the two paths disagree: bronze "
-                                 f"{landing['bronze_rows']} vs {kafka['bronze_rows']}, gold "
-                                 f"{sum(landing['gold'].values())} vs "
-                                 f"{sum(kafka['gold'].values())} rows")
+                raise SystemExit(
+                    "the two paths disagree: bronze "
+                    f"{landing['bronze_rows']} vs {kafka['bronze_rows']}, gold "
+                    f"{sum(landing['gold'].values())} vs "
+                    f"{sum(kafka['gold'].values())} rows"
+                )
             rows += [results[p] for p in order]
     finally:
         kafka_broker.stop(base)
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\n{args.events:,} transactions ({rows[0]['lines']:,} lines with duplicates and "
-          f"malformed), {args.files} files / {args.partitions} partitions, {platform.machine()}, "
-          f"{os.cpu_count()} cores, local[2]\n")
-    print("| round | path | deliver (s) | bronze (s) | bronze lines/s | job (s) | job rows/s | "
-          "bronze + job (s) | end-to-end lines/s | bronze rows | gold rows |")
+    print(
+        f"\n{args.events:,} transactions ({rows[0]['lines']:,} lines with duplicates and "
+        f"malformed), {args.files} files / {args.partitions} partitions, {platform.machine()}, "
+        f"{os.cpu_count()} cores, local[2]\n"
+    )
+    print(
+        "| round | path | deliver (s) | bronze (s) | bronze lines/s | job (s) | job rows/s | "
+        "bronze + job (s) | end-to-end lines/s | bronze rows | gold rows |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         total = r["bronze_s"] + r["job_s"]
-        print(f"| {r['round']} | {r['path']} | {r['deliver_s']:.1f} | {r['bronze_s']:.1f} | "
-              f"{r['lines'] / r['bronze_s']:,.0f} | {r['job_s']:.1f} | "
-              f"{r['bronze_rows'] / r['job_s']:,.0f} | {total:.1f} | {r['lines'] / total:,.0f} | "
-              f"{r['bronze_rows']:,} | {sum(r['gold'].values()):,} |")
+        print(
+            f"| {r['round']} | {r['path']} | {r['deliver_s']:.1f} | {r['bronze_s']:.1f} | "
+            f"{r['lines'] / r['bronze_s']:,.0f} | {r['job_s']:.1f} | "
+            f"{r['bronze_rows'] / r['job_s']:,.0f} | {total:.1f} | {r['lines'] / total:,.0f} | "
+            f"{r['bronze_rows']:,} | {sum(r['gold'].values()):,} |"
+        )
     return 0
 
 

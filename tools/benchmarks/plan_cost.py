@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TidemarkConfig.from_env()
     models = sorted((cfg.paths.dbt / "target" / "compiled").glob("*/models/*/*.sql"))
     if not models:
-        raise SystemExit(f"plan_cost: no compiled models under {cfg.paths.dbt / 'target'}; "
-                         "run 'tidemark-dbt build' on this data root first")
+        raise SystemExit(
+            f"plan_cost: no compiled models under {cfg.paths.dbt / 'target'}; "
+            "run 'tidemark-dbt build' on this data root first"
+        )
     spark = get_spark(cfg, hive_metastore=True)
     print("| round | model | wall (s) | parsing | analysis | optimization | planning (ms) |")
     print("|---:|---|---:|---:|---:|---:|---:|")
@@ -54,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
             took = time.perf_counter() - started
             total += took
             p = phases(query)
-            print(f"| {round_no} | {path.stem} | {took:.2f} | {p.get('parsing', 0)} | "
-                  f"{p.get('analysis', 0)} | {p.get('optimization', 0)} | "
-                  f"{p.get('planning', 0)} |", flush=True)
+            print(
+                f"| {round_no} | {path.stem} | {took:.2f} | {p.get('parsing', 0)} | "
+                f"{p.get('analysis', 0)} | {p.get('optimization', 0)} | "
+                f"{p.get('planning', 0)} |",
+                flush=True,
+            )
         totals.append(total)
-    print("\n" + "; ".join(f"round {i}: {t:.1f} s for {len(models)} models"
-                           for i, t in enumerate(totals)))
+    print(
+        "\n"
+        + "; ".join(f"round {i}: {t:.1f} s for {len(models)} models" for i, t in enumerate(totals))
+    )
     spark.stop()
     return 0
 

@@ -39,8 +39,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from incremental_recon import BUILD, DEMO_STREAMS, class_counts, slowest_nodes, table_digest, \
-    tidemark_dbt
+from incremental_recon import (
+    BUILD,
+    DEMO_STREAMS,
+    class_counts,
+    slowest_nodes,
+    table_digest,
+    tidemark_dbt,
+)
 
 
 def land_hours(spark, cfg, gens, pending: Path, hours: range) -> tuple[float, float]:
@@ -64,9 +70,12 @@ def land_hours(spark, cfg, gens, pending: Path, hours: range) -> tuple[float, fl
 
 
 def recon_tables(cfg) -> list[tuple[str, str]]:
-    return [(schema, p.name) for schema in ("batch", "recon")
-            for p in sorted((cfg.paths.warehouse / f"{schema}.db").iterdir())
-            if p.name not in ("recon_summary", "recon_positions")]
+    return [
+        (schema, p.name)
+        for schema in ("batch", "recon")
+        for p in sorted((cfg.paths.warehouse / f"{schema}.db").iterdir())
+        if p.name not in ("recon_summary", "recon_positions")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,11 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=10.0)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--check-every", action="store_true",
-                        help="compare with a backfill at every step, not only the last")
+    parser.add_argument(
+        "--check-every",
+        action="store_true",
+        help="compare with a backfill at every step, not only the last",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data root")
-    parser.add_argument("--endpoint", action="store_true",
-                        help="reconcile through the data root's SQL endpoint (module docstring)")
+    parser.add_argument(
+        "--endpoint",
+        action="store_true",
+        help="reconcile through the data root's SQL endpoint (module docstring)",
+    )
     args = parser.parse_args(argv)
     hours = round(args.days * 24)
     if hours % args.steps:
@@ -102,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     gens, lines = [], 0
     for stream in DEMO_STREAMS:
-        gen = GeneratorConfig(stream=stream, events=per_stream, files=hours, seed=args.seed,
-                              rate=rate)
+        gen = GeneratorConfig(
+            stream=stream, events=per_stream, files=hours, seed=args.seed, rate=rate
+        )
         # file k holds the k-th hour of event time of every stream: split by count, the
         # payments (fewer than their orders) would run ahead of the orders further every file,
         # and the join's state would hold the whole gap (its watermark follows the slower side)
@@ -111,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         lines += sum(map(len, files))
         write_files(pending / stream, gen, files)  # one stream in memory at a time
         gens.append(gen)
-    print(f"generated {lines:,} lines in {hours} hourly files per stream ({rate:.2f} events/s "
-          f"per stream) in {time.monotonic() - started:.0f}s", flush=True)
+    print(
+        f"generated {lines:,} lines in {hours} hourly files per stream ({rate:.2f} events/s "
+        f"per stream) in {time.monotonic() - started:.0f}s",
+        flush=True,
+    )
 
     rows = []
     per_step = hours // args.steps
@@ -125,19 +144,29 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(cfg)
         ingest_s, stream_s = land_hours(spark, cfg, gens, pending, range(first, last))
         spark.stop()
-        print(f"step {step}: hours {first}-{last - 1} ingested in {ingest_s:.0f}s, streamed in "
-              f"{stream_s:.0f}s", flush=True)
+        print(
+            f"step {step}: hours {first}-{last - 1} ingested in {ingest_s:.0f}s, streamed in "
+            f"{stream_s:.0f}s",
+            flush=True,
+        )
         full_s, _ = tidemark_dbt("--full", *BUILD)
         print(f"  full reconciliation: {full_s:.1f}s\n  {slowest_nodes(cfg)}", flush=True)
         spark = get_spark(cfg)
         ingest_s, stream_s = land_hours(spark, cfg, gens, pending, range(last, last + 1))
         spark.stop()
         incremental_s, said = tidemark_dbt(*BUILD)
-        scopes = [line.removeprefix("tidemark-dbt: ") for line in said.splitlines()
-                  if line.startswith("tidemark-dbt: ")]
-        print(f"  hour {last}: ingested in {ingest_s:.0f}s, streamed in {stream_s:.0f}s; "
-              f"incremental reconciliation: {incremental_s:.1f}s\n    " + "\n    ".join(scopes)
-              + f"\n  {slowest_nodes(cfg)}", flush=True)
+        scopes = [
+            line.removeprefix("tidemark-dbt: ")
+            for line in said.splitlines()
+            if line.startswith("tidemark-dbt: ")
+        ]
+        print(
+            f"  hour {last}: ingested in {ingest_s:.0f}s, streamed in {stream_s:.0f}s; "
+            f"incremental reconciliation: {incremental_s:.1f}s\n    "
+            + "\n    ".join(scopes)
+            + f"\n  {slowest_nodes(cfg)}",
+            flush=True,
+        )
         session_s = None
         if session_hour is not None:
             on_target(cfg, "session")
@@ -145,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
             land_hours(spark, cfg, gens, pending, range(session_hour, session_hour + 1))
             spark.stop()
             session_s, _ = tidemark_dbt(*BUILD)
-            print(f"  hour {session_hour} on the session target (the endpoint stopped): "
-                  f"incremental reconciliation: {session_s:.1f}s\n  {slowest_nodes(cfg)}",
-                  flush=True)
+            print(
+                f"  hour {session_hour} on the session target (the endpoint stopped): "
+                f"incremental reconciliation: {session_s:.1f}s\n  {slowest_nodes(cfg)}",
+                flush=True,
+            )
         on_target(cfg, "session")
         checked = None
         if step == args.steps or args.check_every:
@@ -157,30 +188,40 @@ def main(argv: list[str] | None = None) -> int:
             backfill_s, _ = tidemark_dbt("--full", *BUILD)
             differ = [".".join(t) for t in tables if table_digest(cfg, *t) != after_incremental[t]]
             after_backfill = class_counts(cfg)
-            differ += [f"{job} {cls}: {classes.get((job, cls))} incremental, "
-                       f"{after_backfill.get((job, cls))} backfill"
-                       for job, cls in sorted(set(classes) | set(after_backfill))
-                       if classes.get((job, cls)) != after_backfill.get((job, cls))]
+            differ += [
+                f"{job} {cls}: {classes.get((job, cls))} incremental, "
+                f"{after_backfill.get((job, cls))} backfill"
+                for job, cls in sorted(set(classes) | set(after_backfill))
+                if classes.get((job, cls)) != after_backfill.get((job, cls))
+            ]
             checked = (not differ, len(tables), backfill_s)
-            print(f"  backfill: {backfill_s:.1f}s; same rows and classes in {len(tables)} "
-                  f"tables: {checked[0]}" + "".join(f"\n    differs: {d}" for d in differ),
-                  flush=True)
+            print(
+                f"  backfill: {backfill_s:.1f}s; same rows and classes in {len(tables)} "
+                f"tables: {checked[0]}" + "".join(f"\n    differs: {d}" for d in differ),
+                flush=True,
+            )
         bronze = bronze_rows(cfg)
         rows.append(((last + 1) / 24, bronze, full_s, incremental_s, session_s, checked))
 
     target = "the SQL endpoint" if args.endpoint else "the session target"
-    print(f"\n| history (days) | bronze rows | full (s), {target} | +1 hour incremental (s), "
-          f"{target} | incremental / full | same rows and classes as a backfill |"
-          + (" +1 hour more, session target (s) |" if args.endpoint else ""))
+    print(
+        f"\n| history (days) | bronze rows | full (s), {target} | +1 hour incremental (s), "
+        f"{target} | incremental / full | same rows and classes as a backfill |"
+        + (" +1 hour more, session target (s) |" if args.endpoint else "")
+    )
     print("|---:|---:|---:|---:|---:|---|" + ("---:|" if args.endpoint else ""))
     for days, bronze, full_s, incremental_s, session_s, checked in rows:
-        same = ("-" if checked is None else
-                f"{'yes' if checked[0] else 'NO'}, {checked[1]} tables "
-                f"(backfill {checked[2]:.1f} s)")
-        print(f"| {days:.3g} | {bronze:,} | {full_s:.1f} | {incremental_s:.1f} "
-              f"| {incremental_s / full_s:.0%} | {same} |"
-              + (f" {'-' if session_s is None else f'{session_s:.1f}'} |"
-                 if args.endpoint else ""))
+        same = (
+            "-"
+            if checked is None
+            else f"{'yes' if checked[0] else 'NO'}, {checked[1]} tables "
+            f"(backfill {checked[2]:.1f} s)"
+        )
+        print(
+            f"| {days:.3g} | {bronze:,} | {full_s:.1f} | {incremental_s:.1f} "
+            f"| {incremental_s / full_s:.0%} | {same} |"
+            + (f" {'-' if session_s is None else f'{session_s:.1f}'} |" if args.endpoint else "")
+        )
     if args.keep:
         print(f"data root kept: {root}")
     else:

@@ -37,8 +37,9 @@ from pathlib import Path
 DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 
 
-def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
-                    days: float = 0.0) -> dict[str, float]:
+def land_and_stream(
+    spark, cfg, events: int, waves: int, seed: int, days: float = 0.0
+) -> dict[str, float]:
     """Generate, land wave by wave, ingest and stream every job; returns seconds per phase.
 
     ``days``: spread every stream's events over that many days of event time (else the demo's
@@ -53,9 +54,13 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
     gens = []
     started = time.monotonic()
     for stream in DEMO_STREAMS:
-        gen = GeneratorConfig(stream=stream, events=per_stream, files=waves, seed=seed,
-                              rate=per_stream / (days * 86_400) if days
-                              else DEMO_RATES.get(stream, 2.0))
+        gen = GeneratorConfig(
+            stream=stream,
+            events=per_stream,
+            files=waves,
+            seed=seed,
+            rate=per_stream / (days * 86_400) if days else DEMO_RATES.get(stream, 2.0),
+        )
         # each wave the same span of event time in every stream (joined streams keep pace)
         span = per_stream / gen.rate / waves
         write_files(pending / stream, gen, generate_by_time(gen, span))  # one stream at a time
@@ -76,8 +81,11 @@ def land_and_stream(spark, cfg, events: int, waves: int, seed: int,
         for spec in registry().values():
             run_job(spark, cfg, spec)
         times["stream"] += time.monotonic() - t0
-        print(f"wave {wave + 1}/{waves}: ingest {times['ingest']:.0f}s, "
-              f"stream {times['stream']:.0f}s", flush=True)
+        print(
+            f"wave {wave + 1}/{waves}: ingest {times['ingest']:.0f}s, "
+            f"stream {times['stream']:.0f}s",
+            flush=True,
+        )
     return times
 
 
@@ -109,15 +117,21 @@ def compiled_nodes(cfg) -> list[dict]:
     """Every node dbt ran (in its order): kind, materialization, relation, SQL, dependencies."""
     target = cfg.paths.dbt / "target"
     manifest = json.loads((target / "manifest.json").read_text())["nodes"]
-    order = [r["unique_id"] for r in
-             json.loads((target / "run_results.json").read_text())["results"]]
+    order = [
+        r["unique_id"] for r in json.loads((target / "run_results.json").read_text())["results"]
+    ]
     ran = set(order)
-    return [{"id": uid, "kind": manifest[uid]["resource_type"],
-             "materialized": manifest[uid]["config"].get("materialized", ""),
-             "relation": manifest[uid].get("relation_name") or "",
-             "sql": manifest[uid]["compiled_code"],
-             "needs": {d for d in manifest[uid]["depends_on"]["nodes"] if d in ran}}
-            for uid in order]
+    return [
+        {
+            "id": uid,
+            "kind": manifest[uid]["resource_type"],
+            "materialized": manifest[uid]["config"].get("materialized", ""),
+            "relation": manifest[uid].get("relation_name") or "",
+            "sql": manifest[uid]["compiled_code"],
+            "needs": {d for d in manifest[uid]["depends_on"]["nodes"] if d in ran},
+        }
+        for uid in order
+    ]
 
 
 def _statement(spark, node) -> bool:
@@ -130,8 +144,9 @@ def _statement(spark, node) -> bool:
     elif node["materialized"] == "incremental":
         spark.sql(f"insert into {relation} {sql}")
     elif node["materialized"] == "recon_partitions":  # a full build: the whole table
-        spark.sql(f"create or replace table {relation} using delta partitioned by (recon_date) "
-                  f"as {sql}")
+        spark.sql(
+            f"create or replace table {relation} using delta partitioned by (recon_date) as {sql}"
+        )
     else:
         spark.sql(f"create or replace table {relation} using delta as {sql}")
     return False
@@ -148,7 +163,7 @@ def plain_sql(spark, nodes: list[dict], threads: int) -> tuple[float, int]:
     failing = 0
     with ThreadPoolExecutor(max_workers=threads) as pool:
         while waiting or running:
-            for node in [n for n in waiting if n["needs"] <= done][:threads - len(running)]:
+            for node in [n for n in waiting if n["needs"] <= done][: threads - len(running)]:
                 waiting.remove(node)
                 running[pool.submit(_statement, spark, node)] = node["id"]
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -163,8 +178,9 @@ def recon_classes(spark) -> dict[tuple[str, str], int]:
 
     counts = {}
     for job in reconciled_jobs():
-        for row in spark.sql(f"select recon_class, count(*) from recon.recon_{job} "
-                             "group by recon_class").collect():
+        for row in spark.sql(
+            f"select recon_class, count(*) from recon.recon_{job} group by recon_class"
+        ).collect():
             counts[(job, row[0])] = row[1]
     return counts
 
@@ -177,14 +193,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs; the order alternates")
     parser.add_argument("--data-root", help="reuse a data root kept by an earlier --keep run")
     parser.add_argument("--keep", action="store_true", help="keep the data root")
-    parser.add_argument("--days", type=float, default=0.0,
-                        help="spread each stream over this many days of event time")
-    parser.add_argument("--setup-only", action="store_true",
-                        help="land and stream, keep the data root, time nothing")
-    parser.add_argument("--serial", action="store_true",
-                        help="also time the plain SQL on one thread")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="dbt's and the plain run's threads (default: dbt's profile)")
+    parser.add_argument(
+        "--days",
+        type=float,
+        default=0.0,
+        help="spread each stream over this many days of event time",
+    )
+    parser.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="land and stream, keep the data root, time nothing",
+    )
+    parser.add_argument(
+        "--serial", action="store_true", help="also time the plain SQL on one thread"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="dbt's and the plain run's threads (default: dbt's profile)",
+    )
     args = parser.parse_args(argv)
 
     reuse = bool(args.data_root)
@@ -196,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     spark = get_spark(cfg, hive_metastore=True)  # dbt-spark's session method reuses it
-    phases = {} if reuse else land_and_stream(spark, cfg, args.events, args.waves, args.seed,
-                                              args.days)
+    phases = (
+        {} if reuse else land_and_stream(spark, cfg, args.events, args.waves, args.seed, args.days)
+    )
     if args.setup_only:
         print(f"setup: {phases}; data root kept: {root}")
         spark.stop()
@@ -227,21 +256,31 @@ def main(argv: list[str] | None = None) -> int:
         serial_s = plain_sql(spark, compiled_nodes(cfg), 1)[0] if args.serial else None
         order = "plain, then dbt" if plain_first and args.repeat > 1 else "dbt, then plain"
         runs.append((wall, nodes, parallel_s, serial_s, failing, same, order))
-        print(f"run {attempt + 1} ({order}): dbt build {wall:.1f}s ({nodes} nodes, {in_sql:.1f}s "
-              f"of node SQL over {threads} threads), plain Spark SQL {parallel_s:.1f}s, "
-              f"same classes: {same}", flush=True)
+        print(
+            f"run {attempt + 1} ({order}): dbt build {wall:.1f}s ({nodes} nodes, {in_sql:.1f}s "
+            f"of node SQL over {threads} threads), plain Spark SQL {parallel_s:.1f}s, "
+            f"same classes: {same}",
+            flush=True,
+        )
 
     compared = sum(dbt_counts.values())
-    unexplained = sum(n for (_, c), n in dbt_counts.items()
-                      if c in ("value_mismatch", "missing_in_stream", "missing_in_batch"))
+    unexplained = sum(
+        n
+        for (_, c), n in dbt_counts.items()
+        if c in ("value_mismatch", "missing_in_stream", "missing_in_batch")
+    )
     lines = [
         f"{sum(bronze.values()):,} valid bronze rows "
         f"({', '.join(f'{s} {n:,}' for s, n in bronze.items())}), {len(gold)} jobs, "
         f"{sum(gold.values()):,} gold rows, {compared:,} recon rows ({unexplained} unexplained), "
         f"{runs[0][1]} dbt nodes (models and tests); `local[2]`, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, Spark {spark.version}."
-        + (f" Setup: generate {phases['generate']:.0f}s, ingest {phases['ingest']:.0f}s, "
-           f"stream {phases['stream']:.0f}s." if phases else ""),
+        + (
+            f" Setup: generate {phases['generate']:.0f}s, ingest {phases['ingest']:.0f}s, "
+            f"stream {phases['stream']:.0f}s."
+            if phases
+            else ""
+        ),
         "",
         "| run | order | dbt build (s) | plain Spark SQL (s) | ratio dbt / plain "
         "| plain Spark SQL, 1 thread (s) | same recon classes |",
@@ -249,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for i, (wall, _, parallel_s, serial_s, failing, same, order) in enumerate(runs, 1):
         serial = f"{serial_s:.1f}" if serial_s is not None else "-"
-        lines.append(f"| {i} | {order} | {wall:.1f} | {parallel_s:.1f} | {wall / parallel_s:.2f} "
-                     f"| {serial} | {'yes' if same else 'NO'} |")
+        lines.append(
+            f"| {i} | {order} | {wall:.1f} | {parallel_s:.1f} | {wall / parallel_s:.2f} "
+            f"| {serial} | {'yes' if same else 'NO'} |"
+        )
     print("\n".join(lines))
     spark.stop()
     if not args.keep and not reuse:

@@ -51,10 +51,16 @@ def builtin_window(events: DataFrame, *, window: str, slide: str, watermark: str
     """The same query with Spark's sliding window(): one output row per non-empty window."""
     # the same deduplication as the job's: of the FAILED transactions only (JobSpec.reads)
     failed = dedup_within_watermark(events, "event_time", watermark, reads="status = 'FAILED'")
-    return (failed.groupBy("user_id", F.window("event_time", window, slide).alias("w"))
-            .agg(F.count(F.lit(1)).alias("failed_count"))
-            .select("user_id", F.col("w.start").alias("window_start"),
-                    F.col("w.end").alias("window_end"), "failed_count"))
+    return (
+        failed.groupBy("user_id", F.window("event_time", window, slide).alias("w"))
+        .agg(F.count(F.lit(1)).alias("failed_count"))
+        .select(
+            "user_id",
+            F.col("w.start").alias("window_start"),
+            F.col("w.end").alias("window_end"),
+            "failed_count",
+        )
+    )
 
 
 def expand_change_points(points: DataFrame, slide_s: int, watermark) -> DataFrame:
@@ -64,19 +70,34 @@ def expand_change_points(points: DataFrame, slide_s: int, watermark) -> DataFram
     until = F.coalesce(nxt, F.lit(watermark).cast("timestamp") + step)
     width = F.col("window_end") - F.col("window_start")
     # the next change point ends a row's span, including a fall to 0: lead before filtering
-    return (points.withColumn("until", until)
-            .where("failed_count > 0")
-            .select("user_id", "failed_count", width.alias("width"),
-                    F.explode(F.sequence("window_end", F.col("until") - step, step)).alias("end"))
-            .select("user_id", (F.col("end") - F.col("width")).alias("window_start"),
-                    F.col("end").alias("window_end"), "failed_count"))
+    return (
+        points.withColumn("until", until)
+        .where("failed_count > 0")
+        .select(
+            "user_id",
+            "failed_count",
+            width.alias("width"),
+            F.explode(F.sequence("window_end", F.col("until") - step, step)).alias("end"),
+        )
+        .select(
+            "user_id",
+            (F.col("end") - F.col("width")).alias("window_start"),
+            F.col("end").alias("window_end"),
+            "failed_count",
+        )
+    )
 
 
 def peak_state(spark, cfg: TidemarkConfig, job: str) -> dict[str, tuple[int, int]]:
     """Per stateful operator: the peak rows and memory bytes over the job's batches."""
-    ops = (read_table(spark, cfg.paths.table("ops", "stream_progress"))
-           .where(f"job = '{job}'").select(F.explode("state_operators").alias("op"))
-           .groupBy("op.operator").agg(F.max("op.rows"), F.max("op.memory_bytes")).collect())
+    ops = (
+        read_table(spark, cfg.paths.table("ops", "stream_progress"))
+        .where(f"job = '{job}'")
+        .select(F.explode("state_operators").alias("op"))
+        .groupBy("op.operator")
+        .agg(F.max("op.rows"), F.max("op.memory_bytes"))
+        .collect()
+    )
     return {r[0]: (int(r[1] or 0), int(r[2] or 0)) for r in ops}
 
 
@@ -94,18 +115,25 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_spark(cfg)
     job = get_job("failed_txn_velocity")
     queries = {
-        "builtin 60s/5s": replace(job, name="bench_builtin_60s", build=builtin_window,
-                                  params={"window": "60 seconds", "slide": "5 seconds"}),
-        "panes 60s/5s": replace(job, name="bench_panes_60s",
-                                params={"window": "60 seconds", "slide": "5 seconds"}),
+        "builtin 60s/5s": replace(
+            job,
+            name="bench_builtin_60s",
+            build=builtin_window,
+            params={"window": "60 seconds", "slide": "5 seconds"},
+        ),
+        "panes 60s/5s": replace(
+            job, name="bench_panes_60s", params={"window": "60 seconds", "slide": "5 seconds"}
+        ),
         "panes 24h/5s": replace(job, name="bench_panes_24h"),
     }
-    gen = GeneratorConfig(stream="transactions", events=args.events, files=args.waves,
-                          seed=args.seed)
+    gen = GeneratorConfig(
+        stream="transactions", events=args.events, files=args.waves, seed=args.seed
+    )
     started = time.monotonic()
     files = generate(gen)
-    print(f"generated {sum(map(len, files)):,} lines in {time.monotonic() - started:.0f}s",
-          flush=True)
+    print(
+        f"generated {sum(map(len, files)):,} lines in {time.monotonic() - started:.0f}s", flush=True
+    )
 
     seconds = dict.fromkeys(queries, 0.0)
     rows_in = dict.fromkeys(queries, 0)
@@ -120,13 +148,20 @@ def main(argv: list[str] | None = None) -> int:
             metrics = run_job(spark, cfg, spec)
             seconds[label] += time.monotonic() - t0
             rows_in[label] += metrics.input_rows
-        print(f"wave {wave + 1}/{args.waves}: " + ", ".join(
-            f"{label} {seconds[label]:.0f}s" for label in queries), flush=True)
+        print(
+            f"wave {wave + 1}/{args.waves}: "
+            + ", ".join(f"{label} {seconds[label]:.0f}s" for label in queries),
+            flush=True,
+        )
 
     builtin = read_table(spark, cfg.paths.table("gold", "bench_builtin_60s"))
     panes = read_table(spark, cfg.paths.table("gold", "bench_panes_60s"))
-    watermark = (read_table(spark, cfg.paths.table("ops", "stream_progress"))
-                 .where("job = 'bench_panes_60s'").agg(F.max("watermark")).collect()[0][0])
+    watermark = (
+        read_table(spark, cfg.paths.table("ops", "stream_progress"))
+        .where("job = 'bench_panes_60s'")
+        .agg(F.max("watermark"))
+        .collect()[0][0]
+    )
     expanded = expand_change_points(panes, 5, watermark)
     differ = (builtin.exceptAll(expanded).count(), expanded.exceptAll(builtin).count())
     equal = differ == (0, 0)
@@ -150,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(
             f"| {label} | {rows_in[label]:,} | {seconds[label]:.1f} | "
             f"{rows_in[label] / seconds[label]:,.0f} | {out:,} | {window_rows:,} | "
-            f"{window_bytes / 1e6:.1f} | {dedup[0]:,} |")
+            f"{window_bytes / 1e6:.1f} | {dedup[0]:,} |"
+        )
     ratio = seconds["builtin 60s/5s"] / seconds["panes 60s/5s"]
     lines += [
         "",

@@ -45,8 +45,9 @@ group by device_id, window(event_time, '10 minutes', '5 minutes')
 
 def dbt(*args: str) -> tuple[float, str]:
     started = time.monotonic()
-    done = subprocess.run([str(Path(sys.executable).with_name("tidemark-dbt")), *args],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tidemark-dbt")), *args], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"tidemark-dbt {' '.join(args)} failed:\n{done.stdout[-4000:]}")
     return time.monotonic() - started, done.stderr
@@ -59,9 +60,14 @@ def readings(start: datetime, hours: int, per_hour: int, rng: random.Random, fir
         lines = []
         for _ in range(per_hour):
             at = start + timedelta(hours=hour, seconds=rng.uniform(0, 3600))
-            line = json.dumps({"event_id": f"m{n}", "device_id": f"d{rng.randrange(500)}",
-                               "value": round(rng.uniform(0, 100), 3),
-                               "event_time": at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"})
+            line = json.dumps(
+                {
+                    "event_id": f"m{n}",
+                    "device_id": f"d{rng.randrange(500)}",
+                    "value": round(rng.uniform(0, 100), 3),
+                    "event_time": at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+                }
+            )
             lines += [line, line] if rng.random() < 0.01 else [line]
             n += 1
         yield lines
@@ -118,8 +124,15 @@ def main(argv: list[str] | None = None) -> int:
 
     streamed_s = stream(list(enumerate(waves[:hours])))
     spark.stop()  # dbt's session target starts its own Spark, as a schedule's run does
-    select = ("build", "--exclude-resource-type", "unit_test", "--select",
-              *(f"+recon_{j}" for j in JOBS), "+int_late_events", "recon_positions")
+    select = (
+        "build",
+        "--exclude-resource-type",
+        "unit_test",
+        "--select",
+        *(f"+recon_{j}" for j in JOBS),
+        "+int_late_events",
+        "recon_positions",
+    )
     first_s, first_scope = dbt(*select)
     spark = get_spark(cfg)
     wave_s = stream([(hours, waves[hours])])
@@ -128,27 +141,36 @@ def main(argv: list[str] | None = None) -> int:
     quiet_s, quiet_scope = dbt(*select)
 
     def scope(text: str) -> dict:
-        return {line.split(": ", 2)[1]: line.split(": ", 2)[2] for line in text.splitlines()
-                if line.startswith("tidemark-dbt: ") and line.split(": ", 2)[1] in JOBS}
+        return {
+            line.split(": ", 2)[1]: line.split(": ", 2)[2]
+            for line in text.splitlines()
+            if line.startswith("tidemark-dbt: ") and line.split(": ", 2)[1] in JOBS
+        }
 
     events = sum(len(w) for w in waves)
     figures = {
         "date": datetime.now().strftime("%Y-%m-%d"),
         "command": "tools/benchmarks/user_recon.py " + " ".join(argv or sys.argv[1:]),
-        "events": events, "days": args.days, "jobs": list(JOBS),
-        "streamed_seconds": round(streamed_s, 1), "wave_streamed_seconds": round(wave_s, 1),
+        "events": events,
+        "days": args.days,
+        "jobs": list(JOBS),
+        "streamed_seconds": round(streamed_s, 1),
+        "wave_streamed_seconds": round(wave_s, 1),
         "first_reconciliation_seconds": round(first_s, 1),
         "second_reconciliation_seconds": round(second_s, 1),
         "nothing_new_reconciliation_seconds": round(quiet_s, 1),
-        "first_scope": scope(first_scope), "second_scope": scope(second_scope),
+        "first_scope": scope(first_scope),
+        "second_scope": scope(second_scope),
         "nothing_new_scope": scope(quiet_scope),
     }
     out = Path(args.results) if args.results else root / "user_recon.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
-    print(f"| {events:,} events, {args.days} days, 3 jobs | first {first_s:.1f} s | after one "
-          f"more hour {second_s:.1f} s ({second_s / first_s:.0%}) | nothing new {quiet_s:.1f} s |")
+    print(
+        f"| {events:,} events, {args.days} days, 3 jobs | first {first_s:.1f} s | after one "
+        f"more hour {second_s:.1f} s ({second_s / first_s:.0%}) | nothing new {quiet_s:.1f} s |"
+    )
     return 0
 
 

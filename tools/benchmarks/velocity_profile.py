@@ -50,9 +50,12 @@ FAILED = "status = 'FAILED'"
 
 def as_output(rows: DataFrame) -> DataFrame:
     """FAILED rows in the job's output schema: one 'change point' per event, no state."""
-    return rows.select("user_id", F.col("event_time").alias("window_start"),
-                       F.col("event_time").alias("window_end"),
-                       F.lit(1).cast("long").alias("failed_count"))
+    return rows.select(
+        "user_id",
+        F.col("event_time").alias("window_start"),
+        F.col("event_time").alias("window_end"),
+        F.lit(1).cast("long").alias("failed_count"),
+    )
 
 
 def scan(events: DataFrame, *, window: str, slide: str, watermark: str) -> DataFrame:
@@ -73,17 +76,28 @@ def dedup_collapsed(events: DataFrame, *, window: str, slide: str, watermark: st
     return as_output(keyed.dropDuplicatesWithinWatermark(["dedup_key"]).where(FAILED))
 
 
-def job_deduplicating_all(events: DataFrame, *, window: str, slide: str,
-                          watermark: str) -> DataFrame:
+def job_deduplicating_all(
+    events: DataFrame, *, window: str, slide: str, watermark: str
+) -> DataFrame:
     """The job as it was before ``reads``: every transaction deduplicated, then FAILED kept."""
-    return sliding_counts(dedup_within_watermark(events, "event_time", watermark).where(FAILED),
-                          key="user_id", event_time="event_time", size=window, slide=slide,
-                          count_col="failed_count")
+    return sliding_counts(
+        dedup_within_watermark(events, "event_time", watermark).where(FAILED),
+        key="user_id",
+        event_time="event_time",
+        size=window,
+        slide=slide,
+        count_col="failed_count",
+    )
 
 
-STEPS = {"scan": scan, "dedup all": dedup_all, "dedup failed": dedup_failed,
-         "dedup collapsed": dedup_collapsed,
-         "job, dedup all (before)": job_deduplicating_all, "job": None}
+STEPS = {
+    "scan": scan,
+    "dedup all": dedup_all,
+    "dedup failed": dedup_failed,
+    "dedup collapsed": dedup_collapsed,
+    "job, dedup all (before)": job_deduplicating_all,
+    "job": None,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,16 +127,24 @@ def main(argv: list[str] | None = None) -> int:
     for attempt in range(args.repeat):
         for step, build in STEPS.items():
             name = "".join(c if c.isalnum() else "_" for c in step)
-            spec = replace(job, name=f"velocity_{name}_{attempt}",
-                           build=build or job.build)
+            spec = replace(job, name=f"velocity_{name}_{attempt}", build=build or job.build)
             t0 = time.monotonic()
             m = run_job(spark, cfg, spec)
             seconds = time.monotonic() - t0
-            runs[step].append({"seconds": seconds, "input_rows": m.input_rows,
-                               "output_rows": m.output_rows, "state_rows": m.state_rows,
-                               "late_rows_dropped": m.late_rows_dropped})
-            print(f"{step} ({attempt + 1}/{args.repeat}): {seconds:.1f}s, "
-                  f"{m.input_rows:,} rows in, {m.output_rows:,} out", flush=True)
+            runs[step].append(
+                {
+                    "seconds": seconds,
+                    "input_rows": m.input_rows,
+                    "output_rows": m.output_rows,
+                    "state_rows": m.state_rows,
+                    "late_rows_dropped": m.late_rows_dropped,
+                }
+            )
+            print(
+                f"{step} ({attempt + 1}/{args.repeat}): {seconds:.1f}s, "
+                f"{m.input_rows:,} rows in, {m.output_rows:,} out",
+                flush=True,
+            )
 
     best = {step: min(r, key=lambda x: x["seconds"]) for step, r in runs.items()}
     lines = [
@@ -136,16 +158,25 @@ def main(argv: list[str] | None = None) -> int:
     before = None
     for step, r in best.items():
         added = "" if before is None else f"{r['seconds'] - before:+.1f}"
-        lines.append(f"| {step} | {r['seconds']:.1f} | {r['input_rows'] / r['seconds']:,.0f} "
-                     f"| {added} | {r['output_rows']:,} | {r['state_rows']:,} |")
+        lines.append(
+            f"| {step} | {r['seconds']:.1f} | {r['input_rows'] / r['seconds']:,.0f} "
+            f"| {added} | {r['output_rows']:,} | {r['state_rows']:,} |"
+        )
         if step == "scan":
             before = r["seconds"]
     table = "\n".join(lines)
     print(table)
     if args.results:
-        Path(args.results).write_text(json.dumps(
-            {"command": f"velocity_profile.py --events {args.events} --repeat {args.repeat}",
-             "ingest_s": ingest_s, "runs": runs}, indent=1))
+        Path(args.results).write_text(
+            json.dumps(
+                {
+                    "command": f"velocity_profile.py --events {args.events} --repeat {args.repeat}",
+                    "ingest_s": ingest_s,
+                    "runs": runs,
+                },
+                indent=1,
+            )
+        )
     spark.stop()
     shutil.rmtree(root, ignore_errors=True)
     return 0

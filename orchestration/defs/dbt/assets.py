@@ -22,10 +22,13 @@ from orchestration.concurrency import CONTINUOUS_TAG, RECON_TAG
 from orchestration.dbt_models import ensure_manifest, reconciled_jobs
 from orchestration.dbt_vars import dbt_vars
 from orchestration.project import dbt_project
-from orchestration.recon_partitions import (RECON_MODE_TAG, partitions_def, recomputed_from,
-                                            run_scope)
-from orchestration.recon_report import (recon_counts, recon_metadata, run_metadata,
-                                         summary_metadata)
+from orchestration.recon_partitions import (
+    RECON_MODE_TAG,
+    partitions_def,
+    recomputed_from,
+    run_scope,
+)
+from orchestration.recon_report import recon_counts, recon_metadata, run_metadata, summary_metadata
 from orchestration.recon_scope import left_out
 from orchestration.resources import TidemarkResource
 
@@ -46,15 +49,18 @@ def reconcile_on_update() -> dg.AutomationCondition:
     # and one still running (or one that failed half way) has built some of them only; a run
     # requested on those would rebuild a recon model without its batch model, or the summary
     # from half a reconciliation (seen in the soak: recon_summary rows with unexplained rows).
-    updated = (ac.newly_updated() & ~ac.executed_with_root_target()
-               & ~ac.all_new_updates_have_run_tags(tag_keys={CONTINUOUS_TAG})
-               & ~ac.all_new_updates_have_run_tags(tag_keys={RECON_TAG})
-               ).with_label("updated_outside_continuous_runs_and_reconciliations")
+    updated = (
+        ac.newly_updated()
+        & ~ac.executed_with_root_target()
+        & ~ac.all_new_updates_have_run_tags(tag_keys={CONTINUOUS_TAG})
+        & ~ac.all_new_updates_have_run_tags(tag_keys={RECON_TAG})
+    ).with_label("updated_outside_continuous_runs_and_reconciliations")
     return (
         ac.in_latest_time_window()
-        & (ac.newly_missing()
-           | ac.any_deps_match(updated | ac.will_be_requested()).with_label("any_deps_updated")
-           ).since_last_handled()
+        & (
+            ac.newly_missing()
+            | ac.any_deps_match(updated | ac.will_be_requested()).with_label("any_deps_updated")
+        ).since_last_handled()
         & ~ac.any_deps_missing()
         & ~ac.any_deps_in_progress()
         & ~ac.in_progress()
@@ -90,7 +96,8 @@ class TidemarkTranslator(DagsterDbtTranslator):
         # never materialized by a run: neither may count as a missing dependency that holds
         # everything back.
         return reconcile_on_update().ignore(
-            dg.AssetSelection.keys(keys.STREAM_PROGRESS, keys.STREAM_LATE_ROWS))
+            dg.AssetSelection.keys(keys.STREAM_PROGRESS, keys.STREAM_LATE_ROWS)
+        )
 
     def get_asset_check_spec(self, asset_spec, manifest, unique_id, project):
         # A dbt test runs in the run that builds its model. Automation requests assets only,
@@ -99,8 +106,9 @@ class TidemarkTranslator(DagsterDbtTranslator):
         spec = super().get_asset_check_spec(asset_spec, manifest, unique_id, project)
         if spec is None:
             return None
-        return spec._replace(automation_condition=with_its_asset(),
-                             partitions_def=self.partitions_def)
+        return spec._replace(
+            automation_condition=with_its_asset(), partitions_def=self.partitions_def
+        )
 
 
 def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
@@ -109,35 +117,56 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
 
     daily = partitions_def(cfg)
 
-    @dbt_assets(manifest=manifest, project=dbt_project(cfg), name="tidemark_dbt",
-                dagster_dbt_translator=TidemarkTranslator(daily), partitions_def=daily)
-    def tidemark_dbt(context: dg.AssetExecutionContext, dbt: DbtCliResource,
-                     tidemark: TidemarkResource):
+    @dbt_assets(
+        manifest=manifest,
+        project=dbt_project(cfg),
+        name="tidemark_dbt",
+        dagster_dbt_translator=TidemarkTranslator(daily),
+        partitions_def=daily,
+    )
+    def tidemark_dbt(
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, tidemark: TidemarkResource
+    ):
         run_cfg = tidemark.config()
         # The jobs' parameters and the streams' position, pinned for the whole build; the
         # days each job recomputes: what its new events change, from the first of the run's
         # partitions at least, or all of them (recon_partitions.run_scope)
-        full, partitions_from = run_scope(context.run.tags.get(RECON_MODE_TAG),
-                                          context.partition_key_range.start,
-                                          daily.get_first_partition_key())
+        full, partitions_from = run_scope(
+            context.run.tags.get(RECON_MODE_TAG),
+            context.partition_key_range.start,
+            daily.get_first_partition_key(),
+        )
         variables = dbt_vars(jobs, run_cfg, full, partitions_from)
-        context.log.info(f"dbt vars: progress_version {variables.get('progress_version')}, "
-                         f"gold_versions {variables.get('gold_versions')}")
-        context.log.info("reconciliation scope: " + "; ".join(
-            f"{job} {why}" for job, why in variables.get("recon_reasons", {}).items()))
+        context.log.info(
+            f"dbt vars: progress_version {variables.get('progress_version')}, "
+            f"gold_versions {variables.get('gold_versions')}"
+        )
+        context.log.info(
+            "reconciliation scope: "
+            + "; ".join(f"{job} {why}" for job, why in variables.get("recon_reasons", {}).items())
+        )
         target = run_cfg.paths.dbt / "target" / f"run-{context.run.run_id[:8]}"
         # tidemark-dbt takes the run's data root first and picks the SQL endpoint when it runs
         # dbt's unit tests check the models' SQL on fixed rows: CI runs them (and `make dbt
         # ARGS=build`), a scheduled reconciliation need not pay for them every time
-        args = ["--data-root", str(run_cfg.data_root), "--dagster-run-id", context.run.run_id,
-                "build", "--exclude-resource-type",
-                "unit_test", "--vars", json.dumps(variables)]
+        args = [
+            "--data-root",
+            str(run_cfg.data_root),
+            "--dagster-run-id",
+            context.run.run_id,
+            "build",
+            "--exclude-resource-type",
+            "unit_test",
+            "--vars",
+            json.dumps(variables),
+        ]
         # the jobs nothing new reached: their models and checks are left out (dagster-dbt
         # folds this --exclude into the run's selection); their tables are what they were
         skipped = left_out(variables)
         if skipped:
-            context.log.info(f"left out, nothing new since the last reconciliation: "
-                             f"{', '.join(skipped)}")
+            context.log.info(
+                f"left out, nothing new since the last reconciliation: {', '.join(skipped)}"
+            )
             args += ["--exclude", " ".join(skipped)]
         invocation = dbt.cli(args, context=context, target_path=target, raise_on_error=False)
         summarized = False
@@ -151,15 +180,20 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
                 elif key.path[0] == "recon" and job in jobs:
                     # the recon table was just built: its classes, plotted run after run
                     counts = recon_counts(run_cfg, job)
-                    event = event.with_metadata({
-                        **event.metadata, **recon_metadata(counts),
-                        "recomputed_from": recomputed_from(variables, job)})
+                    event = event.with_metadata(
+                        {
+                            **event.metadata,
+                            **recon_metadata(counts),
+                            "recomputed_from": recomputed_from(variables, job),
+                        }
+                    )
             yield event
         if keys.RECON_SUMMARY in context.selected_asset_keys and not summarized:
             # dbt skipped the summary (a blocking check failed, or a model upstream): the run's
             # outcome, which tidemark-dbt recorded in ops/recon_runs, is shown on it all the same
-            yield dg.AssetObservation(asset_key=keys.RECON_SUMMARY,
-                                      metadata=run_metadata(recon_runs.status(run_cfg)))
+            yield dg.AssetObservation(
+                asset_key=keys.RECON_SUMMARY, metadata=run_metadata(recon_runs.status(run_cfg))
+            )
         error = invocation.get_error()
         if error is not None:
             raise error

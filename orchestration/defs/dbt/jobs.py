@@ -6,10 +6,13 @@ from orchestration.concurrency import RECON_TAG
 from orchestration.defs.dbt.assets import RECON_GROUP
 
 reconciliation_job = dg.define_asset_job(
-    "reconciliation_job", selection=dg.AssetSelection.groups(RECON_GROUP),
-    executor_def=dg.in_process_executor, tags={RECON_TAG: "1"},
+    "reconciliation_job",
+    selection=dg.AssetSelection.groups(RECON_GROUP),
+    executor_def=dg.in_process_executor,
+    tags={RECON_TAG: "1"},
     description="Recompute every job's aggregates in batch with dbt and reconcile them with "
-                "what the streams wrote (no streaming; through the SQL endpoint when it runs).")
+    "what the streams wrote (no streaming; through the SQL endpoint when it runs).",
+)
 
 
 @dg.definitions

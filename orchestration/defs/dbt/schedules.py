@@ -16,19 +16,26 @@ from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG, latest_p
 
 
 def reconciliation_schedule(cfg: TidemarkConfig) -> dg.ScheduleDefinition:
-    @dg.schedule(name="reconciliation_schedule", job_name="reconciliation_job",
-                 cron_schedule=cfg.recon_cron, execution_timezone="UTC",
-                 default_status=dg.DefaultScheduleStatus.RUNNING,
-                 description=f"Reconcile every streamed table with its batch recomputation "
-                             f"({cfg.recon_cron}); skips a tick while one is still running.")
+    @dg.schedule(
+        name="reconciliation_schedule",
+        job_name="reconciliation_job",
+        cron_schedule=cfg.recon_cron,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Reconcile every streamed table with its batch recomputation "
+        f"({cfg.recon_cron}); skips a tick while one is still running.",
+    )
     def _reconciliation_schedule(context: dg.ScheduleEvaluationContext):
         busy = run_in_flight(context.instance, tags={RECON_TAG: "1"})
         if busy is not None:
-            return dg.SkipReason(f"reconciliation run {busy.run_id[:8]} is still "
-                                 f"{busy.status.value.lower()}; this tick is skipped")
+            return dg.SkipReason(
+                f"reconciliation run {busy.run_id[:8]} is still "
+                f"{busy.status.value.lower()}; this tick is skipped"
+            )
         # incremental: what new events change; labelled with today's partition
-        return dg.RunRequest(partition_key=latest_partition(cfg),
-                             tags={RECON_TAG: "1", RECON_MODE_TAG: INCREMENTAL})
+        return dg.RunRequest(
+            partition_key=latest_partition(cfg), tags={RECON_TAG: "1", RECON_MODE_TAG: INCREMENTAL}
+        )
 
     return _reconciliation_schedule
 

@@ -17,7 +17,8 @@ reconcile_on_update_sensor = dg.AutomationConditionSensorDefinition(
     run_tags={RECON_TAG: "1", RECON_MODE_TAG: INCREMENTAL},
     minimum_interval_seconds=30,
     description="Reconciles after an incremental run updated a gold or bronze table (the dbt "
-                "assets' reconcile_on_update condition).")
+    "assets' reconcile_on_update condition).",
+)
 
 
 @dg.definitions

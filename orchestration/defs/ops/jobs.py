@@ -35,30 +35,41 @@ class RecoverConfig(dg.Config):
 
 
 @dg.op(out={}, description="Restore a job's latest savepoint, then run it until it has caught up.")
-def recover(context: dg.OpExecutionContext, config: RecoverConfig,
-            pyspark: TidemarkSparkResource, tidemark: TidemarkResource):
+def recover(
+    context: dg.OpExecutionContext,
+    config: RecoverConfig,
+    pyspark: TidemarkSparkResource,
+    tidemark: TidemarkResource,
+):
     cfg = tidemark.config()
     spec = get_job(config.job)
     spark = pyspark.spark_session
     holder = f"Dagster run {context.run_id} (recovery)"
     if config.restore:
         point = savepoints.restore(spark, cfg, spec.name, holder=holder)
-        context.log.info(f"{spec.name}: restored savepoint {point.path.name} (batch "
-                         f"{point.batch_id}, gold version {point.gold_version})")
+        context.log.info(
+            f"{spec.name}: restored savepoint {point.path.name} (batch "
+            f"{point.batch_id}, gold version {point.gold_version})"
+        )
     for source in spec.sources:
         run_bronze(spark, cfg, source, holder=holder)
     metrics = run_job(spark, cfg, spec, holder=holder)
-    context.log.info(f"{spec.name}: caught up to batch {metrics.checkpoint_batch_id} "
-                     f"({metrics.input_rows} rows replayed)")
+    context.log.info(
+        f"{spec.name}: caught up to batch {metrics.checkpoint_batch_id} "
+        f"({metrics.input_rows} rows replayed)"
+    )
     yield dg.AssetMaterialization(
         asset_key=keys.gold(spec.name),
         description="recovered" + (" from a savepoint" if config.restore else " by a re-run"),
-        metadata=run_metadata(metrics, str(cfg.paths.table("gold", spec.name))))
+        metadata=run_metadata(metrics, str(cfg.paths.table("gold", spec.name))),
+    )
 
 
-@dg.job(executor_def=dg.in_process_executor,
-        description="Restore a job's latest savepoint and catch it up (requested by "
-                    "checkpoint_health_sensor).")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Restore a job's latest savepoint and catch it up (requested by "
+    "checkpoint_health_sensor).",
+)
 def recovery_job():
     recover()
 
@@ -68,33 +79,41 @@ class SavepointConfig(dg.Config):
 
 
 @dg.op(out={}, description="Take a savepoint of every job, running or not.")
-def take_savepoints(context: dg.OpExecutionContext, config: SavepointConfig,
-                    tidemark: TidemarkResource):
+def take_savepoints(
+    context: dg.OpExecutionContext, config: SavepointConfig, tidemark: TidemarkResource
+):
     cfg = tidemark.config()
     names = config.jobs or list(registry())
-    results = savepoints.take_all(cfg, names, keep=cfg.ops.savepoints_keep,
-                                  holder=f"Dagster run {context.run_id} (savepoint)")
+    results = savepoints.take_all(
+        cfg, names, keep=cfg.ops.savepoints_keep, holder=f"Dagster run {context.run_id} (savepoint)"
+    )
     for name, result in results.items():
         if isinstance(result, savepoints.Savepoint):
             context.log.info(f"{name}: savepoint {result.path.name} (batch {result.batch_id})")
         else:
             context.log.warning(f"{name}: no savepoint this time: {result}")
     taken = [n for n, r in results.items() if isinstance(r, savepoints.Savepoint)]
-    context.log.info(f"savepoints taken: {', '.join(taken) or 'none'}; not taken: "
-                     f"{', '.join(n for n in results if n not in taken) or 'none'}")
+    context.log.info(
+        f"savepoints taken: {', '.join(taken) or 'none'}; not taken: "
+        f"{', '.join(n for n in results if n not in taken) or 'none'}"
+    )
 
 
-@dg.job(executor_def=dg.in_process_executor,
-        description="Savepoint every job between batches; a continuous run takes its jobs' own.")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Savepoint every job between batches; a continuous run takes its jobs' own.",
+)
 def savepoint_job():
     take_savepoints()
 
 
-@dg.op(out={"report": dg.Out(dg.Nothing)},
-       description="Compact and VACUUM the lake, prune ops history, archive ingested landing "
-                   "files.")
-def maintain_lake(context: dg.OpExecutionContext, pyspark: TidemarkSparkResource,
-                  tidemark: TidemarkResource):
+@dg.op(
+    out={"report": dg.Out(dg.Nothing)},
+    description="Compact and VACUUM the lake, prune ops history, archive ingested landing files.",
+)
+def maintain_lake(
+    context: dg.OpExecutionContext, pyspark: TidemarkSparkResource, tidemark: TidemarkResource
+):
     cfg = tidemark.config()
     report = retention.maintain(pyspark.spark_session, cfg)
     metadata = {
@@ -106,16 +125,19 @@ def maintain_lake(context: dg.OpExecutionContext, pyspark: TidemarkSparkResource
     }
     if report.failed:
         raise dg.Failure(
-            description="maintenance: " + "; ".join(f"{s.target}: {s.detail}"
-                                                    for s in report.failed)
+            description="maintenance: "
+            + "; ".join(f"{s.target}: {s.detail}" for s in report.failed)
             + ". The other steps ran; fix the cause and the next run retries these.",
-            metadata=metadata)
+            metadata=metadata,
+        )
     yield dg.Output(None, "report", metadata=metadata)
 
 
-@dg.job(executor_def=dg.in_process_executor,
-        description="Retention: OPTIMIZE and VACUUM, ops pruning, landing archive "
-                    "(maintenance_schedule).")
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Retention: OPTIMIZE and VACUUM, ops pruning, landing archive "
+    "(maintenance_schedule).",
+)
 def maintenance_job():
     maintain_lake()
 

@@ -26,23 +26,34 @@ from streaming_jobs.registry import catalogue, registry
 
 from orchestration import keys
 from orchestration.concurrency import recovery_tags
-from orchestration.evaluations import (checkpoint_health, firing_kinds, open_level,
-                                       expectation_check_name, expectation_evaluation,
-                                       state_evaluation, sync_alerts,
-                                       sync_disk_space, sync_load_problems,
-                                       sync_setting_problems)
+from orchestration.evaluations import (
+    checkpoint_health,
+    firing_kinds,
+    open_level,
+    expectation_check_name,
+    expectation_evaluation,
+    state_evaluation,
+    sync_alerts,
+    sync_disk_space,
+    sync_load_problems,
+    sync_setting_problems,
+)
 from orchestration.overview import ops_observations
 from orchestration.resources import TidemarkResource
 
 
-@dg.sensor(name="checkpoint_health_sensor", job_name="recovery_job", minimum_interval_seconds=60,
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Per job: checkpoint files readable, batches committing, the query not "
-                       "failed, not falling behind, the watermark not in the future; per "
-                       "stream: ingestion healthy and every landing line accounted for; "
-                       "every job file loads, every setting is valid, the disk has room. "
-                       "Alerts, and restores a broken checkpoint from its latest savepoint "
-                       "(recovery_job).")
+@dg.sensor(
+    name="checkpoint_health_sensor",
+    job_name="recovery_job",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Per job: checkpoint files readable, batches committing, the query not "
+    "failed, not falling behind, the watermark not in the future; per "
+    "stream: ingestion healthy and every landing line accounted for; "
+    "every job file loads, every setting is valid, the disk has room. "
+    "Alerts, and restores a broken checkpoint from its latest savepoint "
+    "(recovery_job).",
+)
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     events, requests = [], []
@@ -55,30 +66,41 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         findings, evaluation = checkpoint_health(cfg, spec)
         events.append(evaluation)
         firing = firing_kinds(findings)
-        changes = sync_alerts(cfg, spec.name, "checkpoint", firing,
-                              "checkpoint healthy again", open_rows)
+        changes = sync_alerts(
+            cfg, spec.name, "checkpoint", firing, "checkpoint healthy again", open_rows
+        )
         if "checkpoint_corrupt" in firing:
             incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
-            requests.append(dg.RunRequest(
-                run_key=f"restore:{incident}",  # one restore per incident
-                job_name="recovery_job",
-                run_config={"ops": {"recover": {"config": {"job": spec.name, "restore": True}}}},
-                tags=recovery_tags(spec)))
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"restore:{incident}",  # one restore per incident
+                    job_name="recovery_job",
+                    run_config={
+                        "ops": {"recover": {"config": {"job": spec.name, "restore": True}}}
+                    },
+                    tags=recovery_tags(spec),
+                )
+            )
     for stream in found.streams:  # bronze ingestion: its checkpoint, and the landing contract
         query = query_name(stream)
         firing = firing_kinds(check(cfg, query) + account(cfg, stream).findings)
         sync_alerts(cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows)
     delivery = alerts.deliver(cfg)
-    context.log.info(f"checkpoint health: {len(requests)} restores requested; alerts sent "
-                     f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}")
+    context.log.info(
+        f"checkpoint health: {len(requests)} restores requested; alerts sent "
+        f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}"
+    )
     return dg.SensorResult(asset_events=events, run_requests=requests)
 
 
-@dg.sensor(name="state_size_sensor", minimum_interval_seconds=60,
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Per job and stateful operator: state rows, memory and disk against the "
-                       "job's thresholds (with hysteresis), and growth that will reach critical "
-                       "soon.")
+@dg.sensor(
+    name="state_size_sensor",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Per job and stateful operator: state rows, memory and disk against the "
+    "job's thresholds (with hysteresis), and growth that will reach critical "
+    "soon.",
+)
 def state_size_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     seen = json.loads(context.cursor or "{}")
@@ -92,13 +114,21 @@ def state_size_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkRes
         limits = spec.thresholds
         if seen.get(spec.name) != latest.batch_id:
             seen[spec.name] = latest.batch_id
-            events.append(dg.AssetObservation(asset_key=keys.gold(spec.name), metadata={
-                "state_rows": dg.MetadataValue.int(latest.rows),
-                "state_memory_bytes": dg.MetadataValue.int(latest.memory_bytes),
-                "state_disk_bytes": dg.MetadataValue.int(latest.disk_bytes),
-                "batch_id": dg.MetadataValue.int(latest.batch_id),
-                **{f"rows.{o.operator}": dg.MetadataValue.int(o.rows) for o in latest.operators},
-            }))
+            events.append(
+                dg.AssetObservation(
+                    asset_key=keys.gold(spec.name),
+                    metadata={
+                        "state_rows": dg.MetadataValue.int(latest.rows),
+                        "state_memory_bytes": dg.MetadataValue.int(latest.memory_bytes),
+                        "state_disk_bytes": dg.MetadataValue.int(latest.disk_bytes),
+                        "batch_id": dg.MetadataValue.int(latest.batch_id),
+                        **{
+                            f"rows.{o.operator}": dg.MetadataValue.int(o.rows)
+                            for o in latest.operators
+                        },
+                    },
+                )
+            )
         verdict, why = level(latest, limits, open_level(cfg, spec.name, open_rows))
         events.append(state_evaluation(cfg, spec, readings, (verdict, why)))
         firing = {}
@@ -106,41 +136,57 @@ def state_size_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkRes
             firing["state_size"] = (verdict, f"{spec.name}: {why}")
         trend = growth(readings, limits)
         horizon = cfg.ops.growth_horizon_hours
-        if verdict != "critical" and trend and trend.hours_to_critical is not None \
-                and trend.hours_to_critical <= horizon:
-            firing["state_growth"] = ("warning", (
-                f"{spec.name}: state grows {trend.rows_per_hour:,.0f} rows/h and reaches "
-                f"critical ({limits.critical_rows:,} rows) in {trend.hours_to_critical:.1f} h"))
+        if (
+            verdict != "critical"
+            and trend
+            and trend.hours_to_critical is not None
+            and trend.hours_to_critical <= horizon
+        ):
+            firing["state_growth"] = (
+                "warning",
+                (
+                    f"{spec.name}: state grows {trend.rows_per_hour:,.0f} rows/h and reaches "
+                    f"critical ({limits.critical_rows:,} rows) in {trend.hours_to_critical:.1f} h"
+                ),
+            )
         sync_alerts(cfg, spec.name, "state", firing, f"{spec.name}: {why}", open_rows)
     alerts.deliver(cfg)
     return dg.SensorResult(asset_events=events, cursor=json.dumps(seen, sort_keys=True))
 
 
-@dg.sensor(name="expectations_sensor", minimum_interval_seconds=60,
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Per declared expectation of a stream or a job: the rows failing it in "
-                       "each new batch (ops/expectations), as its expect_<name> check and as "
-                       "plotted observations of the asset.")
+@dg.sensor(
+    name="expectations_sensor",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Per declared expectation of a stream or a job: the rows failing it in "
+    "each new batch (ops/expectations), as its expect_<name> check and as "
+    "plotted observations of the asset.",
+)
 def expectations_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     seen = json.loads(context.cursor or "{}")
     found = catalogue()
     owners = [(keys.gold(n), n, spec.expectations) for n, spec in found.jobs.items()]
-    owners += [(keys.bronze(n), query_name(n), stream.expectations)
-               for n, stream in found.streams.items()]
+    owners += [
+        (keys.bronze(n), query_name(n), stream.expectations) for n, stream in found.streams.items()
+    ]
     # a rule added since the code location loaded has no check yet: reported after a reload
     repository = context.repository_def
     declared = set(repository.asset_graph.asset_check_keys) if repository else None
     events = []
     for asset_key, query, expectations in owners:
         if declared is not None:
-            expectations = [e for e in expectations if dg.AssetCheckKey(
-                asset_key, expectation_check_name(e)) in declared]
+            expectations = [
+                e
+                for e in expectations
+                if dg.AssetCheckKey(asset_key, expectation_check_name(e)) in declared
+            ]
         if not expectations:
             continue
         recorded = latest(cfg, query)
-        newest = max((str(r["recorded_at"]) for rows in recorded.values() for r in rows),
-                     default=None)
+        newest = max(
+            (str(r["recorded_at"]) for rows in recorded.values() for r in rows), default=None
+        )
         if newest is None or seen.get(query) == newest:
             continue
         seen[query] = newest
@@ -150,22 +196,33 @@ def expectations_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkR
             events.append(expectation_evaluation(asset_key, e, rows))
             if rows:
                 observed[f"expect.{e.name}.rows_failed"] = dg.MetadataValue.int(
-                    rows[-1]["rows_failed"])
+                    rows[-1]["rows_failed"]
+                )
         observed["expect.rows_checked"] = dg.MetadataValue.int(
-            max(rows[-1]["rows_checked"] for rows in recorded.values() if rows))
+            max(rows[-1]["rows_checked"] for rows in recorded.values() if rows)
+        )
         events.append(dg.AssetObservation(asset_key=asset_key, metadata=observed))
     return dg.SensorResult(asset_events=events, cursor=json.dumps(seen, sort_keys=True))
 
 
-@dg.sensor(name="ops_overview_sensor", minimum_interval_seconds=60,
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Every job in one place (ops/overview: state, watermark lag, last batch, "
-                       "reconciliation, open alerts) and the ops tables' own observations.")
+@dg.sensor(
+    name="ops_overview_sensor",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Every job in one place (ops/overview: state, watermark lag, last batch, "
+    "reconciliation, open alerts) and the ops tables' own observations.",
+)
 def ops_overview_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     return dg.SensorResult(asset_events=ops_observations(tidemark.config()))
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(sensors=[checkpoint_health_sensor, state_size_sensor,
-                                   expectations_sensor, ops_overview_sensor])
+    return dg.Definitions(
+        sensors=[
+            checkpoint_health_sensor,
+            state_size_sensor,
+            expectations_sensor,
+            ops_overview_sensor,
+        ]
+    )

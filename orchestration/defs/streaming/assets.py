@@ -22,14 +22,16 @@ from orchestration.metadata import run_metadata, state_markdown
 from orchestration.resources import TidemarkResource, TidemarkSparkResource
 
 STREAMING_GROUP = "streaming"
-BRONZE_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=30),
-                                                  warn_window=timedelta(minutes=10))
+BRONZE_FRESHNESS = dg.FreshnessPolicy.time_window(
+    fail_window=timedelta(minutes=30), warn_window=timedelta(minutes=10)
+)
 
 
 def job_freshness(spec: JobSpec) -> dg.FreshnessPolicy:
     warn, fail = spec.freshness_seconds
-    return dg.FreshnessPolicy.time_window(fail_window=timedelta(seconds=fail),
-                                          warn_window=timedelta(seconds=warn))
+    return dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(seconds=fail), warn_window=timedelta(seconds=warn)
+    )
 
 
 def bronze_asset(stream: str) -> dg.AssetsDefinition:
@@ -39,13 +41,14 @@ def bronze_asset(stream: str) -> dg.AssetsDefinition:
         kinds={"spark", "delta"},
         freshness_policy=BRONZE_FRESHNESS,
         description=f"Landing JSON lines of {stream} ingested into Delta (malformed lines go to "
-                    f"quarantine/{stream} with their reason). Exactly-once across restarts.",
+        f"quarantine/{stream} with their reason). Exactly-once across restarts.",
     )
     def _bronze(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> dg.MaterializeResult:
         cfg = tidemark.config()
         metrics = run_bronze(pyspark.spark_session, cfg, stream)
         return dg.MaterializeResult(
-            metadata=run_metadata(metrics, str(cfg.paths.table("bronze", stream))))
+            metadata=run_metadata(metrics, str(cfg.paths.table("bronze", stream)))
+        )
 
     return _bronze
 
@@ -61,24 +64,29 @@ def job_asset(spec: JobSpec) -> dg.AssetsDefinition:
         metadata={
             "keys": ", ".join(spec.keys),
             "output_mode": spec.output_mode,
-            "state_bound": f"watermark {spec.state.watermark}" if spec.state.watermark
-                           else f"ttl {spec.state.ttl}",
+            "state_bound": f"watermark {spec.state.watermark}"
+            if spec.state.watermark
+            else f"ttl {spec.state.ttl}",
         },
     )
     def _gold(pyspark: TidemarkSparkResource, tidemark: TidemarkResource) -> dg.MaterializeResult:
         cfg = tidemark.config()
         metrics = run_job(pyspark.spark_session, cfg, spec)
-        return dg.MaterializeResult(metadata={
-            **run_metadata(metrics, str(cfg.paths.table("gold", spec.name))),
-            "state": dg.MetadataValue.md(state_markdown(pyspark.spark_session, cfg, spec.name)),
-        })
+        return dg.MaterializeResult(
+            metadata={
+                **run_metadata(metrics, str(cfg.paths.table("gold", spec.name))),
+                "state": dg.MetadataValue.md(state_markdown(pyspark.spark_session, cfg, spec.name)),
+            }
+        )
 
     return _gold
 
 
 def streaming_assets() -> list[dg.AssetsDefinition]:
-    return [*(bronze_asset(stream) for stream in streams()),
-            *(job_asset(spec) for spec in registry().values())]
+    return [
+        *(bronze_asset(stream) for stream in streams()),
+        *(job_asset(spec) for spec in registry().values()),
+    ]
 
 
 @dg.definitions

@@ -38,21 +38,29 @@ CONTINUOUS_JOB = "continuous_streaming_job"
 
 
 class ContinuousConfig(dg.Config):
-    jobs: list[str] = Field(default_factory=list,
-                            description="jobs to host (default: every registered job)")
+    jobs: list[str] = Field(
+        default_factory=list, description="jobs to host (default: every registered job)"
+    )
     ingest: bool = Field(True, description="also run the bronze ingestion of their sources")
     trigger_seconds: float = Field(10.0, description="processing-time trigger interval")
-    flush_seconds: float = Field(30.0, description="how often progress reaches ops/stream_progress "
-                                                   "and the UI")
+    flush_seconds: float = Field(
+        30.0, description="how often progress reaches ops/stream_progress and the UI"
+    )
     heartbeat_seconds: float = Field(
-        300.0, description="how often a query that is caught up and commits nothing reports "
-                           "anyway (keeps its asset fresh in the UI)")
+        300.0,
+        description="how often a query that is caught up and commits nothing reports "
+        "anyway (keeps its asset fresh in the UI)",
+    )
     max_seconds: float = Field(0.0, description="stop after this long (0: run until terminated)")
 
 
 @dg.op(out={}, description="Run streaming queries continuously until the run is terminated.")
-def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
-                     pyspark: TidemarkSparkResource, tidemark: TidemarkResource):
+def run_continuously(
+    context: dg.OpExecutionContext,
+    config: ContinuousConfig,
+    pyspark: TidemarkSparkResource,
+    tidemark: TidemarkResource,
+):
     cfg = tidemark.config()
     names = config.jobs or list(registry())
     specs = [get_job(name) for name in names]  # unknown names fail here, with the list
@@ -65,8 +73,11 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
 
     def report(name: str, metrics, description: str) -> dg.AssetMaterialization:
         key = keys.of_query(name)
-        return dg.AssetMaterialization(asset_key=key, description=description, metadata=run_metadata(
-            metrics, str(keys.table_path(cfg, key))))
+        return dg.AssetMaterialization(
+            asset_key=key,
+            description=description,
+            metadata=run_metadata(metrics, str(keys.table_path(cfg, key))),
+        )
 
     last_report: dict[str, float] = {}
 
@@ -79,26 +90,46 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
             heartbeat = r.caught_up and now - last_report.get(name, 0.0) >= config.heartbeat_seconds
             if r.new_batches or heartbeat:
                 last_report[name] = now
-                context.log_event(report(name, r.metrics, continuous_description(
-                    run_id, r.new_batches, r.new_rows, r.caught_up)))
-        context.log.info("continuous: " + ", ".join(
-            f"{n} batch {r.metrics.checkpoint_batch_id} (+{r.new_batches})"
-            for n, r in reports.items()))
+                context.log_event(
+                    report(
+                        name,
+                        r.metrics,
+                        continuous_description(run_id, r.new_batches, r.new_rows, r.caught_up),
+                    )
+                )
+        context.log.info(
+            "continuous: "
+            + ", ".join(
+                f"{n} batch {r.metrics.checkpoint_batch_id} (+{r.new_batches})"
+                for n, r in reports.items()
+            )
+        )
 
-    context.log.info(f"continuous run hosting {', '.join(names)}"
-                     + (f" and ingesting {', '.join(streams)}" if streams else ""))
+    context.log.info(
+        f"continuous run hosting {', '.join(names)}"
+        + (f" and ingesting {', '.join(streams)}" if streams else "")
+    )
     spark = pyspark.spark_session
     # Terminating the run from Dagster interrupts the run worker (SIGINT); run_continuous takes
     # it as a request for the clean stop (between batches, every report flushed).
     result = run_continuous(
-        spark, cfg, streams=streams, jobs=names,
-        trigger_seconds=config.trigger_seconds, should_stop=should_stop,
-        holder=f"Dagster run {run_id}", flush_seconds=config.flush_seconds,
-        max_seconds=config.max_seconds or None, on_flush=on_flush,
-        savepoints_keep=cfg.ops.savepoints_keep)
-    context.log.info(f"continuous run stopped ({result.stopped_by}); checkpoints committed; "
-                     f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}; "
-                     f"{result.snapshot_wait_seconds:.1f}s waited for state snapshots to upload")
+        spark,
+        cfg,
+        streams=streams,
+        jobs=names,
+        trigger_seconds=config.trigger_seconds,
+        should_stop=should_stop,
+        holder=f"Dagster run {run_id}",
+        flush_seconds=config.flush_seconds,
+        max_seconds=config.max_seconds or None,
+        on_flush=on_flush,
+        savepoints_keep=cfg.ops.savepoints_keep,
+    )
+    context.log.info(
+        f"continuous run stopped ({result.stopped_by}); checkpoints committed; "
+        f"savepoints taken: {', '.join(result.savepoints_taken) or 'none'}; "
+        f"{result.snapshot_wait_seconds:.1f}s waited for state snapshots to upload"
+    )
     for name, reason in result.restarted:
         context.log.warning(f"{name} was restarted in place after a transient error: {reason}")
     for name, metrics in result.metrics.items():
@@ -107,17 +138,21 @@ def run_continuously(context: dg.OpExecutionContext, config: ContinuousConfig,
         # Terminated from Dagster: end as CANCELED (after the clean stop and the report above).
         raise DagsterExecutionInterruptedError(
             f"continuous run terminated from Dagster ({result.stopped_by}); queries stopped "
-            "cleanly at a committed batch")
+            "cleanly at a committed batch"
+        )
 
 
 def continuous_streaming_job(queries: list[str] | None = None) -> dg.JobDefinition:
     """The job, tagged as the owner of ``queries`` (default: every registered query)."""
     owned = all_queries() if queries is None else queries
 
-    @dg.job(name=CONTINUOUS_JOB, executor_def=dg.in_process_executor,
-            tags={CONTINUOUS_TAG: "1", **checkpoint_tags(owned)},
-            description="Host streaming queries continuously (processing-time trigger) until "
-                        "terminated.")
+    @dg.job(
+        name=CONTINUOUS_JOB,
+        executor_def=dg.in_process_executor,
+        tags={CONTINUOUS_TAG: "1", **checkpoint_tags(owned)},
+        description="Host streaming queries continuously (processing-time trigger) until "
+        "terminated.",
+    )
     def _continuous():
         run_continuously()
 
@@ -130,8 +165,10 @@ def streaming_job():
         # the ops checks run in the sensors (and the whole-graph job), not after every wave
         selection=dg.AssetSelection.groups(STREAMING_GROUP).without_checks(),
         # one process per run: every Spark step shares one SparkSession (one JVM)
-        executor_def=dg.in_process_executor, tags=checkpoint_tags(all_queries()),
-        description="Ingest and run every streaming job incrementally (no reconciliation).")
+        executor_def=dg.in_process_executor,
+        tags=checkpoint_tags(all_queries()),
+        description="Ingest and run every streaming job incrementally (no reconciliation).",
+    )
 
 
 @dg.definitions

@@ -22,17 +22,22 @@ RESTART_OF_TAG = "tidemark/restart_of"
 FAILED_KIND = "continuous_run_failed"
 
 
-@dg.sensor(name="streaming_restart_sensor", job_name=CONTINUOUS_JOB,
-        minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Restarts a failed streaming run with backoff; after the last attempt, a "
-                    "critical alert.")
+@dg.sensor(
+    name="streaming_restart_sensor",
+    job_name=CONTINUOUS_JOB,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Restarts a failed streaming run with backoff; after the last attempt, a "
+    "critical alert.",
+)
 def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     handled = set(json.loads(context.cursor or "[]"))
     requests, now = [], time.time()
     failed = context.instance.get_runs(
-        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB,
-                           statuses=[dg.DagsterRunStatus.FAILURE]), limit=50)
+        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, statuses=[dg.DagsterRunStatus.FAILURE]),
+        limit=50,
+    )
     changed = _resolve_recovered(context, cfg)
     for run in failed:
         if run.run_id in handled:
@@ -42,28 +47,45 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         changed = True
         if attempt > cfg.ops.restart_attempts:
             alerts.raise_alert(
-                cfg, job=run.job_name, kind="restart_exhausted", severity="critical",
+                cfg,
+                job=run.job_name,
+                kind="restart_exhausted",
+                severity="critical",
                 dedup_key=f"restart:{first}",
-                message=(f"{run.job_name}: run {run.run_id} failed after "
-                         f"{cfg.ops.restart_attempts} restarts; giving up. Look at the run's "
-                         "error, fix the cause, then launch it again."))
+                message=(
+                    f"{run.job_name}: run {run.run_id} failed after "
+                    f"{cfg.ops.restart_attempts} restarts; giving up. Look at the run's "
+                    "error, fix the cause, then launch it again."
+                ),
+            )
             handled.add(run.run_id)
             continue
         wait = cfg.ops.restart_backoff_seconds * 2 ** (attempt - 1)
         # raised at once, refreshed while backing off (one incident, one notification)
         alerts.raise_alert(
-            cfg, job=run.job_name, kind=FAILED_KIND, severity="warning",
+            cfg,
+            job=run.job_name,
+            kind=FAILED_KIND,
+            severity="warning",
             dedup_key=f"{FAILED_KIND}:{first}",
-            message=(f"{run.job_name}: run {run.run_id} failed ({_error(context, run)}); "
-                     f"streaming_restart_sensor starts it again {wait:.0f}s after the failure "
-                     f"(restart {attempt} of {cfg.ops.restart_attempts}), from each query's "
-                     "last committed batch. Resolved when the restart commits."))
+            message=(
+                f"{run.job_name}: run {run.run_id} failed ({_error(context, run)}); "
+                f"streaming_restart_sensor starts it again {wait:.0f}s after the failure "
+                f"(restart {attempt} of {cfg.ops.restart_attempts}), from each query's "
+                "last committed batch. Resolved when the restart commits."
+            ),
+        )
         ended = context.instance.get_run_stats(run.run_id).end_time or now
         if now - ended < wait:
             continue  # backing off; looked at again next tick
-        requests.append(dg.RunRequest(
-            run_key=f"restart:{run.run_id}", job_name=run.job_name, run_config=run.run_config,
-            tags={ATTEMPT_TAG: str(attempt), RESTART_OF_TAG: first}))
+        requests.append(
+            dg.RunRequest(
+                run_key=f"restart:{run.run_id}",
+                job_name=run.job_name,
+                run_config=run.run_config,
+                tags={ATTEMPT_TAG: str(attempt), RESTART_OF_TAG: first},
+            )
+        )
         handled.add(run.run_id)
     if changed:
         alerts.deliver(cfg)
@@ -73,7 +95,8 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
 def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
     """The run's failure, in one line (its step failure's message)."""
     records = context.instance.get_records_for_run(
-        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
+        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1
+    ).records
     if not records:
         return "no step failure recorded"
     error = records[0].event_log_entry.dagster_event.event_specific_data.error
@@ -91,14 +114,16 @@ def _resolve_recovered(context: dg.SensorEvaluationContext, cfg) -> bool:
             continue
         first = alert["dedup_key"].split(":", 1)[1]
         restarts = context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, tags={RESTART_OF_TAG: first}),
-            limit=20)
+            filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, tags={RESTART_OF_TAG: first}), limit=20
+        )
         for run in restarts:
             committed = context.instance.get_records_for_run(
-                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1).records
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1
+            ).records
             if committed:
-                alerts.resolve(cfg, alert["dedup_key"],
-                               f"run {run.run_id} (a restart of {first}) committed")
+                alerts.resolve(
+                    cfg, alert["dedup_key"], f"run {run.run_id} (a restart of {first}) committed"
+                )
                 resolved = True
                 break
     return resolved
