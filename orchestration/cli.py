@@ -376,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rebuild even though the job fails since its last commit",
     )
+    release_p = sub.add_parser(
+        "release", help="let a query held on a failing batch run again (alert job_held)"
+    )
+    release_p.add_argument("query", help="a job, or bronze_<stream> for an ingestion")
     mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")
     mat_p.add_argument(
         "--select",

@@ -17,6 +17,7 @@ OPERATIONS = (
     "rescale",
     "check",
     "rebuild",
+    "release",
     "materialize",
     "new",
     "maintain",
@@ -256,6 +257,27 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
         f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
         f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
         "(tidemark materialize --select ...) streams all of bronze again"
+    )
+    return 0
+
+
+def release(cfg: TidemarkConfig, args) -> int:
+    """End the hold on a query that failed the same batch again and again (`failures.held`)."""
+    from streaming_jobs.failures import HOLD_AFTER, release as end_hold
+    from streaming_jobs.registry import streams
+
+    name = args.query
+    if not (name.startswith("bronze_") and name.removeprefix("bronze_") in streams()):
+        name = _known(name).name
+    hold = end_hold(cfg, name)
+    if hold is None:
+        print(f"{name} is not held: nothing to release")
+        return 0
+    print(
+        f"{name}: released from batch {hold.batch_id} ({hold.failures} failures in a row, the "
+        f"last: {hold.error[:300]}). The next run that starts it (a materialization, the "
+        "automation, the continuous run) tries that batch again; it is held again if the "
+        f"batch fails {HOLD_AFTER} more times"
     )
     return 0
 

@@ -120,6 +120,8 @@ FAILURE_SCHEMA = T.StructType(
         T.StructField("run_id", T.StringType()),
         T.StructField("failed_at", T.TimestampType()),
         T.StructField("error", T.StringType()),
+        # the batch it was running (planned, not committed); null outside a batch
+        T.StructField("batch_id", T.LongType()),
     ]
 )
 

@@ -30,7 +30,7 @@ from streaming_jobs.ingestion import bronze_writer
 from streaming_jobs.checkpoints import query_name
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.delta_log import latest_version, rows_written
-from streaming_jobs.failures import record_failure
+from streaming_jobs.failures import held, record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.progress import forget_previous_lineage, progress_log
 from streaming_jobs.registry import stream_schema
@@ -75,6 +75,9 @@ def _run_available_now(
 ) -> tuple[list[dict], float]:
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
+        hold = held(cfg, name)
+        if hold is not None:
+            raise StreamRunError(f"streaming query {hold.message()}")
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
         forget_previous_lineage(cfg, name)
         started = time.time()
@@ -143,6 +146,22 @@ def raised_by_rule(exc: BaseException) -> str | None:
     return match.group(1) if match else None
 
 
+def raised_in_python(text: str) -> str | None:
+    """The exception a foreachBatch function raised (a failed expectation, a refused write),
+    from the Python traceback Spark wraps in its own error: its last ``Type: message`` line.
+    tidemark's own exceptions say what to do, and are given by their message alone."""
+    marker = "Traceback (most recent call last):"
+    if marker not in text:
+        return None
+    # the traceback's frames are indented; its first line at the margin is the exception
+    after = text[text.rindex(marker) + len(marker) :]
+    found = re.search(r"^((?:[A-Za-z_]\w*\.)*)([A-Z]\w*): (.+)$", after, re.M)
+    if not found:
+        return None
+    module, name, message = found.groups()
+    return message.strip() if module.startswith("streaming_jobs.") else f"{name}: {message}"
+
+
 # what a full disk (or an exhausted quota) looks like in a JVM or Python error
 DISK_FULL = ("No space left on device", "Errno 28", "Disk quota exceeded")
 
@@ -165,6 +184,9 @@ def query_failure(exc: BaseException, cfg: TidemarkConfig) -> tuple[str, str]:
             "Free space there (`tidemark maintain` removes what retention allows, or move "
             "TIDEMARK_DATA_ROOT to a larger disk) and run it again",
         )
+    raised = raised_in_python(str(exc))
+    if raised:
+        return raised, "Fix the cause and run it again"
     return str(exc).split("\n=== Streaming Query ===")[0].strip(), "Fix the cause and run it again"
 
 

@@ -58,7 +58,7 @@ from streaming_jobs.ingestion import bronze_writer, screen_landing
 from streaming_jobs.checkpoints import query_name
 from streaming_jobs.registry import get_job
 from streaming_jobs.operations import savepoints
-from streaming_jobs.failures import record_failure
+from streaming_jobs.failures import held, record_failure
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.restores import finish_pending
 from streaming_jobs.progress import forget_previous_lineage, progress_log
@@ -159,6 +159,7 @@ class ContinuousRun:
     savepoints_taken: list[str] = field(default_factory=list)
     restarted: list[tuple[str, str]] = field(default_factory=list)  # (query, transient error)
     snapshot_wait_seconds: float = 0.0  # waited at the stop for state snapshots to upload
+    held: list[str] = field(default_factory=list)  # queries left out: held (failures.held)
 
 
 class _Host:
@@ -412,6 +413,20 @@ def run_continuous(
     if not names:
         raise ValueError("run_continuous: name at least one stream or job to run")
     out = ContinuousRun()
+    # a held query (the same batch failed HOLD_AFTER times) is left out; the others run
+    holds = [h for h in (held(cfg, name) for name in names) if h is not None]
+    if holds:
+        out.held = [h.query for h in holds]
+        for hold in holds:
+            LOG.error("continuous: left out %s", hold.message())
+        if len(holds) == len(names):
+            raise StreamRunError(
+                "continuous run: every query is held: "
+                + " ".join(f"streaming query {h.message()}" for h in holds)
+            )
+        streams = [s for s in streams if query_name(s) not in out.held]
+        jobs = [j for j in jobs if j not in out.held]
+        names = [n for n in names if n not in out.held]
     signalled, received = threading.Event(), []
     with ExitStack() as locks:
         locks.enter_context(stop_on_signals(signalled, received))

@@ -7,6 +7,9 @@
   (or would restart as a new query and lose its exactly-once bookkeeping): restore a savepoint.
 - ``query_failed`` (critical): the query's latest run ended with an error (``ops/stream_failures``),
   after its last commit.
+- ``job_held`` (critical, in place of ``query_failed``): the query failed the same batch
+  `streaming_jobs.failures.HOLD_AFTER` times in a row, and no run starts it until ``tidemark
+  release`` (the finding names the batch, the error and the fix).
 - ``batch_stalled`` (warning): a run owns the checkpoint and its batch in flight was planned
   (``offsets/N``) more than ``stall_seconds`` ago without a commit.
 - ``falling_behind`` (warning): its source has bronze versions it has not read, and its last
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs import ops_tables
+from streaming_jobs.failures import failures_of, held
 from streaming_jobs.config import TidemarkConfig
 from streaming_jobs.delta_log import latest_version
 from streaming_jobs.checkpoints import is_running
@@ -164,9 +168,12 @@ def check_checkpoint(
                     f"ago and not committed (limit {stall_seconds:.0f}s)",
                 )
             )
-    failures = ops_tables.read(cfg, "stream_failures", where=f"job = {ops_tables.literal(query)}")
-    if failures and not running:
-        last = max(failures, key=lambda r: r["failed_at"])
+    failures = failures_of(cfg, query)
+    hold = held(cfg, query) if failures and not running else None
+    if hold is not None:
+        findings.append(Finding("job_held", CRITICAL, hold.message()))
+    elif failures and not running:
+        last = failures[-1]
         if last["failed_at"].timestamp() > last_commit_at:
             findings.append(
                 Finding(

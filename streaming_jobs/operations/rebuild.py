@@ -19,6 +19,7 @@ import shutil
 from streaming_jobs import ops_tables
 from streaming_jobs.checkpoints import checkpoint_lock
 from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.failures import failures_of
 
 
 class RebuildRefused(RuntimeError):
@@ -28,11 +29,7 @@ class RebuildRefused(RuntimeError):
 def failing_since_last_commit(cfg: TidemarkConfig, job: str) -> list[dict]:
     """The failures of ``job`` recorded after its last committed batch (oldest first)."""
     literal = ops_tables.literal(job)
-    failures = (
-        ops_tables.read(cfg, "stream_failures", where=f"job = {literal}")
-        if ops_tables.exists(cfg, "stream_failures")
-        else []
-    )
+    failures = failures_of(cfg, job)
     if not failures:
         return []
     progress = (

@@ -184,3 +184,72 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(
         raised.value
     ) and '"merchant":"BAD"' in str(raised.value)
     assert read_table(spark, cfg.paths.table("gold", spec.name)).count() == before
+
+
+@pytest.mark.slow
+def test_a_batch_that_fails_three_times_holds_its_query_until_released(
+    spark, cfg, guarded, monkeypatch
+):
+    from orchestration.cli import main as tidemark
+    from streaming_jobs.failures import HOLD_AFTER, held
+    from streaming_jobs.operations.health import check
+
+    land(cfg, "w1.jsonl", [txn(f"e{i}", "u1", i) for i in range(4)])
+    run_bronze(spark, cfg, "transactions")
+    bronze = cfg.paths.table("bronze", "transactions")
+    land(cfg, "w2.jsonl", [txn("t1", "u2", 20), dict(txn("t2", "u2", 21), merchant="TEST")])
+    # the 'fail' rule stops batch 1 each time, before anything is written
+    for attempt in range(HOLD_AFTER):
+        with pytest.raises(StreamRunError, match="expectation no_test_merchant"):
+            run_bronze(spark, cfg, "transactions")
+        assert (held(cfg, "bronze_transactions") is None) == (attempt < HOLD_AFTER - 1)
+    failures = ops_tables.read(cfg, "stream_failures", where="job = 'bronze_transactions'")
+    assert [r["batch_id"] for r in failures] == [1] * HOLD_AFTER
+
+    # held: the next run refuses before starting the query, naming the batch, the error, the fix
+    with pytest.raises(StreamRunError) as refused:
+        run_bronze(spark, cfg, "transactions")
+    message = str(refused.value)
+    for part in (
+        "bronze_transactions: held on batch 1, which failed 3 times in a row",
+        "expectation no_test_merchant",
+        "keeps its last good commit (batch 0)",
+        "tidemark release bronze_transactions",
+    ):
+        assert part in message, message
+    assert len(ops_tables.read(cfg, "stream_failures")) == HOLD_AFTER  # no fourth attempt
+    assert read_table(spark, bronze).count() == 4  # the last good commit stays
+    kinds = {f.kind: f.message for f in check(cfg, "bronze_transactions")}
+    assert "query_failed" not in kinds and "held on batch 1" in kinds["job_held"]
+    # a continuous run leaves the held query out and runs the others
+    from streaming_jobs.operations.continuous import run_continuous
+
+    with pytest.raises(StreamRunError, match="every query is held"):
+        run_continuous(spark, cfg, streams=["transactions"], max_seconds=5)
+    run = run_continuous(
+        spark,
+        cfg,
+        streams=["transactions"],
+        jobs=["failed_txn_velocity"],
+        trigger_seconds=1,
+        max_seconds=6,
+    )
+    assert run.held == ["bronze_transactions"] and set(run.metrics) == {"failed_txn_velocity"}
+    assert run.metrics["failed_txn_velocity"].input_rows == 4  # bronze's rows, batch 0's
+
+    # released: the next run tries the batch again (and fails on the same row, not on the hold)
+    assert tidemark(["release", "bronze_transactions"]) == 0
+    assert held(cfg, "bronze_transactions") is None
+    assert {f.kind for f in check(cfg, "bronze_transactions")} >= {"query_failed"}
+    with pytest.raises(StreamRunError, match="expectation no_test_merchant"):
+        run_bronze(spark, cfg, "transactions")
+    # the cause fixed (the rule made a warning): the batch commits and nothing is held
+    monkeypatch.setitem(
+        STREAMS,
+        "transactions",
+        replace(guarded, expectations=(CURRENCY, POSITIVE, replace(NO_TEST, action="warn"))),
+    )
+    run_bronze(spark, cfg, "transactions")
+    assert read_table(spark, bronze).count() == 6
+    assert held(cfg, "bronze_transactions") is None
+    assert not {"job_held", "query_failed"} & {f.kind for f in check(cfg, "bronze_transactions")}
