@@ -18,7 +18,7 @@ def build_definitions() -> dg.Definitions:
     job files). Each job file loads on its own: one that fails to load, or that the analysis
     refuses (the engine would reject it, or its state would never be evicted), is left out with
     its file and line (`streaming_jobs.registry.load_problems`: logged here, alerted by the
-    ``checkpoint_health_sensor``), and every other job, sensor and schedule loads. Likewise
+    ``platform_health_sensor``), and every other job, sensor and schedule loads. Likewise
     a malformed setting: it takes its default in the code location, and the sensor raises a
     ``setting`` alert naming it.
     """
@@ -26,7 +26,7 @@ def build_definitions() -> dg.Definitions:
     from streaming_jobs.config import TidemarkConfig, setting_problems, tolerate_bad_settings
     from streaming_jobs.registry import load_problems
 
-    # a malformed setting takes its default here and is alerted on (checkpoint_health_sensor)
+    # a malformed setting takes its default here and is alerted on (platform_health_sensor)
     tolerate_bad_settings()
     checked(TidemarkConfig.from_env())
     for variable, problem in setting_problems().items():

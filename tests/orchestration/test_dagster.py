@@ -505,6 +505,7 @@ def test_freshness_policies_schedules_and_sensors_are_on_in_a_fresh_instance(cfg
         assert defs.resolve_schedule_def(name).default_status == DefaultScheduleStatus.RUNNING
     for name in (
         "checkpoint_health_sensor",
+        "platform_health_sensor",
         "state_size_sensor",
         "streaming_restart_sensor",
         "reconcile_on_update_sensor",

@@ -57,7 +57,7 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(
     spark, cfg, tmp_path, monkeypatch
 ):
     from orchestration.definitions import build_definitions
-    from orchestration.defs.ops.sensors import checkpoint_health_sensor
+    from orchestration.defs.ops.sensors import checkpoint_health_sensor, platform_health_sensor
     from orchestration.resources import TidemarkResource
 
     folder = tmp_path / "jobs"
@@ -72,7 +72,11 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(
     gold = {k.path[1] for k in graph.get_all_asset_keys() if k.path[0] == "gold"}
     assert "merchant_failures" in gold and "failed_txn_velocity" in gold
     assert not gold & {"no_keys", "unknown_stream", "twice", "unbounded", "outside"}
-    assert {s.name for s in defs.sensors} >= {"checkpoint_health_sensor", "state_size_sensor"}
+    assert {s.name for s in defs.sensors} >= {
+        "checkpoint_health_sensor",
+        "platform_health_sensor",
+        "state_size_sensor",
+    }
 
     # the good user job and a built-in one materialize through Dagster
     land(cfg, "w.jsonl", [dict(txn(f"e{i}", "u1", i), merchant="m1") for i in range(1, 31)])
@@ -91,12 +95,15 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(
     assert sorted((r.window_start.minute, r.failures) for r in windows) == [(0, 9), (10, 10)]
     assert not (cfg.data_root.parent / "outside").exists()
 
-    # the sensor ticks and names every broken file in a critical alert of its own
+    # the checkpoint sensor evaluates the jobs that load; the platform sensor names every
+    # broken file in a critical alert of its own
     context = build_sensor_context(
         instance=instance, resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))}
     )
     tick = checkpoint_health_sensor(context)
     assert {e.asset_key.path[1] for e in tick.asset_events} >= {"merchant_failures"}
+    assert job_file_alerts(cfg) == {}
+    platform_health_sensor(context)
     raised = job_file_alerts(cfg)
     assert set(raised) == {
         "syntax_error",
@@ -133,7 +140,7 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(
         "unbounded.sql",
     ):
         (folder / name).unlink()
-    checkpoint_health_sensor(context)
+    platform_health_sensor(context)
     assert all(r["resolved_at"] is not None for r in job_file_alerts(cfg).values())
 
 
@@ -147,7 +154,7 @@ BAD_SETTINGS = {
 
 def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(cfg, monkeypatch):
     from orchestration.definitions import build_definitions
-    from orchestration.defs.ops.sensors import checkpoint_health_sensor
+    from orchestration.defs.ops.sensors import platform_health_sensor
     from orchestration.resources import TidemarkResource
     from streaming_jobs.config import TidemarkConfig, tolerate_bad_settings
 
@@ -167,7 +174,7 @@ def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(c
         assert defs.resolve_schedule_def("reconciliation_schedule").cron_schedule == "0 * * * *"
         assert TidemarkConfig.from_env().ops.savepoints_keep == 3  # the default
         assert {s.name for s in defs.sensors} >= {
-            "checkpoint_health_sensor",
+            "platform_health_sensor",
             "state_size_sensor",
             "expectations_sensor",
         }
@@ -175,7 +182,7 @@ def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(c
             instance=DagsterInstance.ephemeral(),
             resources={"tidemark": TidemarkResource(data_root=str(cfg.data_root))},
         )
-        checkpoint_health_sensor(context)
+        platform_health_sensor(context)
         raised = {r["job"]: r for r in ops_tables.read(cfg, "alerts") if r["kind"] == "setting"}
         assert set(raised) == set(BAD_SETTINGS)
         assert "'every hour' is not a cron string" in raised["TIDEMARK_RECON_CRON"]["message"]
@@ -183,7 +190,7 @@ def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(c
         assert not set(BAD_SETTINGS) & set(os.environ)  # what it starts gets the defaults too
         tolerate_bad_settings(False)  # fixed, and the code server restarted
         tolerate_bad_settings(True)
-        checkpoint_health_sensor(context)
+        platform_health_sensor(context)
         assert all(
             r["resolved_at"] is not None
             for r in ops_tables.read(cfg, "alerts")

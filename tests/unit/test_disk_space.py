@@ -14,7 +14,7 @@ def disk_alerts(cfg) -> list[dict]:
 
 
 def test_low_free_space_is_a_critical_alert_resolved_when_space_is_back(cfg, monkeypatch):
-    from orchestration.defs.ops.sensors import checkpoint_health_sensor
+    from orchestration.defs.ops.sensors import platform_health_sensor
     from orchestration.resources import TidemarkResource
 
     cfg.data_root.mkdir(parents=True, exist_ok=True)
@@ -25,12 +25,12 @@ def test_low_free_space_is_a_critical_alert_resolved_when_space_is_back(cfg, mon
     )
 
     monkeypatch.setenv("TIDEMARK_MIN_FREE_GB", str(free_gb * 10))  # more than the disk has
-    checkpoint_health_sensor(context)
+    platform_health_sensor(context)
     [alert] = disk_alerts(cfg)
     assert alert["severity"] == "critical" and alert["resolved_at"] is None
     assert f"GB free on the disk of {cfg.data_root}" in alert["message"]
 
     monkeypatch.setenv("TIDEMARK_MIN_FREE_GB", str(free_gb / 10))
-    checkpoint_health_sensor(context)
+    platform_health_sensor(context)
     [alert] = disk_alerts(cfg)
     assert alert["resolved_at"] is not None and alert["resolution"] == "free space is back"

@@ -1,4 +1,5 @@
-"""Sensors that watch the running system: checkpoint health, state size, and the overview.
+"""Sensors that watch the running system: checkpoint health, platform health (job files,
+settings, disk), state size, expectations, and the overview.
 
 Each reports its verdicts where people look: asset check evaluations on the job's gold asset
 (``checkpoint_health``, ``state_size``), asset observations (state size and the overview,
@@ -48,20 +49,16 @@ from orchestration.resources import TidemarkResource
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Per job: checkpoint files readable, batches committing, the query not "
-    "failed, not falling behind, the watermark not in the future; per "
-    "stream: ingestion healthy and every landing line accounted for; "
-    "every job file loads, every setting is valid, the disk has room. "
-    "Alerts, and restores a broken checkpoint from its latest savepoint "
-    "(recovery_job).",
+    "failed or held, not falling behind, the watermark not in the future "
+    "(streaming_jobs/operations/health.py); per stream: ingestion healthy and "
+    "every landing line accounted for (operations/landing.py). Alerts, and restores "
+    "a broken checkpoint from its latest savepoint (recovery_job).",
 )
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     events, requests = [], []
     open_rows = alerts.open_alerts(cfg)
     found = catalogue()  # the files as they are now: one that broke, or was fixed, since load
-    sync_load_problems(cfg, found.problems, open_rows)
-    sync_setting_problems(cfg, setting_problems(), open_rows)
-    sync_disk_space(cfg, open_rows)
     for spec in found.jobs.values():
         findings, evaluation = checkpoint_health(cfg, spec)
         events.append(evaluation)
@@ -91,6 +88,27 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}"
     )
     return dg.SensorResult(asset_events=events, run_requests=requests)
+
+
+@dg.sensor(
+    name="platform_health_sensor",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="What every job stands on: each job file loads (job_file), each TIDEMARK_* "
+    "setting is valid (setting), the data root's disk has room (disk_space). Alerts.",
+)
+def platform_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
+    cfg = tidemark.config()
+    open_rows = alerts.open_alerts(cfg)
+    # the files as they are now: one that broke, or was fixed, since the code location loaded
+    sync_load_problems(cfg, catalogue().problems, open_rows)
+    sync_setting_problems(cfg, setting_problems(), open_rows)
+    sync_disk_space(cfg, open_rows)
+    delivery = alerts.deliver(cfg)
+    context.log.info(
+        f"platform health: alerts sent {len(delivery.sent)}, failed {len(delivery.failed)}, "
+        f"waiting {delivery.waiting}"
+    )
 
 
 @dg.sensor(
@@ -221,6 +239,7 @@ def defs() -> dg.Definitions:
     return dg.Definitions(
         sensors=[
             checkpoint_health_sensor,
+            platform_health_sensor,
             state_size_sensor,
             expectations_sensor,
             ops_overview_sensor,
