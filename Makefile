@@ -82,7 +82,7 @@ recon: setup
 
 # The built-in streams' dbt sources and staging models, written again from streaming_jobs/schemas.py
 dbt-models: $(INSTALLED)
-	$(BIN)/python -m orchestration.dbt_models
+	$(BIN)/python -m orchestration.recon.dbt_models
 
 # Any dbt command with tidemark's Spark session and job vars, e.g. make dbt ARGS="build -s recon"
 dbt: setup

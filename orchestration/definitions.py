@@ -14,17 +14,17 @@ LOG = logging.getLogger("tidemark")
 def build_definitions() -> dg.Definitions:
     """The definitions for the data root and settings in the environment.
 
-    Every job is analysed first (`streaming_jobs.analysis.checked`, cached per content of the
+    Every job is analysed first (`streaming_jobs.runtime.analysis.checked`, cached per content of the
     job files). Each job file loads on its own: one that fails to load, or that the analysis
     refuses (the engine would reject it, or its state would never be evicted), is left out with
-    its file and line (`streaming_jobs.registry.load_problems`: logged here, alerted by the
+    its file and line (`streaming_jobs.storage.registry.load_problems`: logged here, alerted by the
     ``platform_health_sensor``), and every other job, sensor and schedule loads. Likewise
     a malformed setting: it takes its default in the code location, and the sensor raises a
     ``setting`` alert naming it.
     """
-    from streaming_jobs.analysis import checked
-    from streaming_jobs.config import TidemarkConfig, setting_problems, tolerate_bad_settings
-    from streaming_jobs.registry import load_problems
+    from streaming_jobs.runtime.analysis import checked
+    from streaming_jobs.core.config import TidemarkConfig, setting_problems, tolerate_bad_settings
+    from streaming_jobs.storage.registry import load_problems
 
     # a malformed setting takes its default here and is alerted on (platform_health_sensor)
     tolerate_bad_settings()

@@ -66,7 +66,7 @@ class JobSpec:
     window_end: str | None = None
     # How far behind the stream's watermark the job emits its windows: a time-bounded
     # stream-stream join before its aggregation holds them back. Found by `tidemark check`
-    # (`streaming_jobs.analysis.emit_delay_seconds`) and set by the registry; not declared.
+    # (`streaming_jobs.runtime.analysis.emit_delay_seconds`) and set by the registry; not declared.
     emit_delay_seconds: int = 0
     # What tidemark check does when an operator of the job never evicts state: "refuse" or
     # "warn"; None: the setting TIDEMARK_UNBOUNDED_STATE (default refuse).
@@ -77,7 +77,7 @@ class JobSpec:
     origin_lines: dict = field(default_factory=dict)
     # Rules on the job's output rows (`streaming_jobs.schemas.Expectation`): warn or fail.
     expectations: tuple = ()
-    # Incremental reconciliation (orchestration/recon_scope.py) recomputes the days from the
+    # Incremental reconciliation (orchestration/recon/recon_scope.py) recomputes the days from the
     # earliest one a new event can change. recon_partition: the UTC date a gold or batch row
     # belongs to, as SQL over its columns (e.g. "to_date(window_start)"); None: the job is
     # reconciled in full every run. recon_lookback: how far before a new event the row it

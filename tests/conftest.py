@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.generator import GeneratorConfig, generate
 
 
 # The tests' data are tens to thousands of rows. At that size Spark spends more time generating
@@ -34,7 +34,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.storage.spark import get_spark
 
     root = tmp_path_factory.mktemp("session-root")
     session = get_spark(TidemarkConfig.from_env().with_data_root(root))
@@ -70,7 +70,7 @@ def _strict_settings_after_each_test():
     # Loading the code location turns on tolerant settings for the process (a malformed
     # variable takes its default and is alerted); each test starts strict and clean again.
     yield
-    from streaming_jobs.config import tolerate_bad_settings
+    from streaming_jobs.core.config import tolerate_bad_settings
 
     tolerate_bad_settings(False)
 
@@ -79,8 +79,8 @@ def _strict_settings_after_each_test():
 def kafka_broker(tmp_path_factory):
     """The project's own Kafka broker (KRaft, 127.0.0.1, a free port), one for the session;
     stopped at its end (and by itself if pytest dies)."""
-    from streaming_jobs import kafka_broker as broker_mod
-    from streaming_jobs.processes import free_port
+    from streaming_jobs.services import kafka_broker as broker_mod
+    from streaming_jobs.services.processes import free_port
 
     port = free_port()
     root = tmp_path_factory.mktemp("kafka-root")
@@ -96,8 +96,8 @@ def kafka_broker(tmp_path_factory):
 def spark_cluster(tmp_path_factory):
     """The project's own Spark standalone cluster (a master and two workers on 127.0.0.1, a
     free port), one for the session; stopped at its end (and by itself if pytest dies)."""
-    from streaming_jobs import spark_cluster as cluster_mod
-    from streaming_jobs.processes import free_port
+    from streaming_jobs.services import spark_cluster as cluster_mod
+    from streaming_jobs.services.processes import free_port
 
     root = tmp_path_factory.mktemp("cluster-root")
     cfg = TidemarkConfig.from_env(
@@ -132,8 +132,8 @@ def endpoint_cfg(cfg, monkeypatch) -> TidemarkConfig:
     does. Every tidemark-dbt invocation of the test (`helpers.dbt`, Dagster's dbt step) then
     runs in that one warm JVM (target auto), as with `make dev`, instead of starting a JVM of
     its own: tests that build two or three times use it."""
-    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
-    from streaming_jobs.processes import free_port
+    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
+    from streaming_jobs.services.processes import free_port
 
     monkeypatch.setenv("TIDEMARK_SQL_PORT", str(free_port()))
     cfg = TidemarkConfig.from_env().with_data_root(cfg.data_root)

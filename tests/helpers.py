@@ -8,8 +8,8 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import write_files
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.generator import write_files
 
 TRANSACTION_FIELDS = (
     "event_id",

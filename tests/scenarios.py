@@ -107,8 +107,8 @@ def expected_recon_classes() -> dict:
 
 def run_waves(spark, cfg):
     """Land and stream both waves (bronze, then the job); returns (late rows dropped, last metrics)."""
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_bronze, run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_bronze, run_job
 
     spec, late = get_job("failed_txn_velocity"), 0
     for wave in (1, 2):

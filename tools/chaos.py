@@ -11,7 +11,7 @@ Fault points:
   (gold) incrementally; it is killed (SIGKILL, the whole process group: Python and its JVM) at
   an instant drawn uniformly from the length of an uninterrupted run, then run again.
 - ``restore.<stage>``: ``tidemark restore`` ends like a SIGKILL right after that stage
-  (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.restores`); the job is then run again.
+  (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.storage.restores`); the job is then run again.
 - ``continuous``: a worker ingests the events, then hosts the job in a continuous run (1 s
   trigger, progress flushed every second) until it is caught up; it is killed at an instant
   drawn over that whole length, then the job is run again, incrementally.
@@ -87,11 +87,11 @@ def worker(root: str, step: str, spark=None) -> int:
     ``run+savepoint``, ``continuous`` (ingest, then the job in a continuous run until caught
     up), ``savepoint`` (take one), ``retake+restore`` (take one and restore it), ``maintain``
     (every retention step) or ``alerts`` (deliver what is owed)."""
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.core.config import TidemarkConfig
     from streaming_jobs.operations import alerts, retention, savepoints
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_bronze, run_job
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_bronze, run_job
+    from streaming_jobs.storage.spark import get_spark
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     if step in NEEDS_SPARK:
@@ -313,7 +313,7 @@ class Bench:
         return self.work / "events" / "landing"
 
     def prepare(self) -> None:
-        from streaming_jobs.generator import GeneratorConfig, generate, write_files
+        from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 
         gen = GeneratorConfig(stream="transactions", events=self.events, files=6, seed=self.seed)
         write_files(self.landing / "transactions", gen, generate(gen))
@@ -467,7 +467,7 @@ class Webhook:
 
 def owed_alerts(root: Path) -> set[str]:
     """10 incidents, 6 of them resolved: the notifications (``<id>:<event>``) they owe."""
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.core.config import TidemarkConfig
     from streaming_jobs.operations import alerts
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
@@ -486,7 +486,7 @@ def owed_alerts(root: Path) -> set[str]:
 
 
 def alerts_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.core.config import TidemarkConfig
     from streaming_jobs.operations import alerts
 
     hook = Webhook()
@@ -863,8 +863,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault point(s) {', '.join(unknown)}; known: {', '.join(POINTS)}")
     spark = None
     if not args.separate_processes:
-        from streaming_jobs.config import TidemarkConfig
-        from streaming_jobs.spark import get_spark
+        from streaming_jobs.core.config import TidemarkConfig
+        from streaming_jobs.storage.spark import get_spark
 
         spark = get_spark(TidemarkConfig.from_env().with_data_root(Path(args.work) / "session"))
 

@@ -63,7 +63,7 @@ def _java_processes(root: Path) -> dict[int, str]:
 
 def _ancestry(pid: int, depth: int = 4) -> str:
     """The command lines of a process's parents (the SQL endpoint's JVM is started by
-    ``python -m streaming_jobs.sql_endpoint``; a run's JVM by Dagster's run worker)."""
+    ``python -m streaming_jobs.services.sql_endpoint``; a run's JVM by Dagster's run worker)."""
     lines = []
     for _ in range(depth):
         try:

@@ -1,5 +1,5 @@
 {#
-  Incremental reconciliation (orchestration/recon_scope.py decides, before dbt starts).
+  Incremental reconciliation (orchestration/recon/recon_scope.py decides, before dbt starts).
 
   A job with a recon_partition has its batch and recon tables partitioned by recon_date (the
   UTC day of the row's window, session or order). var recon_from[job] is the first day this
@@ -75,7 +75,7 @@ where {{ in_recon_scope(job, recon_date(job)) }}
     {%- do exceptions.raise_compiler_error("recon table " ~ this ~ " of job " ~ job ~ " is missing but this run recomputes only what changed from " ~ first ~ ": run a full reconciliation (tidemark-dbt --full build, or the reconciliation_job with tag tidemark/recon=full)") -%}
   {%- endif -%}
   {%- if first == '9999-12-31' -%}
-    {#- nothing new reached the job (orchestration/recon_scope.py NOTHING_NEW): no day changes -#}
+    {#- nothing new reached the job (orchestration/recon/recon_scope.py NOTHING_NEW): no day changes -#}
     {%- call statement('main') -%}
       select 1
     {%- endcall -%}

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from orchestration.concurrency import RECON_TAG, all_queries, checkpoint_tags
+from orchestration.lib.concurrency import RECON_TAG, all_queries, checkpoint_tags
 
 
 @dg.definitions

@@ -1,11 +1,11 @@
-"""The resources, chosen in one place (`orchestration.resources`), for the data root in
+"""The resources, chosen in one place (`orchestration.lib.resources`), for the data root in
 ``TIDEMARK_DATA_ROOT``."""
 
 import dagster as dg
 
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 
-from orchestration.resources import build_resources
+from orchestration.lib.resources import build_resources
 
 
 @dg.definitions

@@ -1,1 +1,1 @@
-"""The built-in jobs, one module each (see `streaming_jobs.registry`): nothing else lives here."""
+"""The built-in jobs, one module each (see `streaming_jobs.storage.registry`): nothing else lives here."""

@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from streaming_jobs import ops_tables
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
 
 LOG = logging.getLogger("tidemark.alerts")
 

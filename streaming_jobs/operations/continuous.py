@@ -50,19 +50,19 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from streaming_jobs.checkpoints import last_committed_batch
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import latest_version, rows_written
-from streaming_jobs.gold import gold_writer, sink_version_of
-from streaming_jobs.ingestion import bronze_writer, screen_landing
-from streaming_jobs.checkpoints import query_name
-from streaming_jobs.registry import get_job
+from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import latest_version, rows_written
+from streaming_jobs.runtime.gold import gold_writer, sink_version_of
+from streaming_jobs.runtime.ingestion import bronze_writer, screen_landing
+from streaming_jobs.core.checkpoints import query_name
+from streaming_jobs.storage.registry import get_job
 from streaming_jobs.operations import savepoints
-from streaming_jobs.failures import held, record_failure
-from streaming_jobs.checkpoints import checkpoint_lock
-from streaming_jobs.restores import finish_pending
-from streaming_jobs.progress import forget_previous_lineage, progress_log
-from streaming_jobs.runner import (
+from streaming_jobs.storage.failures import held, record_failure
+from streaming_jobs.core.checkpoints import checkpoint_lock
+from streaming_jobs.storage.restores import finish_pending
+from streaming_jobs.runtime.progress import forget_previous_lineage, progress_log
+from streaming_jobs.runtime.runner import (
     RunMetrics,
     StreamRunError,
     last_reading,
@@ -70,7 +70,7 @@ from streaming_jobs.runner import (
     query_failure,
     settle_snapshots,
 )
-from streaming_jobs.registry import stream_schema
+from streaming_jobs.storage.registry import stream_schema
 
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
@@ -186,7 +186,7 @@ class _Host:
         self.restart_due: dict[str, float] = {}  # query -> when its in-place restart is due
         self.rows_written = {name: [0, 0] for name in self.names}
         self.started = time.monotonic()
-        from streaming_jobs.kafka import source_of
+        from streaming_jobs.storage.kafka import source_of
 
         self.landing = [
             cfg.paths.landing_dir(s)

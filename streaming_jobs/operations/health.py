@@ -8,7 +8,7 @@
 - ``query_failed`` (critical): the query's latest run ended with an error (``ops/stream_failures``),
   after its last commit.
 - ``job_held`` (critical, in place of ``query_failed``): the query failed the same batch
-  `streaming_jobs.failures.HOLD_AFTER` times in a row, and no run starts it until ``tidemark
+  `streaming_jobs.storage.failures.HOLD_AFTER` times in a row, and no run starts it until ``tidemark
   release`` (the finding names the batch, the error and the fix).
 - ``batch_stalled`` (warning): a run owns the checkpoint and its batch in flight was planned
   (``offsets/N``) more than ``stall_seconds`` ago without a commit.
@@ -36,11 +36,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from streaming_jobs import ops_tables
-from streaming_jobs.failures import failures_of, held
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import latest_version
-from streaming_jobs.checkpoints import is_running
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.storage.failures import failures_of, held
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import latest_version
+from streaming_jobs.core.checkpoints import is_running
 
 CRITICAL, WARNING = "critical", "warning"
 
@@ -219,9 +219,9 @@ def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> lis
 
 def kafka_findings(cfg: TidemarkConfig, query: str) -> list[Finding]:
     """``consumer_lag`` / ``source_unreachable`` for the ingestion query of a Kafka stream."""
-    from streaming_jobs.checkpoints import stream_of
-    from streaming_jobs.kafka import TopicMissing, consumer_lag, source_of, topic_of
-    from streaming_jobs.registry import streams
+    from streaming_jobs.core.checkpoints import stream_of
+    from streaming_jobs.storage.kafka import TopicMissing, consumer_lag, source_of, topic_of
+    from streaming_jobs.storage.registry import streams
 
     stream = stream_of(query)
     schema = streams().get(stream) if stream else None

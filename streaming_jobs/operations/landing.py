@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from streaming_jobs.checkpoints import last_committed_batch
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.ingestion import REFUSED_DIR, landing_files, landing_refusal
-from streaming_jobs.checkpoints import query_name
+from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.runtime.ingestion import REFUSED_DIR, landing_files, landing_refusal
+from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.health import WARNING, Finding
 
 # A hidden (``.``/``_``) file older than this is a file someone forgot to rename.

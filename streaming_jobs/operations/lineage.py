@@ -39,8 +39,8 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from streaming_jobs import ops_tables
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
 
 LOG = logging.getLogger("tidemark.lineage")
 
@@ -191,8 +191,8 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
     ingestion batch)."""
     from pyspark.sql import functions as F
 
-    from streaming_jobs.delta_log import ingest_batch_floor
-    from streaming_jobs.registry import catalogue, stream_schema
+    from streaming_jobs.core.delta_log import ingest_batch_floor
+    from streaming_jobs.storage.registry import catalogue, stream_schema
 
     # a job that reads only some rows of its source (JobSpec.reads) drops only those as late
     spec = catalogue(analysed=False).jobs.get(fold.job)

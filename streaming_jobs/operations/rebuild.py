@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import shutil
 
-from streaming_jobs import ops_tables
-from streaming_jobs.checkpoints import checkpoint_lock
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.failures import failures_of
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.checkpoints import checkpoint_lock
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.failures import failures_of
 
 
 class RebuildRefused(RuntimeError):

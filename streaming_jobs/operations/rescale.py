@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.operations import savepoints
-from streaming_jobs.checkpoints import checkpoint_lock
+from streaming_jobs.core.checkpoints import checkpoint_lock
 
 
 class RescaleError(RuntimeError):

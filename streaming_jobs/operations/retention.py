@@ -53,10 +53,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from streaming_jobs import ops_tables
-from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import commit_actions, commit_versions, latest_version, log_dir
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import commit_actions, commit_versions, latest_version, log_dir
 
 LOG = logging.getLogger("tidemark.retention")
 LAYERS = ("bronze", "quarantine", "gold")
@@ -154,8 +154,8 @@ def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
     A checkpoint with a planned batch and no commit yet reads its whole starting snapshot:
     every version counts as unread.
     """
-    from streaming_jobs.checkpoints import last_planned_batch
-    from streaming_jobs.progress import delta_done_version
+    from streaming_jobs.core.checkpoints import last_planned_batch
+    from streaming_jobs.runtime.progress import delta_done_version
 
     table_id, latest = _table_id(table), latest_version(table)
     oldest = None
@@ -404,8 +404,8 @@ def _committed_files(checkpoint: Path) -> set[str]:
 
 
 def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) -> None:
-    from streaming_jobs.ingestion import landing_files
-    from streaming_jobs.checkpoints import query_name
+    from streaming_jobs.runtime.ingestion import landing_files
+    from streaming_jobs.core.checkpoints import query_name
     from streaming_jobs.operations.landing import count_lines
 
     policy = cfg.ops.landing_retention
@@ -476,7 +476,7 @@ def _archive(out: Maintenance, target: str, folder: Path, cutoff: float) -> None
 
 
 def _update_mode_gold(cfg: TidemarkConfig) -> set[str]:
-    from streaming_jobs.registry import catalogue
+    from streaming_jobs.storage.registry import catalogue
 
     return {name for name, spec in catalogue().jobs.items() if spec.output_mode == "update"}
 
@@ -773,7 +773,7 @@ def _replaced(out: Maintenance, target: str, folder: Path, cutoff: float) -> Non
 
 def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Maintenance:
     """Every retention step (see the module doc); each step's outcome, failures included."""
-    from streaming_jobs.registry import catalogue
+    from streaming_jobs.storage.registry import catalogue
 
     started = time.monotonic()
     now = now or datetime.now(timezone.utc)

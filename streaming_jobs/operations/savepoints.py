@@ -15,7 +15,7 @@ table's Delta version and the last committed batch. It refuses a checkpoint that
 from the Delta log.
 
 `restore` puts one back, under the lock, in stages a crash cannot leave half done
-(`streaming_jobs.restores`: a plan written first, finished by the next run that takes the lock):
+(`streaming_jobs.storage.restores`: a plan written first, finished by the next run that takes the lock):
 the gold table is restored to the recorded version (Delta ``RESTORE``), the savepoint's copy is
 staged with a new query id and swapped in (the broken checkpoint is kept under
 ``checkpoints/.replaced/`` for inspection), and the progress rows of the batches after the
@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from streaming_jobs import restores
-from streaming_jobs.checkpoints import last_committed_batch
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.delta_log import latest_version
+from streaming_jobs.storage import restores
+from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import latest_version
 from streaming_jobs.operations.health import structural_findings
-from streaming_jobs.checkpoints import (
+from streaming_jobs.core.checkpoints import (
     CheckpointBusy,
     checkpoint_lock,
     is_running,

@@ -21,8 +21,8 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streaming_jobs import ops_tables
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.spec import StateThresholds
 
 LEVELS = ("ok", "warning", "critical")

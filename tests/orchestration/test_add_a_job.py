@@ -9,9 +9,9 @@ import pytest
 from dagster import AssetKey
 
 from helpers import land, txn
-from streaming_jobs.registry import load_problems, get_job, registry
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import load_problems, get_job, registry
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 MODULE = textwrap.dedent('''
     """merchant_failures_10m: FAILED transactions per merchant per 10-minute window.
@@ -96,8 +96,8 @@ def test_a_broken_job_module_is_named_and_left_out(tmp_path, monkeypatch):
 
 
 def test_a_job_without_dbt_models_streams_but_is_left_out_of_reconciliation(user_jobs):
-    from orchestration.dbt_models import reconciled_jobs
-    from orchestration.dbt_vars import job_vars
+    from orchestration.recon.dbt_models import reconciled_jobs
+    from orchestration.recon.dbt_vars import job_vars
 
     reconciled = job_vars(reconciled_jobs())
     assert "merchant_failures_10m" not in reconciled
@@ -192,8 +192,8 @@ def team_folder(tmp_path, monkeypatch):
 def test_a_sql_job_over_a_new_stream_is_one_file_each_and_reconciles(spark, cfg, team_folder):
     from helpers import dbt
     from orchestration.defs.streaming.assets import streaming_assets
-    from orchestration.dbt_models import reconciled_jobs
-    from orchestration.dbt_vars import job_vars
+    from orchestration.recon.dbt_models import reconciled_jobs
+    from orchestration.recon.dbt_vars import job_vars
 
     keys = {key.to_user_string() for a in streaming_assets() for key in a.keys}
     assert {"bronze/logins", "gold/failed_logins_10m"} <= keys
@@ -300,8 +300,8 @@ def newest_epochs(events: list[tuple]) -> dict[str, tuple[int, float]]:
 @pytest.mark.slow
 def test_the_keyed_scaffold_runs_and_reconciles(spark, cfg, tmp_path, monkeypatch):
     from helpers import dbt
-    from orchestration import recon_runs
-    from orchestration.scaffold import scaffold
+    from orchestration.recon import recon_runs
+    from orchestration.cli.scaffold import scaffold
 
     folder = tmp_path / "team_jobs"
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
@@ -388,7 +388,7 @@ def test_a_window_after_a_time_bounded_join_reconciles_with_nothing_unexplained_
     """Spark holds the windows after the join back by its 20-minute bound: windows that end
     within 20 minutes of the watermark are not emitted yet, and are window_open, not missing."""
     from helpers import dbt
-    from streaming_jobs.analysis import checked
+    from streaming_jobs.runtime.analysis import checked
 
     folder = tmp_path / "jobs"
     folder.mkdir()
@@ -448,7 +448,7 @@ def test_a_windowed_sql_jobs_next_reconciliation_recomputes_only_the_days_it_cha
     endpoint's one warm JVM), with every row's class checked. That an incremental run equals a
     backfill is proven on the built-in jobs (test_recon_incremental.py, make test-long)."""
     from helpers import dbt, scopes
-    from streaming_jobs.delta_log import commit_actions, latest_version
+    from streaming_jobs.core.delta_log import commit_actions, latest_version
 
     cfg = endpoint_cfg
     spec = get_job("failed_logins_10m")

@@ -17,14 +17,14 @@ from dagster import AssetKey
 from deltalake import DeltaTable
 
 from helpers import click, land, txn
-from streaming_jobs.checkpoints import last_committed_batch
-from streaming_jobs.registry import get_job
+from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.storage.registry import get_job
 from streaming_jobs.operations import savepoints
-from streaming_jobs.checkpoints import CheckpointBusy
-from streaming_jobs.runner import run_job
+from streaming_jobs.core.checkpoints import CheckpointBusy
+from streaming_jobs.runtime.runner import run_job
 
-from orchestration.live import DagsterDev, settle_runs, wait_caught_up
-from orchestration.recon_partitions import incremental_tags
+from orchestration.cli.live import DagsterDev, settle_runs, wait_caught_up
+from orchestration.recon.recon_partitions import incremental_tags
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +154,7 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
             timeout=600,
         )
         assert gql.wait(scheduled, timeout=900) == "SUCCESS"
-        # incremental, on today's partition of event time (orchestration/recon_partitions.py)
+        # incremental, on today's partition of event time (orchestration/recon/recon_partitions.py)
         [run] = [r for r in gql.runs("reconciliation_job") if r["runId"] == scheduled]
         tags = {t["key"]: t["value"] for t in run["tags"]}
         # the UTC day of its tick (up to two minutes before it started: a run can cross midnight)
@@ -231,7 +231,7 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
     assert after == before
     # dbt as a data engineer runs it: plain dbt in dbt_project/, the documented profile, the
     # endpoint target (no tidemark-dbt: the project's own vars hold the built-in jobs)
-    from streaming_jobs.config import CHECKOUT
+    from streaming_jobs.core.config import CHECKOUT
 
     env = {
         **os.environ,

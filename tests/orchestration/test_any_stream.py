@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 import pytest
 
 from helpers import land
-from streaming_jobs.lake import read_table
-from streaming_jobs.registry import registry
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.storage.registry import registry
 
-from orchestration import cli
-from orchestration.scaffold import scaffold
+from orchestration.cli import main as cli
+from orchestration.cli.scaffold import scaffold
 
 SENSORS = """
 from pyspark.sql import types as T
@@ -242,7 +242,7 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
         len(w[0]) for w in waves
     )  # bronze keeps every copy; the jobs drop them
 
-    from streaming_jobs import ops_tables
+    from streaming_jobs.storage import ops_tables
 
     progress = ops_tables.read(cfg, "stream_progress", columns=["job", "watermark"])
     watermark = {
@@ -276,7 +276,7 @@ def test_streams_without_ids_through_dagster_reconcile_against_independent_answe
     # their dbt tests, no_unexplained_rows__<job> among them (blocking)
     recon = " or ".join(f'+key:"recon/recon_{j}"' for j in JOBS)
     assert cli.main(["materialize", "--select", f"({recon}) and kind:dbt"]) == 0
-    from orchestration.recon_report import UNEXPLAINED
+    from orchestration.recon.recon_report import UNEXPLAINED
 
     for job in JOBS:
         classes = [

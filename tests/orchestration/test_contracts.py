@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streaming_jobs.generator import main as generator_main
-from streaming_jobs.registry import registry
+from streaming_jobs.storage.generator import main as generator_main
+from streaming_jobs.storage.registry import registry
 from streaming_jobs.schemas import STREAMS
 
 
 def test_dbt_sees_every_stream_with_exactly_its_schema_fields(cfg):
     """dbt's own parse (the manifest Dagster loads) against the declared schemas."""
-    from orchestration.dbt_models import ensure_manifest
+    from orchestration.recon.dbt_models import ensure_manifest
 
     manifest = json.loads(ensure_manifest(cfg).read_text())
     sources = {s["name"]: s for s in manifest["sources"].values()}
@@ -88,7 +88,7 @@ def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):
 
 def test_dg_loads_and_checks_the_definitions_folder(cfg):
     """Dagster's own project tooling (dg) reads the same code location: `dg list defs`."""
-    from streaming_jobs.config import CHECKOUT
+    from streaming_jobs.core.config import CHECKOUT
 
     dg = str(Path(sys.executable).with_name("dg"))
     env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root), "NO_COLOR": "1"}

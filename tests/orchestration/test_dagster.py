@@ -15,10 +15,10 @@ import requests
 from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, DagsterInstance
 
 from helpers import write_wave
-from streaming_jobs.generator import GeneratorConfig, generate
-from streaming_jobs.config import CHECKOUT
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage.generator import GeneratorConfig, generate
+from streaming_jobs.core.config import CHECKOUT
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
 
 # Written out by hand: what the UI must show for the registered streams and jobs.
 EXPECTED_ASSETS = {
@@ -148,7 +148,7 @@ def _two_waves_through_the_graph(spark, cfg, sample, monkeypatch):
     write_wave(cfg, clicks_gen, clicks, 1)
     for g, f in more:
         write_wave(cfg, g, f, 1)
-    from orchestration.recon_partitions import incremental_tags
+    from orchestration.recon.recon_partitions import incremental_tags
 
     result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
         instance=instance, tags=incremental_tags(cfg)
@@ -299,7 +299,7 @@ def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(
     defs, instance, first, result, files = _two_waves_through_the_graph(
         spark, cfg, sample, monkeypatch
     )
-    from orchestration.recon_partitions import incremental_tags
+    from orchestration.recon.recon_partitions import incremental_tags
 
     summary = read_table(spark, cfg.paths.dbt_table("recon", "recon_summary")).collect()
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
@@ -320,9 +320,9 @@ def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(
             for r in read_table(spark, cfg.paths.dbt_table("recon", name)).collect()
         )
 
-    from orchestration.dbt_models import reconciled_jobs
-    from orchestration.dbt_vars import dbt_vars
-    from orchestration.recon_scope import NOTHING_NEW
+    from orchestration.recon.dbt_models import reconciled_jobs
+    from orchestration.recon.dbt_vars import dbt_vars
+    from orchestration.recon.recon_scope import NOTHING_NEW
 
     before = {job: rows(f"recon_{job}") for job in sorted(r.job for r in summary)}
     # what an incremental run would recompute now (open windows, session chains), and so what
@@ -365,7 +365,7 @@ def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(
     # One more incremental run with nothing new and no stream batch since: every job is left
     # out (dagster-dbt takes the --exclude into its selection); the shared models still run,
     # and each job's recon table keeps its rows and its last materialization.
-    from orchestration.recon_scope import left_out
+    from orchestration.recon.recon_scope import left_out
 
     now = dbt_vars(reconciled_jobs(), cfg)
     assert set(now["recon_from"].values()) == {NOTHING_NEW}, now["recon_reasons"]
@@ -436,7 +436,7 @@ def test_reconciliation_schedule_requests_the_reconciliation_job(cfg, monkeypatc
     from dagster import build_schedule_context
 
     from orchestration.definitions import build_definitions
-    from streaming_jobs.config import ConfigError, TidemarkConfig
+    from streaming_jobs.core.config import ConfigError, TidemarkConfig
 
     defs = build_definitions()
     schedule = defs.resolve_schedule_def("reconciliation_schedule")
@@ -516,7 +516,7 @@ def test_freshness_policies_schedules_and_sensors_are_on_in_a_fresh_instance(cfg
 def test_incremental_updates_request_reconciliation_and_continuous_reports_do_not(cfg):
     from dagster import AssetMaterialization, evaluate_automation_conditions, job, op
 
-    from orchestration.concurrency import CONTINUOUS_TAG
+    from orchestration.lib.concurrency import CONTINUOUS_TAG
     from orchestration.definitions import build_definitions
 
     defs = build_definitions()
@@ -553,7 +553,7 @@ def test_incremental_updates_request_reconciliation_and_continuous_reports_do_no
     # What a reconciliation built requests nothing, also when it built part of the graph only
     # (still running, or failed half way): no recon model rebuilt without its batch model, no
     # summary of half a reconciliation (the soak of 2026-11-24 saw both before this rule).
-    from orchestration.concurrency import RECON_TAG
+    from orchestration.lib.concurrency import RECON_TAG
 
     built = [
         AssetKey(["batch", "int_user_sessions__batch"]),
@@ -602,7 +602,7 @@ def test_a_new_day_alone_starts_no_partial_reconciliation(cfg):
     the new day then requests its chain, in one run."""
     from dagster import AssetMaterialization, evaluate_automation_conditions, job, op
 
-    from orchestration.concurrency import RECON_TAG
+    from orchestration.lib.concurrency import RECON_TAG
     from orchestration.definitions import build_definitions
 
     defs = build_definitions()

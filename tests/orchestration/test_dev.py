@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.processes import free_port
-from streaming_jobs.sql_endpoint import discover
+from streaming_jobs.services.processes import free_port
+from streaming_jobs.services.sql_endpoint import discover
 
 
 def descendants(pid: int) -> set[int]:

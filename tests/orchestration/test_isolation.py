@@ -12,8 +12,8 @@ import pytest
 from dagster import AssetKey, DagsterInstance, build_sensor_context
 
 from helpers import land, txn
-from streaming_jobs import ops_tables
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.storage.lake import read_table
 
 GOOD = """-- merchant_failures: FAILED transactions per merchant per 10 minutes.
 -- source: transactions
@@ -58,7 +58,7 @@ def test_broken_job_files_are_left_out_and_alerted_while_the_rest_runs(
 ):
     from orchestration.definitions import build_definitions
     from orchestration.defs.ops.sensors import checkpoint_health_sensor, platform_health_sensor
-    from orchestration.resources import TidemarkResource
+    from orchestration.lib.resources import TidemarkResource
 
     folder = tmp_path / "jobs"
     folder.mkdir()
@@ -155,8 +155,8 @@ BAD_SETTINGS = {
 def test_a_bad_setting_takes_its_default_and_is_alerted_while_everything_loads(cfg, monkeypatch):
     from orchestration.definitions import build_definitions
     from orchestration.defs.ops.sensors import platform_health_sensor
-    from orchestration.resources import TidemarkResource
-    from streaming_jobs.config import TidemarkConfig, tolerate_bad_settings
+    from orchestration.lib.resources import TidemarkResource
+    from streaming_jobs.core.config import TidemarkConfig, tolerate_bad_settings
 
     for name, value in BAD_SETTINGS.items():
         monkeypatch.setenv(name, value)

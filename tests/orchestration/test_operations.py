@@ -12,18 +12,18 @@ from dagster import DagsterInstance, build_sensor_context
 
 import scenarios
 from helpers import click, dbt, land
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
 from streaming_jobs.operations import alerts, savepoints
 from streaming_jobs.operations.health import check_checkpoint
 from streaming_jobs.operations.state import inspect
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 from orchestration.defs.ops.jobs import recovery_job
-from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 from orchestration.defs.ops.sensors import checkpoint_health_sensor, state_size_sensor
-from orchestration.evaluations import CHECKPOINT_CHECK, STATE_CHECK
-from orchestration.recon_report import UNEXPLAINED
+from orchestration.lib.evaluations import CHECKPOINT_CHECK, STATE_CHECK
+from orchestration.recon.recon_report import UNEXPLAINED
 
 VELOCITY = "failed_txn_velocity"
 
@@ -270,7 +270,7 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
 def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
     from argparse import Namespace
 
-    from orchestration import operate
+    from orchestration.cli import operate
     from streaming_jobs.operations.rescale import state_partitions
 
     spec = get_job("events_by_type")
@@ -392,7 +392,7 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
 
 
 def test_health_finds_a_failed_query_and_a_job_falling_behind(spark, cfg):
-    from streaming_jobs.failures import record_failure
+    from streaming_jobs.storage.failures import record_failure
 
     spec = get_job("events_by_type")
     land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(3)], stream="clicks")
@@ -419,9 +419,9 @@ NO_JVM_PROBE = """
 import json, time
 import pyspark
 from dagster import DagsterInstance, build_sensor_context
-from orchestration.resources import TidemarkResource
+from orchestration.lib.resources import TidemarkResource
 from orchestration.defs.ops.sensors import checkpoint_health_sensor, state_size_sensor
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 cfg = TidemarkConfig.from_env()
 resources = {"tidemark": TidemarkResource(data_root=str(cfg.data_root))}
 out = {}
@@ -437,8 +437,8 @@ print("PROBE " + json.dumps(out))
 def test_sensors_evaluate_without_starting_a_jvm(spark, cfg):
     """A sensor tick reads files and ops tables only: in a fresh process, no JVM starts."""
     from helpers import click, land
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_bronze, run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_bronze, run_job
 
     land(cfg, "a.jsonl", [click(f"a{i}", "u1", i) for i in range(5)], stream="clicks")
     run_bronze(spark, cfg, "clicks")

@@ -8,10 +8,10 @@ import pytest
 
 import scenarios
 from helpers import dbt, land, txn
-from streaming_jobs.runner import run_bronze
-from orchestration.dbt_models import reconciled_jobs
-from orchestration.recon_partitions import incremental_tags
-from streaming_jobs.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze
+from orchestration.recon.dbt_models import reconciled_jobs
+from orchestration.recon.recon_partitions import incremental_tags
+from streaming_jobs.storage.lake import read_table
 
 
 def built_messages(cfg) -> dict[str, str]:
@@ -66,7 +66,7 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     from deltalake import DeltaTable
 
     from helpers import scopes
-    from streaming_jobs import ops_tables
+    from streaming_jobs.storage import ops_tables
 
     def version(name):
         return DeltaTable(str(cfg.paths.dbt_table("recon", name))).version()
@@ -94,8 +94,8 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
 
     # The stream reads what bronze took meanwhile: that job is recomputed, the others are left
     # out, and the summary still gets a row for every job (theirs are current as they stand).
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_job
 
     run_job(spark, cfg, get_job("failed_txn_velocity"))
     mixed = dbt("build")
@@ -234,9 +234,9 @@ def test_injected_gold_faults_land_in_their_classes_and_block_what_is_downstream
         1 for c in got.values() if c in ("missing_in_stream", "value_mismatch", "missing_in_batch")
     )
     assert unexplained == 4
-    from orchestration import recon_runs
-    from orchestration.cli import main as tidemark
-    from orchestration.overview import overview
+    from orchestration.recon import recon_runs
+    from orchestration.cli.main import main as tidemark
+    from orchestration.lib.overview import overview
 
     status = recon_runs.status(cfg)
     row = status.jobs["failed_txn_velocity"]
@@ -295,10 +295,10 @@ def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row
     cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)
     from datetime import datetime, timedelta, timezone
 
-    from streaming_jobs import ops_tables
+    from streaming_jobs.storage import ops_tables
     from streaming_jobs.operations import lineage
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_job
 
     job = "failed_txn_velocity"
     reported_late, _ = scenarios.run_waves(spark, cfg)
@@ -362,10 +362,10 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
     from datetime import datetime, timedelta, timezone
 
     from helpers import click
-    from streaming_jobs import ops_tables
+    from streaming_jobs.storage import ops_tables
     from streaming_jobs.operations import lineage
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_job
 
     job, spec = "events_by_type", get_job("events_by_type")
     # a batch's late threshold is the previous batch's watermark: two batches set it (1409)

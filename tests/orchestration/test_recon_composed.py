@@ -15,10 +15,10 @@ import datetime as dt
 import pytest
 
 from helpers import click, dbt, land, scopes, table_rows
-from orchestration.recon_scope import read_positions
-from streaming_jobs.lake import read_table
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
+from orchestration.recon.recon_scope import read_positions
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 BUILD = ("build", "--exclude-resource-type", "unit_test")
 CLICK_JOBS = ("events_by_type", "user_sessions", "user_activity_profile")

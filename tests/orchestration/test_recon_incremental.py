@@ -16,9 +16,9 @@ import datetime as dt
 import pytest
 
 from helpers import dbt, scopes, table_rows, write_wave
-from streaming_jobs.generator import GeneratorConfig, generate
-from streaming_jobs.registry import registry
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.generator import GeneratorConfig, generate
+from streaming_jobs.storage.registry import registry
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 DAYS = 3

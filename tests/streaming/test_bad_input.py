@@ -20,9 +20,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from helpers import txn
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage.lake import read_table
 from streaming_jobs.operations.landing import account, count_lines
-from streaming_jobs.runner import run_bronze
+from streaming_jobs.runtime.runner import run_bronze
 from streaming_jobs.schemas import STREAMS, Expectation
 
 NONNEGATIVE = Expectation("nonnegative_amount", "amount >= 0", "quarantine")
@@ -295,8 +295,8 @@ def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gol
     import sys
 
     from helpers import dbt
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_job
 
     folder = cfg.paths.landing_dir("transactions")
     folder.mkdir(parents=True)

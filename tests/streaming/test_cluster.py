@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate, write_files
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 JOBS = {"zone_revenue_hourly": "rides", "user_activity_profile": "clicks"}
 

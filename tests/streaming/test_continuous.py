@@ -14,15 +14,14 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
-from streaming_jobs.checkpoints import last_committed_batch
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table, table_exists
-from streaming_jobs.checkpoints import CheckpointBusy, checkpoint_lock
-from streaming_jobs.runner import run_bronze, run_job
-from streaming_jobs import ops_tables
-
+from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table, table_exists
+from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock
+from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.storage import ops_tables
 from orchestration.defs.streaming.jobs import continuous_streaming_job as continuous_job
-from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 from helpers import click, land, txn
 
 continuous_streaming_job = continuous_job()
@@ -282,7 +281,7 @@ FLAKY = textwrap.dedent('''
 def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
     spark, cfg, tmp_path, monkeypatch
 ):
-    from streaming_jobs import ops_tables
+    from streaming_jobs.storage import ops_tables
     from streaming_jobs.operations.continuous import run_continuous
 
     folder = tmp_path / "jobs"

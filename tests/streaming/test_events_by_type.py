@@ -9,9 +9,9 @@ from datetime import date
 import pytest
 
 from helpers import click, land
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 ACTIONS = ("view", "purchase")
 

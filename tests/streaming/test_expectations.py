@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from helpers import land, txn
-from streaming_jobs import ops_tables
-from streaming_jobs.lake import read_table
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import StreamRunError, run_bronze, run_job
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import StreamRunError, run_bronze, run_job
 from streaming_jobs.schemas import STREAMS, Expectation
 
 CURRENCY = Expectation("known_currency", "currency in ('USD', 'EUR')", "quarantine")
@@ -134,7 +134,7 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(
 
     from orchestration.definitions import build_definitions
     from orchestration.defs.ops.sensors import expectations_sensor
-    from orchestration.resources import TidemarkResource
+    from orchestration.lib.resources import TidemarkResource
 
     defs = build_definitions()
     repository = defs.get_repository_def()
@@ -190,8 +190,8 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(
 def test_a_batch_that_fails_three_times_holds_its_query_until_released(
     spark, cfg, guarded, monkeypatch
 ):
-    from orchestration.cli import main as tidemark
-    from streaming_jobs.failures import HOLD_AFTER, held
+    from orchestration.cli.main import main as tidemark
+    from streaming_jobs.storage.failures import HOLD_AFTER, held
     from streaming_jobs.operations.health import check
 
     land(cfg, "w1.jsonl", [txn(f"e{i}", "u1", i) for i in range(4)])

@@ -10,8 +10,8 @@ import pytest
 
 import scenarios
 from helpers import txn
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
 
 
 def _as_rows(change_points: dict, window_s: int) -> set:

@@ -10,11 +10,11 @@ from datetime import datetime
 import pytest
 
 from helpers import dbt, land, txn
-from streaming_jobs import ops_tables
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.storage.lake import read_table
 from streaming_jobs.operations.health import check_checkpoint
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.schemas import STREAMS
 
 

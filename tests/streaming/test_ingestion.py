@@ -5,8 +5,8 @@ from __future__ import annotations
 from helpers import is_valid_transaction as is_valid
 from helpers import write_wave
 
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze
 
 
 def test_every_line_lands_once_in_bronze_or_quarantine(spark, cfg, sample):
@@ -64,9 +64,9 @@ def test_restart_and_replayed_batch_write_nothing_twice(spark, cfg, sample):
 
 
 def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
-    from streaming_jobs.registry import registry
+    from streaming_jobs.storage.registry import registry
     from streaming_jobs.schemas import STREAMS
-    from streaming_jobs.tables import ensure_lake
+    from streaming_jobs.runtime.tables import ensure_lake
 
     created = ensure_lake(spark, cfg)
     expected = (
@@ -130,7 +130,7 @@ def test_a_table_another_process_creates_is_seen_once_it_commits(spark, tmp_path
     from delta.tables import DeltaTable
     from deltalake import write_deltalake
 
-    from streaming_jobs.lake import table_exists
+    from streaming_jobs.storage.lake import table_exists
 
     path = tmp_path / "made_elsewhere"
     (path / "_delta_log").mkdir(parents=True)  # the other writer has begun: no commit yet

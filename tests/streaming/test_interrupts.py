@@ -7,7 +7,7 @@ import traceback
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from streaming_jobs.interrupts import BatchInterrupted, stoppable
+from streaming_jobs.core.interrupts import BatchInterrupted, stoppable
 
 # How py4j's callback server hands a Python exception to the JVM (clientserver: the error
 # return message is the formatted traceback); Spark's check reads this text.

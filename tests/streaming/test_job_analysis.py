@@ -7,8 +7,8 @@ import tempfile
 import pytest
 from dagster import AssetKey
 
-from streaming_jobs.analysis import analyze, checked
-from streaming_jobs.registry import load_problems, registry
+from streaming_jobs.runtime.analysis import analyze, checked
+from streaming_jobs.storage.registry import load_problems, registry
 
 ORDERS_PAYMENTS = "-- source: orders\n-- joins: payments\n"
 

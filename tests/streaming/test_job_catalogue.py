@@ -15,10 +15,10 @@ from datetime import timedelta
 import pytest
 
 from helpers import write_wave
-from streaming_jobs.generator import EPOCH, GeneratorConfig, generate
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 BUILT_IN = [
     "failed_txn_velocity",

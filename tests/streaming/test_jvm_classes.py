@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.spark import cached_jars, class_archive, spark_conf
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.spark import cached_jars, class_archive, spark_conf
 
 
 def test_the_session_jvm_maps_the_archive_setup_built(spark):

@@ -19,11 +19,11 @@ from dataclasses import replace
 import pytest
 from helpers import is_valid_transaction
 
-from streaming_jobs.checkpoints import last_committed_batch, last_planned_batch
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate, publish_files
-from streaming_jobs.checkpoints import query_name
-from streaming_jobs.kafka import (
+from streaming_jobs.core.checkpoints import last_committed_batch, last_planned_batch
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.generator import GeneratorConfig, generate, publish_files
+from streaming_jobs.core.checkpoints import query_name
+from streaming_jobs.storage.kafka import (
     accounting,
     committed_offsets,
     consumer_lag,
@@ -32,10 +32,10 @@ from streaming_jobs.kafka import (
     publish,
     topic_of,
 )
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage.lake import read_table
 from streaming_jobs.operations.health import check
-from streaming_jobs.registry import get_job, stream_schema
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job, stream_schema
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 JOB = "failed_txn_velocity"
 STREAM = "transactions"
@@ -43,10 +43,10 @@ pytestmark = pytest.mark.slow
 
 WORKER = textwrap.dedent("""
     import sys
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_bronze, run_job
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_bronze, run_job
+    from streaming_jobs.storage.spark import get_spark
 
     cfg = TidemarkConfig.from_env()
     spark = get_spark(cfg)
@@ -217,7 +217,7 @@ def test_lag_is_recorded_and_raises_consumer_lag_when_consumption_stops(
     assert consumer_lag(cfg, checkpoint, topic).rows == 0
     assert not [f for f in check(cfg, query_name(STREAM)) if f.kind == "consumer_lag"]
     assert _sensor_alerts(cfg) == set()  # resolved
-    from streaming_jobs import ops_tables
+    from streaming_jobs.storage import ops_tables
 
     rows = ops_tables.read(
         cfg, "stream_progress", where=f"job = {ops_tables.literal(query_name(STREAM))}"
@@ -231,7 +231,7 @@ def _sensor_alerts(cfg: TidemarkConfig) -> set[tuple[str, str, str]]:
     from dagster import DagsterInstance, build_sensor_context
 
     from orchestration.defs.ops.sensors import checkpoint_health_sensor
-    from orchestration.resources import TidemarkResource
+    from orchestration.lib.resources import TidemarkResource
     from streaming_jobs.operations import alerts
 
     context = build_sensor_context(
@@ -267,7 +267,7 @@ TOKEN_CHECK = textwrap.dedent("""
 def test_the_4_0_0_token_provider_works_with_spark_4_2(kafka_cfg):
     """The fallback for mirrors without the 4.2.0 token provider (docs/configuration.md, "Jars"): Spark 4.2's
     connector with the 4.0.0 jar writes and reads a topic."""
-    from streaming_jobs.spark import TOKEN_PROVIDER, cached_jars, kafka_token_provider
+    from streaming_jobs.storage.spark import TOKEN_PROVIDER, cached_jars, kafka_token_provider
 
     old = kafka_token_provider(kafka_cfg, versions=("4.0.0",))
     assert old.name.endswith("-4.0.0.jar")
@@ -288,7 +288,7 @@ def test_the_4_0_0_token_provider_works_with_spark_4_2(kafka_cfg):
 def test_the_broker_refuses_a_taken_port_with_what_to_do(tmp_path):
     import socket
 
-    from streaming_jobs.kafka_broker import BrokerError, start
+    from streaming_jobs.services.kafka_broker import BrokerError, start
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import land, txn
 from streaming_jobs.operations.landing import account, count_lines
-from streaming_jobs.runner import run_bronze
+from streaming_jobs.runtime.runner import run_bronze
 
 
 def test_every_way_of_breaking_the_contract_is_found(spark, cfg):

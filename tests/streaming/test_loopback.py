@@ -14,8 +14,8 @@ import requests
 
 PROBE = """
 import os, sys, time
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.spark import get_spark
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.spark import get_spark
 spark = get_spark(TidemarkConfig.from_env())
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
 print("CONF", spark.conf.get("spark.tidemark.probe.credential"), flush=True)

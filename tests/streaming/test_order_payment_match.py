@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from helpers import dbt, land
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 T0 = datetime(2026, 1, 1)
 WITHIN = timedelta(minutes=20)

@@ -19,15 +19,15 @@ from dagster import DagsterInstance
 
 import scenarios
 from helpers import land, txn
-from streaming_jobs import ops_tables
-from streaming_jobs.lake import read_table
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.storage.lake import read_table
 from streaming_jobs.operations import retention, savepoints
 from streaming_jobs.operations.landing import account
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 from orchestration.definitions import build_definitions
-from orchestration.summary import collect
+from orchestration.cli.summary import collect
 
 
 def _bronze_lineage(spark, cfg):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers import click, land
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 MIN_DELTAS = 10  # Spark's default spark.sql.streaming.stateStore.minDeltasForSnapshot
 
@@ -63,7 +63,7 @@ def test_a_continuous_run_stopped_right_after_a_snapshot_leaves_it_uploaded(spar
     that wait the process could end first, and the next start would replay every changelog."""
     import time
 
-    from streaming_jobs.checkpoints import last_committed_batch, snapshots_pending
+    from streaming_jobs.core.checkpoints import last_committed_batch, snapshots_pending
     from streaming_jobs.operations.continuous import run_continuous
 
     spec = get_job("events_by_type")

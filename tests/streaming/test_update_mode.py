@@ -8,8 +8,8 @@ from pyspark.sql import functions as F
 
 from helpers import land, txn
 from streaming_jobs.spec import JobSpec, StateBound
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 
 def failed_per_user(events, *, watermark):

@@ -7,7 +7,7 @@ from datetime import datetime
 from pyspark.testing import assertDataFrameEqual
 
 from streaming_jobs.schemas import TRANSACTIONS
-from streaming_jobs.validation import parse_lines
+from streaming_jobs.core.validation import parse_lines
 
 GOOD = (
     '{"event_id":"e1","user_id":"u1","card_id":"c1","merchant":"m","amount":12.5,'

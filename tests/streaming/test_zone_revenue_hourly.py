@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from pyspark.testing import assertDataFrameEqual
 
 from helpers import land
-from streaming_jobs.registry import get_job
-from streaming_jobs.lake import read_table
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
 T0 = datetime(2026, 1, 1)
 

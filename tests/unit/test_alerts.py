@@ -216,8 +216,8 @@ def test_the_webhook_url_is_https_or_loopback(url, ok):
 FULL_DISK = """
 import json, resource, signal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
-from streaming_jobs import ops_tables
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.operations import alerts
 cfg = TidemarkConfig.from_env()
 ops_tables.ensure(cfg, "alerts")

@@ -19,9 +19,9 @@ from dagster._core.definitions.automation_tick_evaluation_context import (
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.test_utils import create_run_for_test, instance_for_test
 
-from orchestration.concurrency import CONTINUOUS_TAG, RECON_TAG
+from orchestration.lib.concurrency import CONTINUOUS_TAG, RECON_TAG
 from orchestration.defs.dbt.assets import reconcile_on_update
-from orchestration.live import DAEMON_ENV
+from orchestration.cli.live import DAEMON_ENV
 
 GOLD = dg.AssetKey(["gold", "g"])
 RECON = dg.AssetKey(["recon", "recon_g"])

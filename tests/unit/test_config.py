@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.config import ConfigError, TidemarkConfig
-from streaming_jobs.spark import (
+from streaming_jobs.core.config import ConfigError, TidemarkConfig
+from streaming_jobs.storage.spark import (
     DELTA_PACKAGE,
     KAFKA_PACKAGE,
     SparkStartupError,
@@ -81,7 +81,7 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
 
 
 def test_kafka_settings_and_their_secrets_stay_out_of_reprs(tmp_path):
-    from streaming_jobs.kafka import client_config, spark_options
+    from streaming_jobs.storage.kafka import client_config, spark_options
 
     cfg = TidemarkConfig.from_env(
         {
@@ -192,8 +192,8 @@ def test_the_settings_reference_is_generated_from_the_code_and_covers_every_vari
     from TidemarkConfig), and every TIDEMARK_* variable the code reads is in it or internal."""
     import re
 
-    from streaming_jobs.config import CHECKOUT
-    from streaming_jobs.settings import BEGIN, END, INTERNAL, SETTINGS, render
+    from streaming_jobs.core.config import CHECKOUT
+    from streaming_jobs.core.settings import BEGIN, END, INTERNAL, SETTINGS, render
 
     text = (CHECKOUT / "docs" / "configuration.md").read_text()
     assert text[text.index(BEGIN) : text.index(END) + len(END)] == render(), (

@@ -7,19 +7,19 @@ from datetime import datetime, timedelta
 
 import yaml
 
-from streaming_jobs.registry import registry
+from streaming_jobs.storage.registry import registry
 from streaming_jobs.schemas import STREAMS
 
-from orchestration import dbt_models
-from orchestration.dbt_cli import (
+from orchestration.recon import dbt_models
+from orchestration.recon.dbt_cli import (
     parse_args,
     split_own_options,
     split_run_vars,
     with_excluded,
     with_vars,
 )
-from orchestration.dbt_vars import job_vars, last_batches
-from orchestration.project import DBT_PROJECT_DIR
+from orchestration.recon.dbt_vars import job_vars, last_batches
+from orchestration.recon.project import DBT_PROJECT_DIR
 
 PROJECT = yaml.safe_load((DBT_PROJECT_DIR / "dbt_project.yml").read_text())
 
@@ -42,7 +42,7 @@ def test_the_projects_job_vars_are_the_built_in_specs():
     """dbt run from the checkout alone uses dbt_project.yml's vars: they are the specs'."""
     assert PROJECT["vars"]["jobs"] == job_vars(registry())
     classes = PROJECT["vars"]["recon_classes"]
-    from orchestration.recon_report import RECON_CLASSES, UNEXPLAINED
+    from orchestration.recon.recon_report import RECON_CLASSES, UNEXPLAINED
 
     assert RECON_CLASSES == tuple(classes["explained"] + classes["unexplained"])
     assert UNEXPLAINED == ("value_mismatch", "missing_in_stream", "missing_in_batch")
@@ -283,8 +283,8 @@ def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from streaming_jobs import ops_tables
-    from orchestration.dbt_vars import position_vars
+    from streaming_jobs.storage import ops_tables
+    from orchestration.recon.dbt_vars import position_vars
 
     ops_tables.ensure_all(cfg)
     jobs = {n: s for n, s in registry().items() if n in ("user_sessions", "events_by_type")}

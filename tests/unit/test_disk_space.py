@@ -6,7 +6,7 @@ import shutil
 
 from dagster import DagsterInstance, build_sensor_context
 
-from streaming_jobs import ops_tables
+from streaming_jobs.storage import ops_tables
 
 
 def disk_alerts(cfg) -> list[dict]:
@@ -15,7 +15,7 @@ def disk_alerts(cfg) -> list[dict]:
 
 def test_low_free_space_is_a_critical_alert_resolved_when_space_is_back(cfg, monkeypatch):
     from orchestration.defs.ops.sensors import platform_health_sensor
-    from orchestration.resources import TidemarkResource
+    from orchestration.lib.resources import TidemarkResource
 
     cfg.data_root.mkdir(parents=True, exist_ok=True)
     free_gb = shutil.disk_usage(cfg.data_root).free / 1024**3

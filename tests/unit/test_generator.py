@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from streaming_jobs.generator import GeneratorConfig, generate, write_files
+from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 
 
 def _parse(lines):
@@ -191,7 +191,7 @@ def _latest(lines, column):
 def test_files_by_event_time_keep_orders_and_payments_in_step():
     import datetime as dt
 
-    from streaming_jobs.generator import generate_by_time
+    from streaming_jobs.storage.generator import generate_by_time
 
     span, files = 25.0, 200  # 50 orders a file at 2 a second: `tidemark live`'s lander
     orders = GeneratorConfig(stream="orders", events=50 * files, files=files, seed=5)
@@ -225,7 +225,7 @@ def test_files_by_event_time_keep_orders_and_payments_in_step():
 
 
 def test_live_lander_lands_every_stream_in_step(cfg):
-    from orchestration.live import Landing
+    from orchestration.cli.live import Landing
 
     landing = Landing(cfg, rate=10, minutes=15, every=5)  # 180 files of 50 events a stream
     latest = {

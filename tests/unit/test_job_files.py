@@ -8,14 +8,14 @@ import textwrap
 import pytest
 import yaml
 
-from streaming_jobs.ingestion import landing_files
-from streaming_jobs.registry import registry, streams
+from streaming_jobs.runtime.ingestion import landing_files
+from streaming_jobs.storage.registry import registry, streams
 from streaming_jobs.schemas import STREAMS
-from streaming_jobs.sql_jobs import JobFileError, load_sql_job
+from streaming_jobs.storage.sql_jobs import JobFileError, load_sql_job
 
-from orchestration import dbt_models
-from orchestration.dbt_vars import job_vars, text_measures
-from orchestration.scaffold import scaffold
+from orchestration.recon import dbt_models
+from orchestration.recon.dbt_vars import job_vars, text_measures
+from orchestration.cli.scaffold import scaffold
 
 READINGS = """
 from pyspark.sql import types as T
@@ -347,6 +347,6 @@ def test_job_modules_know_their_file(folder):
 
 def test_a_python_job_module_text_is_unchanged_by_dedent():
     # the scaffold's Python job is valid Python on its own
-    from orchestration.scaffold import PY_JOB
+    from orchestration.cli.scaffold import PY_JOB
 
     compile(textwrap.dedent(PY_JOB.format(name="x", source="s", event_time="t")), "x.py", "exec")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from streaming_jobs.generator import record_key
-from streaming_jobs.kafka import committed_offsets
-from streaming_jobs.progress import kafka_lag, progress_row
+from streaming_jobs.storage.generator import record_key
+from streaming_jobs.storage.kafka import committed_offsets
+from streaming_jobs.runtime.progress import kafka_lag, progress_row
 
 
 def test_a_record_is_keyed_by_the_streams_key_and_a_malformed_line_by_nothing():
@@ -70,7 +70,7 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch):
     import base64
     import uuid
 
-    from streaming_jobs import kafka_broker
+    from streaming_jobs.services import kafka_broker
 
     dash = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))  # 0xF8 >> 2 == 62: '-' in URL-safe base64
     plain = uuid.UUID(bytes=bytes([0x04]) + bytes(15))

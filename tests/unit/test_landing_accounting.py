@@ -6,8 +6,8 @@ import time
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.checkpoints import query_name
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.landing import account
 
 

@@ -1,14 +1,17 @@
 """The import graph points one way: no cycle, and no module imports from a layer above its own.
 
-Layers, lowest first (a module may import its own layer and the ones below):
+Each layer is a list of folders (a module may import its own layer and the ones below), lowest
+first:
 
-    base         config, intervals, schemas, spec, delta_log, checkpoints, validation, stateful.*
-                 (and the packages' own __init__)
-    storage      ops_tables, spark, lake, failures, jobs.*, sql_jobs, registry, generator,
-                 expectations, restores
-    streaming    ingestion, gold, progress, tables, runner, analysis
-    operations   operations.*, sql_endpoint
-    orchestration  orchestration.* (never imported by streaming_jobs)
+    base           streaming_jobs/core/ (config, settings, checkpoints, delta_log, validation,
+                   interrupts) and the job API at the package's top: spec, schemas, intervals,
+                   stateful/ (what job files import)
+    storage        streaming_jobs/storage/ (Spark, Delta, the ops tables, the registry,
+                   expectations, restores, Kafka's reader) and the built-in jobs/
+    runtime        streaming_jobs/runtime/ (ingestion, gold, progress, analysis, the runner)
+    operations     streaming_jobs/operations/ (what is run on a data root) and services/ (the
+                   servers tidemark starts: SQL endpoint, Kafka broker, Spark cluster)
+    orchestration  orchestration/ (never imported by streaming_jobs): lib/, recon/, cli/, defs/
 
 Imports inside functions count too: a deferred import is still a dependency.
 """
@@ -25,52 +28,32 @@ LAYERS = [
     (
         "base",
         [
-            "streaming_jobs.config",
-            "streaming_jobs.intervals",
-            "streaming_jobs.schemas",
+            "streaming_jobs.core",
             "streaming_jobs.spec",
-            "streaming_jobs.delta_log",
-            "streaming_jobs.checkpoints",
-            "streaming_jobs.validation",
+            "streaming_jobs.schemas",
+            "streaming_jobs.intervals",
             "streaming_jobs.stateful",
-            "streaming_jobs.processes",
-            "streaming_jobs.interrupts",
-            "streaming_jobs.settings",
         ],
     ),
-    (
-        "storage",
-        [
-            "streaming_jobs.ops_tables",
-            "streaming_jobs.spark",
-            "streaming_jobs.lake",
-            "streaming_jobs.failures",
-            "streaming_jobs.jobs",
-            "streaming_jobs.sql_jobs",
-            "streaming_jobs.registry",
-            "streaming_jobs.generator",
-            "streaming_jobs.expectations",
-            "streaming_jobs.restores",
-            "streaming_jobs.maven",
-            "streaming_jobs.kafka",
-            "streaming_jobs.kafka_broker",
-            "streaming_jobs.spark_cluster",
-        ],
-    ),
-    (
-        "streaming",
-        [
-            "streaming_jobs.ingestion",
-            "streaming_jobs.gold",
-            "streaming_jobs.progress",
-            "streaming_jobs.analysis",
-            "streaming_jobs.tables",
-            "streaming_jobs.runner",
-        ],
-    ),
-    ("operations", ["streaming_jobs.operations", "streaming_jobs.sql_endpoint"]),
+    ("storage", ["streaming_jobs.storage", "streaming_jobs.jobs"]),
+    ("runtime", ["streaming_jobs.runtime"]),
+    ("operations", ["streaming_jobs.operations", "streaming_jobs.services"]),
     ("orchestration", ["orchestration"]),
 ]
+
+
+def test_every_module_is_in_a_layer_folder():
+    """Only the job API (spec, schemas, intervals) sits at streaming_jobs' top; every other
+    module is in its layer's folder, so its path says its layer."""
+    top = sorted(p.stem for p in (CHECKOUT / "streaming_jobs").glob("*.py"))
+    assert top == ["__init__", "intervals", "schemas", "spec"]
+    folders = {"core", "storage", "runtime", "operations", "services", "jobs", "stateful"}
+    found = {p.name for p in (CHECKOUT / "streaming_jobs").iterdir() if p.is_dir()}
+    assert found - {"__pycache__"} == folders
+    assert sorted(p.stem for p in (CHECKOUT / "orchestration").glob("*.py")) == [
+        "__init__",
+        "definitions",
+    ]
 
 
 def module_name(path: Path) -> str:

@@ -6,13 +6,13 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from streaming_jobs import ops_tables
+from streaming_jobs.storage import ops_tables
 
 WRITER = """
 import sys
 from datetime import datetime, timezone
-from streaming_jobs import ops_tables
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
 cfg = TidemarkConfig.from_env()
 writer, rows = sys.argv[1], int(sys.argv[2])
 for i in range(rows):

@@ -8,7 +8,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from streaming_jobs.progress import ProgressLog
+from streaming_jobs.runtime.progress import ProgressLog
 
 
 def progress_event(run_id: str, batch_id: int) -> SimpleNamespace:

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestration.operate import OperationError, rebuild as rebuild_command
-from streaming_jobs import ops_tables
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.failures import record_failure
+from orchestration.cli.operate import OperationError, rebuild as rebuild_command
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.failures import record_failure
 from streaming_jobs.operations.rebuild import RebuildRefused, rebuild
 
 JOB = "events_by_type"

@@ -1,20 +1,20 @@
 """What a reconciliation run's Dagster partitions make it recompute
-(`orchestration.recon_partitions`); the dbt runs themselves are in test_dagster and
+(`orchestration.recon.recon_partitions`); the dbt runs themselves are in test_dagster and
 test_recon_incremental."""
 
 import datetime as dt
 
 import pytest
 
-from orchestration.recon_partitions import (
+from orchestration.recon.recon_partitions import (
     chosen_tags,
     incremental_tags,
     partitions_def,
     recomputed_from,
     run_scope,
 )
-from orchestration.recon_scope import NOTHING_NEW
-from streaming_jobs.config import ConfigError, TidemarkConfig
+from orchestration.recon.recon_scope import NOTHING_NEW
+from streaming_jobs.core.config import ConfigError, TidemarkConfig
 
 FIRST = "2026-01-01"
 

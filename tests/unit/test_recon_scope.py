@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestration.recon_scope import (
+from orchestration.recon.recon_scope import (
     NOTHING_NEW,
     NeedsFull,
     batch_ran_since,
@@ -19,7 +19,7 @@ from orchestration.recon_scope import (
     left_out,
     positions_now,
 )
-from streaming_jobs.registry import registry
+from streaming_jobs.storage.registry import registry
 
 UTC = dt.timezone.utc
 
@@ -206,7 +206,7 @@ def test_a_change_to_gold_made_outside_its_stream_is_found(tmp_path):
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-    from streaming_jobs.delta_log import changed_outside_its_writer
+    from streaming_jobs.core.delta_log import changed_outside_its_writer
 
     table = tmp_path / "gold"
     rows = pa.table({"k": [1, 2, 3]})

@@ -7,8 +7,8 @@ import pytest
 
 
 def test_fresh_run_clears_setup_state_but_never_foreign_data(tmp_path):
-    from orchestration.demo import DEMO_MARKER, reset_demo_root as _reset
-    from streaming_jobs.config import TidemarkConfig
+    from orchestration.cli.demo import DEMO_MARKER, reset_demo_root as _reset
+    from streaming_jobs.core.config import TidemarkConfig
 
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
     (tmp_path / "dbt" / "target").mkdir(parents=True)  # what `make setup` leaves behind
@@ -61,9 +61,9 @@ def _recon_row(job: str, compared: int, unexplained: int, status: str = "passed"
 
 
 def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
-    from orchestration.recon_runs import ReconStatus
-    from orchestration.summary import Summary, render
-    from streaming_jobs.config import TidemarkConfig
+    from orchestration.recon.recon_runs import ReconStatus
+    from orchestration.cli.summary import Summary, render
+    from streaming_jobs.core.config import TidemarkConfig
 
     rows = [_recon_row("failed_txn_velocity", 10, 0), _recon_row("zone_revenue_hourly", 4, 0)]
     summary = Summary(
@@ -128,7 +128,7 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
 
 
 def test_recon_metadata_gives_numbers_to_plot_and_a_table():
-    from orchestration.recon_report import recon_metadata
+    from orchestration.recon.recon_report import recon_metadata
 
     counts = {
         "match": 6,
@@ -149,8 +149,8 @@ def test_recon_metadata_gives_numbers_to_plot_and_a_table():
 def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatch):
     from dagster import DagsterInstance
 
-    from orchestration.instance import prepare_dagster_home
-    from streaming_jobs.config import TidemarkConfig
+    from orchestration.lib.instance import prepare_dagster_home
+    from streaming_jobs.core.config import TidemarkConfig
 
     home = prepare_dagster_home(TidemarkConfig.from_env().with_data_root(tmp_path))
     assert home == str(tmp_path / "dagster_home")
@@ -190,12 +190,12 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
 def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     """The run's rows as tidemark-dbt records them (a real ops table): the status, the summary's
     closing line and the overview all say failed, naming the job and its unexplained count."""
-    from streaming_jobs import ops_tables
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.storage import ops_tables
+    from streaming_jobs.core.config import TidemarkConfig
 
-    from orchestration import recon_runs
-    from orchestration.overview import overview
-    from orchestration.summary import recon_lines
+    from orchestration.recon import recon_runs
+    from orchestration.lib.overview import overview
+    from orchestration.cli.summary import recon_lines
 
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
     status = recon_runs.status(cfg)
@@ -264,10 +264,10 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
 def test_the_overview_says_none_yet_before_a_watermark_and_plots_no_false_lag(tmp_path):
     from datetime import datetime, timezone
 
-    from streaming_jobs import ops_tables
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.storage import ops_tables
+    from streaming_jobs.core.config import TidemarkConfig
 
-    from orchestration.overview import overview
+    from orchestration.lib.overview import overview
 
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
     now = datetime(2026, 11, 28, 12, tzinfo=timezone.utc)

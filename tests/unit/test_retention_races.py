@@ -3,7 +3,7 @@ auto compaction committing while it is compacted."""
 
 import pytest
 
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.operations.retention import Maintenance, _dbt_table
 
 

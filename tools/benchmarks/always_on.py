@@ -49,8 +49,8 @@ def free_port() -> int:
 def build_root(root: Path, events: int, waves: int, seed: int) -> dict:
     from reconciliation import land_and_stream
 
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.spark import get_spark
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     spark = get_spark(cfg)
@@ -69,7 +69,7 @@ def run_seconds(root: Path, run_id: str) -> float:
 
 
 def reconcile(cfg, gql, root: Path, label: str, repeat: int) -> list[dict]:
-    from orchestration.recon_partitions import incremental_tags
+    from orchestration.recon.recon_partitions import incremental_tags
 
     out = []
     for attempt in range(repeat):
@@ -167,10 +167,10 @@ def main(argv=None) -> int:
     if args.data_root is None:
         print(f"building {root} with {args.events:,} events", flush=True)
         setup = build_root(root, args.events, args.waves, args.seed)
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.core.config import TidemarkConfig
 
-    from orchestration.live import DagsterDev
-    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+    from orchestration.cli.live import DagsterDev
+    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     results = []

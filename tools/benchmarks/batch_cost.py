@@ -34,14 +34,14 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from streaming_jobs import ops_tables
-from streaming_jobs.checkpoints import query_name
-from streaming_jobs.config import TidemarkConfig, default_results
-from streaming_jobs.generator import EPOCH, GeneratorConfig, generate, write_files
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.checkpoints import query_name
+from streaming_jobs.core.config import TidemarkConfig, default_results
+from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate, write_files
 from streaming_jobs.operations.continuous import run_continuous
-from streaming_jobs.registry import get_job, registry
-from streaming_jobs.spark import get_spark
-from streaming_jobs.tables import ensure_lake
+from streaming_jobs.storage.registry import get_job, registry
+from streaming_jobs.storage.spark import get_spark
+from streaming_jobs.runtime.tables import ensure_lake
 
 PHASES = ("addBatch", "walCommit", "commitOffsets", "latestOffset", "queryPlanning", "getBatch")
 
@@ -69,8 +69,8 @@ class StepTimer:
     this process, on py4j's callback thread), by wrapping the functions those modules call."""
 
     STEPS = {
-        "streaming_jobs.ingestion": ("split", "record", "append_once"),
-        "streaming_jobs.gold": ("counts", "record", "merge_once"),
+        "streaming_jobs.runtime.ingestion": ("split", "record", "append_once"),
+        "streaming_jobs.runtime.gold": ("counts", "record", "merge_once"),
     }
 
     def __init__(self) -> None:

@@ -44,13 +44,13 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from streaming_jobs import ops_tables
-from streaming_jobs.checkpoints import last_committed_batch, last_planned_batch
-from streaming_jobs.config import CHECKOUT, TidemarkConfig, default_results
-from streaming_jobs.generator import EPOCH, GeneratorConfig, generate, write_files
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
-from streaming_jobs.spark import get_spark
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.checkpoints import last_committed_batch, last_planned_batch
+from streaming_jobs.core.config import CHECKOUT, TidemarkConfig, default_results
+from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate, write_files
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.storage.spark import get_spark
 
 JOB = "events_by_type"
 FILL_SECONDS = 400.0  # of event time: inside the job's 10-minute watermark

@@ -72,12 +72,12 @@ def _epoch_ms(df):
 def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
     from pyspark.sql import functions as F
 
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.lake import read_table
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_bronze, run_job
-    from streaming_jobs.spark import get_spark
-    from streaming_jobs.tables import ensure_lake
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.lake import read_table
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_bronze, run_job
+    from streaming_jobs.storage.spark import get_spark
+    from streaming_jobs.runtime.tables import ensure_lake
 
     root = work / "root"
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
@@ -292,7 +292,7 @@ def measured(command: list[str], log: Path) -> tuple[dict, float, int]:
 
 
 def generate_input(folder: Path, streams: set[str], events: int, files: int, seed: int) -> dict:
-    from streaming_jobs.generator import GeneratorConfig, generate, write_files
+    from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 
     lines = {}
     for stream in sorted(streams):
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the data and answers")
     args = parser.parse_args(argv)
-    from streaming_jobs.config import default_results
+    from streaming_jobs.core.config import default_results
 
     args.results = args.results or str(default_results("compare.json"))
     if not Path(args.bench_python).exists():

@@ -30,10 +30,10 @@ DEMO_STREAMS = ("transactions", "rides", "orders", "payments", "clicks")
 def land_and_run(cfg, gens, pending: Path, hours: range) -> dict[str, dict]:
     """Move those hours' files into landing; ingest every stream and run every job in a new
     Spark session; per query: seconds, batches, input rows."""
-    from streaming_jobs.generator import file_name
-    from streaming_jobs.registry import registry
-    from streaming_jobs.runner import run_bronze, run_job
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.storage.generator import file_name
+    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.runtime.runner import run_bronze, run_job
+    from streaming_jobs.storage.spark import get_spark
 
     for gen in gens:
         landing = cfg.paths.landing_dir(gen.stream)
@@ -95,8 +95,8 @@ def state_loads(cfg, since_batch: dict[str, int]) -> dict[str, dict]:
 
 
 def last_batches(cfg) -> dict[str, int]:
-    from streaming_jobs.checkpoints import last_committed_batch
-    from streaming_jobs.registry import registry
+    from streaming_jobs.core.checkpoints import last_committed_batch
+    from streaming_jobs.storage.registry import registry
 
     return {name: last_committed_batch(cfg.paths.checkpoint(name)) or -1 for name in registry()}
 
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="tidemark-hour-cost-"))
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.generator import GeneratorConfig, generate_by_time, write_files
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     pending = root / "pending"

@@ -80,7 +80,7 @@ def event_span(cfg) -> tuple[dt.datetime, dt.datetime, int]:
     from deltalake import DeltaTable
     import pyarrow.compute as pc
 
-    from streaming_jobs.registry import stream_schema
+    from streaming_jobs.storage.registry import stream_schema
 
     low = high = None
     rows = 0
@@ -97,9 +97,9 @@ def event_span(cfg) -> tuple[dt.datetime, dt.datetime, int]:
 
 
 def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int:
-    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
-    from streaming_jobs.registry import registry
-    from streaming_jobs.runner import run_bronze, run_job
+    from streaming_jobs.storage.generator import GeneratorConfig, generate_by_time, write_files
+    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.runtime.runner import run_bronze, run_job
 
     events = int(rate * 3600)
     # event ids are the seed and a counter: a second run on the same root (its new hour starts
@@ -135,7 +135,7 @@ def land_one_hour(spark, cfg, start: dt.datetime, rate: float, seed: int) -> int
 def class_counts(cfg) -> dict[tuple[str, str], int]:
     from deltalake import DeltaTable
 
-    from orchestration.dbt_models import reconciled_jobs
+    from orchestration.recon.dbt_models import reconciled_jobs
 
     out: dict[tuple[str, str], int] = {}
     for job in reconciled_jobs():
@@ -177,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.data_root)
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
     os.environ["TIDEMARK_DBT_TARGET"] = args.target  # the tidemark-dbt processes inherit it
-    from streaming_jobs.config import TidemarkConfig
+    from streaming_jobs.core.config import TidemarkConfig
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     if args.target == "endpoint":
-        from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+        from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
 
         start_sql_endpoint(cfg)
         try:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(cfg, args) -> int:
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.storage.spark import get_spark
 
     low, high, rows = event_span(cfg)
     days = (high - low).total_seconds() / 86_400

@@ -4,7 +4,7 @@
 
 What every ``tidemark-dbt`` invocation on the session target and every Dagster run process
 pay before their first statement, in a new process each time, alternating
-with and without ``-XX:SharedArchiveFile`` (the only difference; `streaming_jobs.spark`,
+with and without ``-XX:SharedArchiveFile`` (the only difference; `streaming_jobs.storage.spark`,
 ``build_class_archive``):
 
 1. ``session``: the JVM and the SparkSession with dbt's settings (the Hive metastore);
@@ -41,8 +41,8 @@ def one_start(with_archive: bool) -> dict[str, float]:
 
 
 def timed_start(with_archive: bool) -> None:
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.spark import cached_jars, class_archive, spark_conf, start_session
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.spark import cached_jars, class_archive, spark_conf, start_session
 
     cfg = TidemarkConfig.from_env()
     archive = class_archive(cfg, cached_jars(cfg))

@@ -30,14 +30,14 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from streaming_jobs import kafka_broker
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate, publish_files, write_files
-from streaming_jobs.lake import read_table
-from streaming_jobs.processes import free_port
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
-from streaming_jobs.spark import get_spark
+from streaming_jobs.services import kafka_broker
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.generator import GeneratorConfig, generate, publish_files, write_files
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.services.processes import free_port
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.storage.spark import get_spark
 
 JOB = "failed_txn_velocity"
 

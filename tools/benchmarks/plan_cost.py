@@ -3,7 +3,7 @@
     .venv/bin/python tools/benchmarks/plan_cost.py --data-root <a root dbt has built> --rounds 2
 
 Reads the models dbt compiled last under the data root (``dbt/target/compiled``), and for each
-one has a SparkSession (streaming_jobs.spark's, with the data root's metastore) parse, analyze,
+one has a SparkSession (streaming_jobs.storage.spark's, with the data root's metastore) parse, analyze,
 optimize and plan it, without running it: Spark's own phase times (``QueryPlanningTracker``)
 and the wall time. Round 0 is a new JVM's, each later round the same statements again in the
 now warm JVM. ``TIDEMARK_SPARK_CONF`` and ``JAVA_TOOL_OPTIONS`` change the settings compared.
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ["TIDEMARK_DATA_ROOT"] = str(args.data_root)
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.spark import get_spark
 
     cfg = TidemarkConfig.from_env()
     models = sorted((cfg.paths.dbt / "target" / "compiled").glob("*/models/*/*.sql"))

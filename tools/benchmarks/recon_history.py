@@ -23,7 +23,7 @@ Each dbt run is a new process on the session target (a JVM start included, as a 
 outside `tidemark dev` pays it), without dbt's unit tests (a scheduled run leaves them out).
 
 ``--endpoint``: as `tidemark dev` and `make live` run it. The data root's SQL endpoint (a warm
-Spark that stays up, `streaming_jobs.sql_endpoint`) runs the full and incremental builds; the
+Spark that stays up, `streaming_jobs.services.sql_endpoint`) runs the full and incremental builds; the
 last step keeps back two hours, not one: the first is reconciled through the endpoint, then the
 endpoint stops and the second is reconciled on the session target, for the same hour of history
 both ways. The backfill runs on the session target.
@@ -51,9 +51,9 @@ from incremental_recon import (
 
 def land_hours(spark, cfg, gens, pending: Path, hours: range) -> tuple[float, float]:
     """Move those hourly files of every stream into landing, ingest and stream every job."""
-    from streaming_jobs.generator import file_name
-    from streaming_jobs.registry import registry
-    from streaming_jobs.runner import run_bronze, run_job
+    from streaming_jobs.storage.generator import file_name
+    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.runtime.runner import run_bronze, run_job
 
     t0 = time.monotonic()
     for gen in gens:
@@ -103,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="tidemark-history-"))
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
     if args.endpoint:
-        from streaming_jobs.processes import free_port
+        from streaming_jobs.services.processes import free_port
 
         os.environ["TIDEMARK_SQL_PORT"] = str(free_port())
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.generator import GeneratorConfig, generate_by_time, write_files
+    from streaming_jobs.storage.spark import get_spark
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     pending = root / "pending"
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 def on_target(cfg, target: str) -> None:
     """tidemark-dbt's runs from now on go to ``target``: the endpoint is started (and left up)
     or stopped."""
-    from orchestration.services import start_sql_endpoint, stop_sql_endpoint
+    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
 
     os.environ["TIDEMARK_DBT_TARGET"] = target
     if target == "endpoint":

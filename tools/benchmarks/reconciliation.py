@@ -9,7 +9,7 @@ tables, checkpoints and progress rows are real. Then, in the same process and Sp
 (a Hive metastore session, the one dbt-spark's session method uses):
 
 1. ``dbt build``: every staging, batch, late-event and recon model, ``recon_summary`` and every
-   test, through dbt's own runner (`orchestration.dbt_cli`, as `make dbt ARGS=build` runs it);
+   test, through dbt's own runner (`orchestration.recon.dbt_cli`, as `make dbt ARGS=build` runs it);
 2. ``plain Spark SQL``: the very SQL dbt compiled for those nodes (taken from the manifest
    the build wrote), run one statement after another with ``spark.sql``: views as
    ``CREATE OR REPLACE VIEW``, tables as ``CREATE OR REPLACE TABLE ... USING delta AS``, the
@@ -44,10 +44,10 @@ def land_and_stream(
 
     ``days``: spread every stream's events over that many days of event time (else the demo's
     rates: 2 events/s, clicks 0.5)."""
-    from orchestration.demo import DEMO_RATES
-    from streaming_jobs.generator import GeneratorConfig, generate_by_time, write_files
-    from streaming_jobs.registry import registry
-    from streaming_jobs.runner import run_bronze, run_job
+    from orchestration.cli.demo import DEMO_RATES
+    from streaming_jobs.storage.generator import GeneratorConfig, generate_by_time, write_files
+    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.runtime.runner import run_bronze, run_job
 
     pending = cfg.data_root / "pending"
     per_stream = events // len(DEMO_STREAMS)
@@ -66,7 +66,7 @@ def land_and_stream(
         write_files(pending / stream, gen, generate_by_time(gen, span))  # one stream at a time
         gens.append(gen)
     times = {"generate": time.monotonic() - started, "ingest": 0.0, "stream": 0.0}
-    from streaming_jobs.generator import file_name
+    from streaming_jobs.storage.generator import file_name
 
     for wave in range(waves):
         for gen in gens:
@@ -92,7 +92,7 @@ def land_and_stream(
 def dbt_build(cfg, threads: int) -> tuple[float, float, int]:
     """One full `dbt build` (every day of every job) in this process: wall seconds, seconds in
     node SQL, nodes run. The incremental one: tools/benchmarks/incremental_recon.py."""
-    from orchestration.dbt_cli import main as dbt_main
+    from orchestration.recon.dbt_cli import main as dbt_main
 
     t0 = time.monotonic()
     code = dbt_main(["--full", "build", "--quiet", "--threads", str(threads)])
@@ -107,7 +107,7 @@ def dbt_threads(cfg) -> int:
     """The thread count of dbt's profile: the plain run gets the same parallelism."""
     import yaml
 
-    from orchestration.project import run_project_dir
+    from orchestration.recon.project import run_project_dir
 
     profile = yaml.safe_load((run_project_dir(cfg) / "profiles.yml").read_text())["tidemark"]
     return int(profile["outputs"][profile["target"]]["threads"])
@@ -174,7 +174,7 @@ def plain_sql(spark, nodes: list[dict], threads: int) -> tuple[float, int]:
 
 
 def recon_classes(spark) -> dict[tuple[str, str], int]:
-    from orchestration.dbt_models import reconciled_jobs
+    from orchestration.recon.dbt_models import reconciled_jobs
 
     counts = {}
     for job in reconciled_jobs():
@@ -218,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     reuse = bool(args.data_root)
     root = Path(args.data_root) if reuse else Path(tempfile.mkdtemp(prefix="tidemark-recon-"))
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.lake import read_table
-    from streaming_jobs.spark import get_spark
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.lake import read_table
+    from streaming_jobs.storage.spark import get_spark
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
     spark = get_spark(cfg, hive_metastore=True)  # dbt-spark's session method reuses it
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     bronze = {s: read_table(spark, cfg.paths.table("bronze", s)).count() for s in DEMO_STREAMS}
     gold = {}
-    from streaming_jobs.registry import registry
+    from streaming_jobs.storage.registry import registry
 
     for name in registry():
         gold[name] = read_table(spark, cfg.paths.table("gold", name)).count()

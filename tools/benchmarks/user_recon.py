@@ -92,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TIDEMARK_JOBS_PATH"] = str(folder)
     os.environ["TIDEMARK_DBT_TARGET"] = "session"
 
-    from orchestration.scaffold import scaffold
-    from streaming_jobs.config import TidemarkConfig
-    from streaming_jobs.registry import get_job
-    from streaming_jobs.runner import run_bronze, run_job
-    from streaming_jobs.spark import get_spark
+    from orchestration.cli.scaffold import scaffold
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.runtime.runner import run_bronze, run_job
+    from streaming_jobs.storage.spark import get_spark
 
     scaffold("stream", "meters", folder=str(folder))
     scaffold("job", "meters_5m", folder=str(folder), source="meters")

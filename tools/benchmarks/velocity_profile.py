@@ -37,11 +37,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming_jobs.config import TidemarkConfig
-from streaming_jobs.generator import GeneratorConfig, generate, write_files
-from streaming_jobs.registry import get_job
-from streaming_jobs.runner import run_bronze, run_job
-from streaming_jobs.spark import get_spark
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
+from streaming_jobs.storage.registry import get_job
+from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.storage.spark import get_spark
 from streaming_jobs.stateful.dedup import dedup_within_watermark
 from streaming_jobs.stateful.sliding import sliding_counts
 

@@ -17,7 +17,7 @@
 -- window_open rows, and the job's last stream batch (none since: no open window can have
 -- closed, and the job is left out of the next run if nothing new reached it either). Built
 -- after every recon model, so a run that fails records nothing. The next run recomputes only
--- the days its new events can change (orchestration/recon_scope.py).
+-- the days its new events can change (orchestration/recon/recon_scope.py).
 {% for job in var('jobs') %}
 -- depends_on: {{ ref('recon_' ~ job) }}
 {%- endfor %}

@@ -1,10 +1,10 @@
 """The dbt models as Dagster assets; dbt tests become asset checks (severity error = blocking).
 
 Model keys mirror the dbt layers: ``staging/<model>``, ``batch/<model>``, ``recon/<model>``.
-They are partitioned by day of event time (`orchestration.recon_partitions`: what a run's
+They are partitioned by day of event time (`orchestration.recon.recon_partitions`: what a run's
 partitions, and its ``tidemark/recon`` tag, make it recompute).
 The asset runs ``dbt build`` through ``tidemark-dbt`` (the SQL endpoint when it runs, so no JVM
-here), with its ``--vars`` built here in the open (`orchestration.dbt_vars`): the jobs'
+here), with its ``--vars`` built here in the open (`orchestration.recon.dbt_vars`): the jobs'
 parameters and the streams' pinned position. Each recon model's materialization carries its
 class counts; ``recon_summary``'s carries the per-job table and the totals.
 """
@@ -15,22 +15,29 @@ from typing import Any, Mapping, Optional
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 
-from orchestration import keys, recon_runs
-from orchestration.concurrency import CONTINUOUS_TAG, RECON_TAG
-from orchestration.dbt_models import ensure_manifest, reconciled_jobs
-from orchestration.dbt_vars import dbt_vars
-from orchestration.project import dbt_project
-from orchestration.recon_partitions import (
+from orchestration.lib import keys
+
+from orchestration.recon import recon_runs
+from orchestration.lib.concurrency import CONTINUOUS_TAG, RECON_TAG
+from orchestration.recon.dbt_models import ensure_manifest, reconciled_jobs
+from orchestration.recon.dbt_vars import dbt_vars
+from orchestration.recon.project import dbt_project
+from orchestration.recon.recon_partitions import (
     RECON_MODE_TAG,
     partitions_def,
     recomputed_from,
     run_scope,
 )
-from orchestration.recon_report import recon_counts, recon_metadata, run_metadata, summary_metadata
-from orchestration.recon_scope import left_out
-from orchestration.resources import TidemarkResource
+from orchestration.recon.recon_report import (
+    recon_counts,
+    recon_metadata,
+    run_metadata,
+    summary_metadata,
+)
+from orchestration.recon.recon_scope import left_out
+from orchestration.lib.resources import TidemarkResource
 
 RECON_GROUP = "reconciliation"
 

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from orchestration.concurrency import RECON_TAG
+from orchestration.lib.concurrency import RECON_TAG
 from orchestration.defs.dbt.assets import RECON_GROUP
 
 reconciliation_job = dg.define_asset_job(

@@ -1,6 +1,6 @@
 """``reconciliation_schedule``: reconciliation on a cron (TIDEMARK_RECON_CRON, default hourly).
 
-Each run is incremental (`orchestration.recon_partitions`): it recomputes the days its new
+Each run is incremental (`orchestration.recon.recon_partitions`): it recomputes the days its new
 events change, and carries today's partition. A tick is skipped while a reconciliation is still queued or running (this schedule's, one
 launched by hand, or automation's): each run reconciles everything up to the streams' position
 when it starts, so the next one loses nothing, and ticks faster than a reconciliation never
@@ -9,10 +9,10 @@ pile runs up in the queue.
 
 import dagster as dg
 
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 
-from orchestration.concurrency import RECON_TAG, run_in_flight
-from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG, latest_partition
+from orchestration.lib.concurrency import RECON_TAG, run_in_flight
+from orchestration.recon.recon_partitions import INCREMENTAL, RECON_MODE_TAG, latest_partition
 
 
 def reconciliation_schedule(cfg: TidemarkConfig) -> dg.ScheduleDefinition:

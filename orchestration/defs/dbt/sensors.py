@@ -4,9 +4,9 @@ run" happens with no click."""
 
 import dagster as dg
 
-from orchestration.concurrency import RECON_TAG
+from orchestration.lib.concurrency import RECON_TAG
 from orchestration.defs.dbt.assets import RECON_GROUP
-from orchestration.recon_partitions import INCREMENTAL, RECON_MODE_TAG
+from orchestration.recon.recon_partitions import INCREMENTAL, RECON_MODE_TAG
 
 reconcile_on_update_sensor = dg.AutomationConditionSensorDefinition(
     "reconcile_on_update_sensor",

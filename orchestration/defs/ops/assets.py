@@ -3,7 +3,7 @@ recorder and the alert outbox write the tables; `ops_overview_sensor` observes a
 
 import dagster as dg
 
-from orchestration import keys
+from orchestration.lib import keys
 
 OPS_GROUP = "ops"
 

@@ -9,13 +9,13 @@ expectation has already stopped its query).
 
 import dagster as dg
 
-from streaming_jobs.expectations import latest
-from streaming_jobs.checkpoints import query_name
-from streaming_jobs.registry import catalogue
+from streaming_jobs.storage.expectations import latest
+from streaming_jobs.core.checkpoints import query_name
+from streaming_jobs.storage.registry import catalogue
 from streaming_jobs.spec import JobSpec
 
-from orchestration import keys
-from orchestration.evaluations import (
+from orchestration.lib import keys
+from orchestration.lib.evaluations import (
     CHECKPOINT_CHECK,
     STATE_CHECK,
     checkpoint_health,
@@ -23,7 +23,7 @@ from orchestration.evaluations import (
     expectation_evaluation,
     state_evaluation,
 )
-from orchestration.resources import TidemarkResource
+from orchestration.lib.resources import TidemarkResource
 
 
 def _result(evaluation: dg.AssetCheckEvaluation) -> dg.AssetCheckResult:

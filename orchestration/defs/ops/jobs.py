@@ -21,12 +21,12 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_jobs.operations import retention, savepoints
-from streaming_jobs.registry import get_job, registry
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import get_job, registry
+from streaming_jobs.runtime.runner import run_bronze, run_job
 
-from orchestration import keys
-from orchestration.metadata import run_metadata
-from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from orchestration.lib import keys
+from orchestration.lib.metadata import run_metadata
+from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 
 
 class RecoverConfig(dg.Config):

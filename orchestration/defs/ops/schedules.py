@@ -6,9 +6,9 @@ A tick is skipped while the previous run of its job is still going.
 
 import dagster as dg
 
-from streaming_jobs.config import TidemarkConfig
+from streaming_jobs.core.config import TidemarkConfig
 
-from orchestration.concurrency import run_in_flight
+from orchestration.lib.concurrency import run_in_flight
 
 
 def _unless_running(name: str, job: str, cron: str, description: str) -> dg.ScheduleDefinition:

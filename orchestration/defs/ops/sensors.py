@@ -16,18 +16,18 @@ import json
 
 import dagster as dg
 
-from streaming_jobs.config import setting_problems
-from streaming_jobs.expectations import latest
+from streaming_jobs.core.config import setting_problems
+from streaming_jobs.storage.expectations import latest
 from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
-from streaming_jobs.checkpoints import query_name
+from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.health import check
 from streaming_jobs.operations.landing import account
-from streaming_jobs.registry import catalogue, registry
+from streaming_jobs.storage.registry import catalogue, registry
 
-from orchestration import keys
-from orchestration.concurrency import recovery_tags
-from orchestration.evaluations import (
+from orchestration.lib import keys
+from orchestration.lib.concurrency import recovery_tags
+from orchestration.lib.evaluations import (
     checkpoint_health,
     firing_kinds,
     open_level,
@@ -39,8 +39,8 @@ from orchestration.evaluations import (
     sync_load_problems,
     sync_setting_problems,
 )
-from orchestration.overview import ops_observations
-from orchestration.resources import TidemarkResource
+from orchestration.lib.overview import ops_observations
+from orchestration.lib.resources import TidemarkResource
 
 
 @dg.sensor(

@@ -13,13 +13,13 @@ from datetime import timedelta
 
 import dagster as dg
 
-from streaming_jobs.registry import registry, streams
-from streaming_jobs.runner import run_bronze, run_job
+from streaming_jobs.storage.registry import registry, streams
+from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.spec import JobSpec
 
-from orchestration import keys
-from orchestration.metadata import run_metadata, state_markdown
-from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from orchestration.lib import keys
+from orchestration.lib.metadata import run_metadata, state_markdown
+from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 
 STREAMING_GROUP = "streaming"
 BRONZE_FRESHNESS = dg.FreshnessPolicy.time_window(

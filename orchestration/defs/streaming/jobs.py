@@ -12,7 +12,7 @@ Termination reaches the op two ways and both stop the queries gracefully: the ru
 CANCELING (polled every half second), or the run worker is interrupted. The op then reports a
 final materialization per query.
 
-Both jobs carry a checkpoint tag for every query they can drive (`orchestration.concurrency`),
+Both jobs carry a checkpoint tag for every query they can drive (`orchestration.lib.concurrency`),
 so the queue holds one while the other owns the checkpoints; the continuous job also carries
 the continuous tag, so its reports do not trigger a reconciliation each (the schedule
 reconciles continuous jobs).
@@ -25,13 +25,13 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from pydantic import Field
 
 from streaming_jobs.operations.continuous import QueryReport, run_continuous
-from streaming_jobs.registry import get_job, registry
+from streaming_jobs.storage.registry import get_job, registry
 
-from orchestration import keys
-from orchestration.concurrency import CONTINUOUS_TAG, all_queries, checkpoint_tags
+from orchestration.lib import keys
+from orchestration.lib.concurrency import CONTINUOUS_TAG, all_queries, checkpoint_tags
 from orchestration.defs.streaming.assets import STREAMING_GROUP
-from orchestration.metadata import continuous_description, run_metadata
-from orchestration.resources import TidemarkResource, TidemarkSparkResource
+from orchestration.lib.metadata import continuous_description, run_metadata
+from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 
 STOPPING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 CONTINUOUS_JOB = "continuous_streaming_job"

@@ -15,7 +15,7 @@ import dagster as dg
 from streaming_jobs.operations import alerts
 
 from orchestration.defs.streaming.jobs import CONTINUOUS_JOB
-from orchestration.resources import TidemarkResource
+from orchestration.lib.resources import TidemarkResource
 
 ATTEMPT_TAG = "tidemark/restart_attempt"
 RESTART_OF_TAG = "tidemark/restart_of"

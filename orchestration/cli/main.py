@@ -1,0 +1,504 @@
+"""``tidemark``: set up, run the main job, print the summary.
+
+tidemark setup             resolve and cache the jars, prepare the Dagster home, parse dbt
+tidemark run               the main job on the embedded default (see `run`)
+tidemark summary           rows per table and the latest reconciliation, for the data root
+tidemark recon             the latest reconciliation report of every job (exit 1 if unexplained)
+tidemark dev               the SQL endpoint and the Dagster UI + daemon on 127.0.0.1:3000
+tidemark live              the always-on setup for a bounded time, then the summary
+tidemark sql start|stop|status   the SQL endpoint dbt uses (Spark's Thrift server)
+tidemark kafka start|stop|status the project's own Kafka broker (KRaft, 127.0.0.1)
+tidemark cluster start|stop|status the project's own Spark cluster (master + workers)
+tidemark continuous        run jobs continuously until Ctrl-C (a clean stop)
+tidemark health            checkpoint findings of every job (exit 1 if any is critical)
+tidemark state JOB         a job's state per operator, and its largest keys
+tidemark alerts            recent alerts; --deliver sends the pending ones
+tidemark savepoint JOB     take a savepoint (--all: every job)
+tidemark restore JOB       put the latest (or --savepoint NAME) back
+tidemark rescale JOB N     repartition a stopped job's state into N partitions
+tidemark check             analyse every job against its sources without running it
+tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
+tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
+                           [--partition DAY|FROM:TO] reconciliation's days to recompute
+tidemark rebuild JOB       reset a job so its next run streams all of bronze again
+tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
+tidemark generate ...      write landing files (python -m streaming_jobs.storage.generator --help)
+tidemark settings          every TIDEMARK_* setting with its default (--write: into the docs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from streaming_jobs.core.checkpoints import CheckpointBusy
+from streaming_jobs.core.config import ConfigError, TidemarkConfig
+from streaming_jobs.storage.generator import GeneratorConfig, deliver, generate
+from streaming_jobs.storage.spark import SparkStartupError, build_class_archive, get_spark
+from streaming_jobs.runtime.runner import StreamRunError
+from streaming_jobs.storage.kafka import KafkaSourceError
+from streaming_jobs.services.kafka_broker import BrokerError
+from streaming_jobs.services.sql_endpoint import EndpointError
+
+from orchestration.cli.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
+from orchestration.lib.instance import prepare_dagster_home
+from orchestration.cli.operate import OPERATIONS, OperationError
+from orchestration.recon.recon_partitions import incremental_tags
+from orchestration.cli.services import ServiceError, start_cluster_if_used, start_kafka_if_used
+
+
+def setup(cfg: TidemarkConfig) -> None:
+    from streaming_jobs.storage import ops_tables
+    from orchestration.recon.dbt_models import ensure_manifest
+    from orchestration.cli.terminal import Console
+
+    with Console(cfg, "setup") as console:
+        get_spark(cfg)  # first start resolves the jars into the cache and records them
+        archive = build_class_archive(cfg)  # every later JVM start maps these classes
+        ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
+        prepare_dagster_home(cfg)
+        ensure_manifest(cfg)
+        classes = (
+            f"JVM class archive {archive.name}"
+            if archive
+            else "no JVM class archive (see driver-classes.log there)"
+        )
+        console.line(
+            f"setup done in {console.elapsed().strip()}: jars cached in "
+            f"{cfg.spark.jars_cache}, {classes}, Dagster home {cfg.paths.dagster_home} "
+            f"(log {console.log_path})"
+        )
+
+
+def _materialized(result) -> dict[str, dict]:
+    """Per asset a run materialized: its numeric metadata."""
+    out = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization
+        out[materialization.asset_key.to_user_string()] = {
+            k: v.value
+            for k, v in materialization.metadata.items()
+            if isinstance(v.value, (int, float))
+        }
+    return out
+
+
+def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) -> int:
+    """Generate a sample in waves, stream each wave through Dagster, then the whole graph.
+
+    Each wave lands files and materializes the streaming assets, as a stream would see data
+    arrive over time (so watermarks advance and late events are really dropped). Then the whole
+    asset graph, reconciliation included, is materialized in one Dagster run. The terminal gets
+    a line per phase; everything else (Dagster's events, Spark, dbt) goes to a log file.
+    """
+    import os
+
+    from orchestration.cli.terminal import Console
+
+    if fresh:
+        from streaming_jobs.services import kafka_broker
+
+        kafka_broker.stop(cfg)  # its topics live in the data root that is cleared
+        reset_demo_root(cfg)  # before building definitions: they parse dbt into the data root
+    with Console(cfg, "run") as console:
+        console.line(
+            f"tidemark run: {events:,} events of each of {len(DEMO_STREAMS)} streams in "
+            f"{waves} waves, data root {cfg.data_root}"
+        )
+        console.line(f"  full log: {console.log_path}")
+        spark_on = start_cluster_if_used(cfg)
+        if spark_on:
+            console.line(f"  Spark: {spark_on}")
+        broker = start_kafka_if_used(cfg)
+        if broker:
+            console.line(f"  source: Kafka, {broker}")
+        from dagster import DagsterInstance
+
+        from orchestration.definitions import build_definitions
+        from orchestration.cli.summary import collect, render
+
+        prepare_dagster_home(cfg)
+        os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)  # the definitions' data root
+        defs = build_definitions()
+        instance = DagsterInstance.get()
+        samples = [
+            (gen, generate(gen))
+            for gen in (
+                GeneratorConfig(
+                    stream=stream,
+                    events=events,
+                    files=waves,
+                    seed=seed,
+                    rate=DEMO_RATES.get(stream, 2.0),
+                )
+                for stream in DEMO_STREAMS
+            )
+        ]
+        console.line(f"{console.elapsed()}  definitions loaded, {len(samples)} samples generated")
+        failures: list[str] = []  # why the command exits 1, said last
+        for wave in range(waves):
+            landed = 0
+            for gen, files in samples:
+                deliver(cfg, gen, files, range(wave, wave + 1))
+                landed += len(files[wave])
+            result = defs.resolve_job_def("streaming_job").execute_in_process(
+                instance=instance, raise_on_error=False, tags={"tidemark/wave": str(wave + 1)}
+            )
+            done = _materialized(result)
+            bronze = sum(m.get("output_rows", 0) for k, m in done.items() if k.startswith("bronze"))
+            gold = sum(m.get("output_rows", 0) for k, m in done.items() if k.startswith("gold"))
+            late = sum(
+                m.get("late_rows_dropped", 0) for k, m in done.items() if k.startswith("gold")
+            )
+            console.line(
+                f"{console.elapsed()}  wave {wave + 1}/{waves}: {landed:,} lines sent, "
+                f"{bronze:,} to bronze, {gold:,} gold rows, {late:,} late dropped "
+                f"(run {result.run_id[:8]} {'ok' if result.success else 'FAILED'})"
+            )
+            if not result.success:
+                failures.append(f"wave {wave + 1}'s streaming run {result.run_id[:8]} failed")
+        result = defs.resolve_job_def("tidemark_all_job").execute_in_process(
+            instance=instance, raise_on_error=False, tags=incremental_tags(cfg)
+        )
+        checks = [
+            e.event_specific_data
+            for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        ]
+        failed = sorted(c.asset_check_key.name for c in checks if not c.passed)
+        console.line(
+            f"{console.elapsed()}  whole graph with reconciliation: "
+            f"{len(_materialized(result))} assets, {len(checks) - len(failed)}/"
+            f"{len(checks)} checks passed (run {result.run_id[:8]} "
+            f"{'ok' if result.success else 'FAILED'})"
+        )
+        for name in failed:
+            console.line(f"      failed check: {name}")
+        if not result.success:
+            failures.append(f"the whole-graph run {result.run_id[:8]} failed")
+        summary = collect(get_spark(cfg), cfg)
+        console.line(f"{console.elapsed()}  main job done")
+        console.line(render(summary, cfg))
+        if not summary.recon.clean:
+            failures.append("the reconciliation is not clean (above)")
+        if failures:
+            console.line("tidemark run: exit 1: " + "; ".join(failures))
+    return 1 if failures else 0
+
+
+def cluster(cfg: TidemarkConfig, action: str) -> int:
+    from streaming_jobs.services import spark_cluster
+
+    if action == "start":
+        found = spark_cluster.start(cfg, owned=False)
+        print(
+            f"Spark cluster {found.master}: {found.workers} workers (pid {found.pid}), UI "
+            f"{found.ui}; logs {cfg.paths.logs}/spark-*.log. Use it with "
+            f"TIDEMARK_SPARK_MASTER={found.master}"
+        )
+    elif action == "stop":
+        print(
+            "Spark cluster stopped" if spark_cluster.stop(cfg) else "no Spark cluster was running"
+        )
+    else:
+        found = spark_cluster.discover(cfg)
+        if not found:
+            print(f"no Spark cluster runs for {cfg.data_root}")
+            return 1
+        state = spark_cluster.status(found.ui_port)
+        print(
+            f"Spark cluster {found.master} (pid {found.pid}), UI {found.ui}: "
+            f"{state.get('aliveworkers', 0)} workers alive, cores {state.get('coresused', 0)}"
+            f"/{state.get('cores', 0)} used, {len(state.get('activeapps', []))} applications"
+        )
+    return 0
+
+
+def kafka(cfg: TidemarkConfig, action: str) -> int:
+    from streaming_jobs.services import kafka_broker
+
+    if action == "start":
+        broker = kafka_broker.start(cfg, owned=False)
+        print(
+            f"Kafka broker (KRaft) on {broker.bootstrap} (pid {broker.pid}), storage "
+            f"{kafka_broker.home(cfg)}; log {cfg.paths.logs / 'kafka.log'}"
+        )
+    elif action == "stop":
+        print("Kafka broker stopped" if kafka_broker.stop(cfg) else "no Kafka broker was running")
+    else:
+        broker = kafka_broker.discover(cfg)
+        print(
+            f"Kafka broker on {broker.bootstrap} (pid {broker.pid})"
+            if broker
+            else f"no Kafka broker runs for {cfg.data_root}"
+        )
+        return 0 if broker else 1
+    return 0
+
+
+def dev(cfg: TidemarkConfig, port: int) -> int:
+    """The SQL endpoint, then `dagster dev` (webserver + daemon) on loopback, until Ctrl-C."""
+    import signal
+    import threading
+
+    from orchestration.cli.live import DagsterDev, terminated
+    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
+
+    if threading.current_thread() is threading.main_thread():
+        # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint, and the broker or cluster
+        # this process started (they stop at its exit) all stop
+        signal.signal(signal.SIGTERM, terminated)
+    prepare_dagster_home(cfg)
+    spark_on = start_cluster_if_used(cfg)  # TIDEMARK_SPARK_MASTER names the project's cluster
+    if spark_on:
+        print(f"Spark: {spark_on}", flush=True)
+    kafka = start_kafka_if_used(cfg)  # a stream reads Kafka: the project's broker, while dev runs
+    if kafka:
+        print(f"Kafka: {kafka}", flush=True)
+    endpoint = start_sql_endpoint(cfg)
+    print(
+        f"SQL endpoint: 127.0.0.1:{endpoint.port} (log {cfg.paths.logs / 'sql_endpoint.log'})",
+        flush=True,
+    )
+    dagster = DagsterDev(cfg, port)
+    try:
+        dagster.start()
+        print(
+            f"Dagster UI: http://127.0.0.1:{port} (daemon running; log "
+            f"{dagster.log_path}); Ctrl-C to stop",
+            flush=True,
+        )
+        dagster.wait()
+    except (KeyboardInterrupt, SystemExit):
+        print("stopping...", flush=True)
+    finally:
+        dagster.stop()
+        stop_sql_endpoint(cfg)
+    return 0
+
+
+def sql(cfg: TidemarkConfig, action: str) -> int:
+    from streaming_jobs.services.sql_endpoint import discover
+
+    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
+
+    if action == "start":
+        found = start_sql_endpoint(cfg, owned=False)
+        print(
+            f"SQL endpoint on 127.0.0.1:{found.port} (pid {found.pid}); log "
+            f"{cfg.paths.logs / 'sql_endpoint.log'}"
+        )
+    elif action == "stop":
+        print("SQL endpoint stopped" if stop_sql_endpoint(cfg) else "no SQL endpoint was running")
+    else:
+        found = discover(cfg)
+        print(
+            f"SQL endpoint on 127.0.0.1:{found.port} (pid {found.pid})"
+            if found
+            else f"no SQL endpoint runs for {cfg.data_root}"
+        )
+        return 0 if found else 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidemark", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("setup", help="resolve jars, prepare Dagster home, parse dbt")
+    run_p = sub.add_parser("run", help="the main job on the embedded default")
+    run_p.add_argument("--events", type=int, default=24_000)
+    run_p.add_argument("--waves", type=int, default=4)
+    run_p.add_argument("--seed", type=int, default=7)
+    run_p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="clear the data root's run state first (keeps Dagster history)",
+    )
+    sub.add_parser("summary", help="rows per table and the latest reconciliation")
+    sub.add_parser("recon", help="the latest reconciliation report of every job")
+    dev_p = sub.add_parser("dev", help="the SQL endpoint, Dagster UI and daemon on 127.0.0.1")
+    dev_p.add_argument("--port", type=int, default=3000)
+    live_p = sub.add_parser("live", help="the always-on setup for a bounded time, then the summary")
+    live_p.add_argument("--minutes", type=float, default=5.0, help="how long it runs (default 5)")
+    live_p.add_argument(
+        "--rate", type=float, default=40.0, help="events landed per second per stream (default 40)"
+    )
+    live_p.add_argument("--port", type=int, default=3000)
+    live_p.add_argument(
+        "--recon-every",
+        type=int,
+        default=2,
+        help="minutes between scheduled reconciliations (default 2)",
+    )
+    live_p.add_argument(
+        "--fresh", action="store_true", help="clear the data root's run state first"
+    )
+    sql_p = sub.add_parser("sql", help="the SQL endpoint dbt uses (Spark's Thrift server)")
+    sql_p.add_argument("action", choices=("start", "stop", "status"))
+    kafka_p = sub.add_parser("kafka", help="the project's own Kafka broker (KRaft, 127.0.0.1)")
+    kafka_p.add_argument("action", choices=("start", "stop", "status"))
+    cluster_p = sub.add_parser(
+        "cluster", help="the project's own Spark standalone cluster (master + workers, 127.0.0.1)"
+    )
+    cluster_p.add_argument("action", choices=("start", "stop", "status"))
+    cont = sub.add_parser("continuous", help="run jobs continuously until Ctrl-C")
+    cont.add_argument("--jobs", default="", help="comma-separated (default: every job)")
+    cont.add_argument("--trigger", type=float, default=10.0, help="trigger interval, seconds")
+    cont.add_argument("--max-seconds", type=float, default=None)
+    sub.add_parser("health", help="checkpoint findings of every job")
+    state_p = sub.add_parser("state", help="a job's state per operator and its largest keys")
+    state_p.add_argument("job")
+    state_p.add_argument("--top", type=int, default=5)
+    alerts_p = sub.add_parser("alerts", help="recent alerts")
+    alerts_p.add_argument("--deliver", action="store_true", help="send the pending ones now")
+    save_p = sub.add_parser("savepoint", help="take a savepoint of a job (between batches)")
+    save_p.add_argument("job", nargs="?")
+    save_p.add_argument("--all", action="store_true")
+    restore_p = sub.add_parser("restore", help="restore a job's savepoint")
+    restore_p.add_argument("job")
+    restore_p.add_argument("--savepoint", help="its folder name (default: the latest)")
+    rescale_p = sub.add_parser("rescale", help="repartition a stopped job's state")
+    rescale_p.add_argument("job")
+    rescale_p.add_argument("partitions", type=int)
+    sub.add_parser("check", help="analyse every job without running it (errors name the file)")
+    settings_p = sub.add_parser("settings", help="every TIDEMARK_* setting with its default")
+    settings_p.add_argument(
+        "--write", action="store_true", help="put the table into docs/configuration.md"
+    )
+    sub.add_parser("maintain", help="retention now: OPTIMIZE, VACUUM, pruning, landing archive")
+    rebuild_p = sub.add_parser(
+        "rebuild", help="reset a job: checkpoint, gold, savepoints, ops rows"
+    )
+    rebuild_p.add_argument("job")
+    rebuild_p.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild even though the job fails since its last commit",
+    )
+    release_p = sub.add_parser(
+        "release", help="let a query held on a failing batch run again (alert job_held)"
+    )
+    release_p.add_argument("query", help="a job, or bronze_<stream> for an ingestion")
+    mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")
+    mat_p.add_argument(
+        "--select",
+        required=True,
+        help="Dagster asset selection, e.g. '+key:gold/my_job' or 'group:streaming'",
+    )
+    mat_p.add_argument(
+        "--partition",
+        metavar="DAY|FROM:TO",
+        help="reconciliation days (YYYY-MM-DD) to recompute, at least; the first "
+        "day on is a full reconciliation. Default: an incremental run "
+        "labelled with today",
+    )
+    new_p = sub.add_parser("new", help="write a commented stream or job file that loads as is")
+    new_p.add_argument("kind", choices=("stream", "job"))
+    new_p.add_argument("name")
+    new_p.add_argument("--source", help="the stream a job reads (job only)")
+    kind_g = new_p.add_mutually_exclusive_group()
+    kind_g.add_argument("--sql", action="store_true", help="a SQL job (the default)")
+    kind_g.add_argument("--python", action="store_true", help="a Python job")
+    new_p.add_argument(
+        "--keyed",
+        action="store_true",
+        help="(with --python) keyed state per --key: a transformWithStateInPandas "
+        "processor with an event-time TTL timer",
+    )
+    new_p.add_argument(
+        "--key",
+        help="the column a --keyed job groups by (default: the stream's "
+        "first text field besides its key)",
+    )
+    new_p.add_argument(
+        "--folder",
+        help="where to write it (default: the first folder of TIDEMARK_JOBS_PATH, else ./jobs)",
+    )
+    sub.add_parser("generate", help="write landing files", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    try:
+        cfg = TidemarkConfig.from_env()
+        if args.command == "setup":
+            setup(cfg)
+            return 0
+        if args.command == "run":
+            return run(cfg, args.events, args.waves, args.seed, args.fresh)
+        if args.command == "summary":
+            from orchestration.cli.summary import collect, render
+
+            summary = collect(get_spark(cfg), cfg)
+            print(render(summary, cfg))
+            # a reconciliation that never ran is not a failure of the data root; one that
+            # failed, or left a job unreconciled or unexplained, is (its last line says so)
+            return 0 if summary.recon.clean or not summary.recon.ran else 1
+        if args.command == "recon":
+            from orchestration.recon import recon_runs
+            from orchestration.cli.summary import recon_lines
+
+            status = recon_runs.status(cfg)  # the ops table, read without a JVM
+            print(
+                "\n".join(
+                    [f"tidemark reconciliation (data root {cfg.data_root})", *recon_lines(status)]
+                )
+            )
+            return 0 if status.clean else 1
+        if args.command == "settings":
+            from streaming_jobs.core.config import CHECKOUT
+            from streaming_jobs.core.settings import render, write
+
+            if args.write:
+                doc = CHECKOUT / "docs" / "configuration.md"
+                print(f"{doc}: {'updated' if write(doc) else 'already current'}")
+            else:
+                print(render())
+            return 0
+        if args.command == "dev":
+            return dev(cfg, args.port)
+        if args.command == "sql":
+            return sql(cfg, args.action)
+        if args.command == "kafka":
+            return kafka(cfg, args.action)
+        if args.command == "cluster":
+            return cluster(cfg, args.action)
+        if args.command == "live":
+            from orchestration.cli.live import live
+
+            if args.fresh:
+                reset_demo_root(cfg)
+            from orchestration.cli.terminal import Console
+
+            with Console(cfg, "live") as console:
+                console.line(f"  full log: {console.log_path}")
+                return live(
+                    cfg,
+                    minutes=args.minutes,
+                    rate=args.rate,
+                    port=args.port,
+                    recon_every_minutes=args.recon_every,
+                    out=console.line,
+                )
+        if args.command in OPERATIONS:
+            from orchestration.cli import operate
+
+            return getattr(operate, args.command)(cfg, args)
+        from streaming_jobs.storage.generator import main as generator_main
+
+        return generator_main(rest)
+    except (
+        ConfigError,
+        SparkStartupError,
+        OperationError,
+        ServiceError,
+        EndpointError,
+        StreamRunError,
+        CheckpointBusy,
+        BrokerError,
+        KafkaSourceError,
+    ) as exc:
+        # expected failures: one message naming what failed and what to do, no traceback
+        print(f"tidemark: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

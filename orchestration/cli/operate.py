@@ -1,0 +1,371 @@
+"""The operating commands of `tidemark` (see docs/operating.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from streaming_jobs.core.config import TidemarkConfig
+
+OPERATIONS = (
+    "continuous",
+    "health",
+    "state",
+    "alerts",
+    "savepoint",
+    "restore",
+    "rescale",
+    "check",
+    "rebuild",
+    "release",
+    "materialize",
+    "new",
+    "maintain",
+)
+
+
+class OperationError(RuntimeError):
+    """An operating command could not do what was asked; the message says what to do."""
+
+
+def _spark(cfg: TidemarkConfig):
+    from streaming_jobs.storage.spark import get_spark
+
+    return get_spark(cfg)
+
+
+def _known(job: str):
+    from streaming_jobs.storage.registry import get_job
+
+    try:
+        return get_job(job)
+    except KeyError as exc:
+        raise OperationError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def continuous(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.operations.continuous import run_continuous
+
+    names = [j for j in args.jobs.split(",") if j] or list(registry())
+    specs = [_known(n) for n in names]
+    streams = sorted({s for spec in specs for s in spec.sources})
+    print(
+        f"continuous: {', '.join(names)} (ingesting {', '.join(streams)}), trigger "
+        f"{args.trigger:g}s; Ctrl-C or SIGTERM stops cleanly at the next batch boundary "
+        "(a second one aborts)",
+        flush=True,
+    )
+    try:
+        result = run_continuous(
+            _spark(cfg),
+            cfg,
+            streams=streams,
+            jobs=names,
+            trigger_seconds=args.trigger,
+            max_seconds=args.max_seconds,
+            holder="tidemark continuous (command line)",
+        )
+    except KeyboardInterrupt:
+        print(
+            "continuous: aborted by a second signal; each query's batch in flight, if any, is "
+            "replayed by its next run (nothing lost or doubled)"
+        )
+        return 130
+    for name, m in result.metrics.items():
+        print(
+            f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
+            f"{m.late_rows_dropped:,} late dropped"
+        )
+    waited = (
+        f"; waited {result.snapshot_wait_seconds:.1f}s for state snapshots to upload"
+        if result.snapshot_wait_seconds >= 0.25
+        else ""
+    )
+    print(f"continuous: stopped ({result.stopped_by}){waited}")
+    return 0
+
+
+def health(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.core.checkpoints import query_name
+    from streaming_jobs.operations.health import CRITICAL, check
+    from streaming_jobs.storage.registry import registry, streams
+
+    critical = 0
+    queries = [(query_name(s), ()) for s in streams()] + [
+        (spec.name, spec.sources) for spec in registry().values()
+    ]
+    for query, sources in queries:
+        findings = check(cfg, query, sources)
+        print(f"{query}: {'healthy' if not findings else ''}")
+        for f in findings:
+            critical += f.severity == CRITICAL
+            print(f"  [{f.severity}] {f.kind}: {f.message}")
+    if critical:
+        print("critical findings: restore the job's latest savepoint (tidemark restore JOB)")
+    return 1 if critical else 0
+
+
+def state(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations.state import history, inspect
+
+    spec = _known(args.job)
+    spark = _spark(cfg)
+    operators = inspect(spark, cfg, spec.name, top=args.top)
+    if not operators:
+        print(
+            f"{spec.name}: no state in {cfg.paths.checkpoint(spec.name)} (never ran, or stateless)"
+        )
+        return 0
+    for op in operators:
+        print(
+            f"{spec.name} operator {op.operator_id} {op.operator} (store {op.store}"
+            + (f", variables {', '.join(op.variables)}" if op.variables else "")
+            + f"): {op.rows:,} rows, {op.partitions} partitions, batches "
+            f"{op.min_batch}..{op.max_batch}"
+        )
+        for key, size in op.largest:
+            print(f"    {size:>10,} bytes  {key}")
+    readings = history(cfg, spec.name, last=1)
+    if readings:
+        r = readings[-1]
+        print(
+            f"latest reading (batch {r.batch_id}, {r.ts}): {r.rows:,} rows, "
+            f"{r.memory_bytes:,} bytes memory, {r.disk_bytes:,} bytes on disk; thresholds "
+            f"warn {spec.thresholds.warn_rows:,} / critical {spec.thresholds.critical_rows:,} rows"
+        )
+    return 0
+
+
+def alerts(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations import alerts as sink
+
+    if args.deliver:
+        d = sink.deliver(cfg)
+        print(f"delivered {len(d.sent)}, failed {len(d.failed)}, backing off {d.waiting}")
+    rows = sink.load(cfg)
+    if not rows:
+        print("no alerts")
+    for r in rows[-50:]:
+        state_ = "resolved" if r["resolved_at"] else "OPEN"
+        pending = sink.owed(r)
+        print(
+            f"{r['last_seen']} {state_:8} [{r['severity']}] {r['alert_id']}: {r['message']}"
+            + (f"  (pending: {pending}; {r['last_error'] or 'not sent yet'})" if pending else "")
+        )
+    return 0
+
+
+def savepoint(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.operations import savepoints
+
+    if not args.all and not args.job:
+        raise OperationError("tidemark savepoint: name a job, or --all")
+    names = list(registry()) if args.all else [_known(args.job).name]
+    results = savepoints.take_all(
+        cfg, names, keep=cfg.ops.savepoints_keep, holder="tidemark savepoint (command line)"
+    )
+    for name, p in results.items():
+        if not isinstance(p, savepoints.Savepoint):
+            if not args.all:
+                raise OperationError(p)
+            print(f"{name}: skipped: {p}")
+            continue
+        print(f"{name}: savepoint {p.path} (batch {p.batch_id}, gold version {p.gold_version})")
+    return 0
+
+
+def restore(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations import savepoints
+
+    spec = _known(args.job)
+    chosen = None
+    if args.savepoint:
+        chosen = next(
+            (p for p in savepoints.savepoints(cfg, spec.name) if p.path.name == args.savepoint),
+            None,
+        )
+        if chosen is None:
+            raise OperationError(
+                f"{spec.name} has no savepoint {args.savepoint!r}; "
+                f"see {cfg.paths.savepoints / spec.name}"
+            )
+    try:
+        p = savepoints.restore(
+            _spark(cfg), cfg, spec.name, chosen, holder="tidemark restore (command line)"
+        )
+    except (savepoints.SavepointError, RuntimeError) as exc:
+        raise OperationError(str(exc)) from None
+    print(
+        json.dumps(
+            {"restored": str(p.path), "batch_id": p.batch_id, "gold_version": p.gold_version}
+        )
+    )
+    print(f"next: run {spec.name} (make run, the Dagster UI, or tidemark continuous) to catch up")
+    return 0
+
+
+def rescale(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.operations.rescale import RescaleError, rescale as run_rescale
+
+    spec = _known(args.job)
+    try:
+        p = run_rescale(
+            _spark(cfg), cfg, spec.name, args.partitions, holder="tidemark rescale (command line)"
+        )
+    except (RescaleError, RuntimeError) as exc:
+        raise OperationError(str(exc)) from None
+    print(
+        f"{spec.name}: state repartitioned into {args.partitions} partitions "
+        f"(savepoint {p.path.name} taken first)"
+    )
+    return 0
+
+
+def check(cfg: TidemarkConfig, args) -> int:
+    """Load every job and analyse it against its sources' schemas (nothing runs)."""
+    from streaming_jobs.runtime.analysis import analyze
+    from streaming_jobs.storage.registry import catalogue
+
+    found = catalogue(analysed=False)  # each file on its own: the ones that fail are problems
+    for problem in found.problems:
+        print(f"{problem}: error: left out")
+    findings = analyze(_spark(cfg), found.jobs, policy=cfg.unbounded_state)
+    for finding in findings:
+        print(finding)
+    errors = sum(f.level == "error" for f in findings) + len(found.problems)
+    print(
+        f"tidemark check: {len(found.jobs)} jobs, {errors} errors, "
+        f"{sum(f.level == 'warning' for f in findings)} warnings"
+    )
+    return 1 if errors else 0
+
+
+def rebuild(cfg: TidemarkConfig, args) -> int:
+    """Reset a job (checkpoint, gold, savepoints, ops rows): the next run streams bronze again."""
+    from streaming_jobs.core.checkpoints import CheckpointBusy
+    from streaming_jobs.operations.rebuild import RebuildRefused, rebuild as reset
+
+    spec = _known(args.job)
+    try:
+        removed = reset(cfg, spec.name, force=getattr(args, "force", False))
+    except (CheckpointBusy, RebuildRefused) as exc:
+        raise OperationError(str(exc)) from None
+    print(
+        f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
+        f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
+        f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
+        "(tidemark materialize --select ...) streams all of bronze again"
+    )
+    return 0
+
+
+def release(cfg: TidemarkConfig, args) -> int:
+    """End the hold on a query that failed the same batch again and again (`failures.held`)."""
+    from streaming_jobs.storage.failures import HOLD_AFTER, release as end_hold
+    from streaming_jobs.storage.registry import streams
+
+    name = args.query
+    if not (name.startswith("bronze_") and name.removeprefix("bronze_") in streams()):
+        name = _known(name).name
+    hold = end_hold(cfg, name)
+    if hold is None:
+        print(f"{name} is not held: nothing to release")
+        return 0
+    print(
+        f"{name}: released from batch {hold.batch_id} ({hold.failures} failures in a row, the "
+        f"last: {hold.error[:300]}). The next run that starts it (a materialization, the "
+        "automation, the continuous run) tries that batch again; it is held again if the "
+        f"batch fails {HOLD_AFTER} more times"
+    )
+    return 0
+
+
+def materialize(cfg: TidemarkConfig, args) -> int:
+    """Materialize a selection of assets in one in-process run recorded in the instance."""
+    import os
+
+    import dagster as dg
+
+    from orchestration.definitions import build_definitions
+    from orchestration.lib.instance import prepare_dagster_home
+    from orchestration.recon.recon_partitions import chosen_tags, incremental_tags
+
+    prepare_dagster_home(cfg)
+    os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    try:
+        keys = dg.AssetSelection.from_string(args.select).resolve(graph)
+    except Exception as exc:  # noqa: BLE001 - Dagster's parse errors vary in type
+        raise OperationError(
+            f"--select {args.select!r}: {exc}. Examples: 'key:gold/my_job', "
+            "'+key:gold/my_job' (with what it reads), 'group:streaming'"
+        ) from None
+    if not keys:
+        raise OperationError(
+            f"--select {args.select!r} matches no asset; list them with "
+            "'dg list defs' or see the Dagster UI"
+        )
+    partitioned = {k for k in keys if graph.get(k).partitions_def is not None}
+    tags = {}
+    if partitioned:
+        # reconciliation's days: the ones asked for (at least), else an incremental run
+        tags = chosen_tags(args.partition) if args.partition else incremental_tags(cfg)
+        print(f"reconciliation partitions: {args.partition or 'today (incremental)'}", flush=True)
+    elif args.partition:
+        raise OperationError(
+            f"--partition {args.partition}: --select {args.select!r} has no "
+            "partitioned asset (only reconciliation's dbt models have days)"
+        )
+    print(
+        f"materializing {len(keys)} assets: {', '.join(sorted(k.to_user_string() for k in keys))}",
+        flush=True,
+    )
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=list(keys),
+        instance=dg.DagsterInstance.get(),
+        raise_on_error=False,
+        tags=tags,
+    )
+    print(f"run {result.run_id}: {'success' if result.success else 'FAILED (see the Dagster UI)'}")
+    return 0 if result.success else 1
+
+
+def new(cfg: TidemarkConfig, args) -> int:
+    """Write a commented stream or job file that loads as it is."""
+    from orchestration.cli.scaffold import scaffold
+
+    try:
+        if args.keyed and not args.python:
+            raise ValueError("tidemark new job --keyed: keyed state is a Python job; add --python")
+        path = scaffold(
+            args.kind,
+            args.name,
+            folder=args.folder,
+            source=args.source,
+            sql=not args.python,
+            keyed=args.keyed,
+            key=args.key,
+        )
+    except (ValueError, FileExistsError) as exc:
+        raise OperationError(str(exc)) from None
+    print(f"wrote {path}; add its folder to TIDEMARK_JOBS_PATH, then run 'tidemark check'")
+    return 0
+
+
+def maintain(cfg: TidemarkConfig, args) -> int:
+    """Retention now (what ``maintenance_schedule`` runs): exit 1 if a step failed."""
+    from streaming_jobs.operations import retention
+
+    report = retention.maintain(_spark(cfg), cfg)
+    print("\n".join(retention.table(report)))
+    print(
+        f"{len(report.steps)} steps in {report.seconds:.1f} s, "
+        f"{report.total('bytes_freed') / 1e6:.1f} MB freed, "
+        f"{report.total('rows_removed'):,} ops rows pruned"
+    )
+    for step in report.failed:
+        print(f"FAILED {step.target}: {step.detail}", file=sys.stderr)
+    return 1 if report.failed else 0

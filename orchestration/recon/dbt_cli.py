@@ -1,0 +1,294 @@
+"""``tidemark-dbt``: the dbt command line with tidemark's Spark and job parameters.
+
+Where dbt's SQL runs (``TIDEMARK_DBT_TARGET``: ``auto``, ``endpoint`` or ``session``):
+
+- ``endpoint``: the data root's SQL endpoint (`streaming_jobs.services.sql_endpoint`), a warm Spark
+  process that owns the metastore; this process starts no JVM. ``auto`` picks it when it runs.
+- ``session``: a SparkSession in this process, created first from `streaming_jobs.storage.spark` (the
+  same Delta, time-zone and jar settings as the streaming jobs, plus the Derby metastore under
+  the data root) and reused by dbt-spark's session method. The metastore lock is held for the
+  whole invocation, so two of these never open Derby at once (the second waits).
+
+The job registry is passed as ``--vars`` (the batch models use the very window, slide and
+tolerance the stream uses), with one snapshot of the streams' position for the whole
+invocation: ``progress_version`` (the version of ``ops/stream_progress`` every model reads)
+and ``gold_versions`` (each job's gold table as of the last batch that snapshot records).
+Streams that keep running while dbt reads cannot make the models disagree with each other.
+Each job's reconciliation recomputes only the days its new events can change
+(``recon_from``, `orchestration.recon.recon_scope`), and a job nothing new reached is left out of
+``build``, ``run`` and ``test`` (``--exclude``, `recon_scope.left_out`); ``--full`` (or
+dbt's ``--full-refresh``) recomputes every day of every job, a backfill. The scope of each job is printed first.
+The vars that change every run (the position and the scope, `RUN_VARS`) reach the models in
+the environment (``TIDEMARK_DBT_RUN_VARS``, read by macros/run_vars.sql), not in ``--vars``:
+dbt parses the whole project again whenever ``--vars`` change. dbt parses first, in the data
+root's own target path (not a Dagster run's, which is new every run), so its partial parse holds
+from one invocation to the next. In session mode the JVM's start (about 10 s) and its first use
+of the metastore and of Delta (about 10 s more) overlap that parse: a thread starts and warms
+the session while this one parses, then dbt runs the command on that manifest (`SessionWarmup`).
+Dagster's DbtCliResource runs this instead of ``dbt`` (with ``--data-root PATH`` first: the
+run's data root, from its resource).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+from streaming_jobs.core.config import TidemarkConfig
+
+from orchestration.recon.dbt_vars import dbt_vars
+
+# Commands that run SQL need Spark; parse, ls, clean, debug do not.
+NEEDS_SPARK = {
+    "build",
+    "run",
+    "test",
+    "seed",
+    "snapshot",
+    "show",
+    "compile",
+    "docs",
+    "run-operation",
+}
+TAKES_VARS = NEEDS_SPARK | {"parse", "list", "ls"}
+MISSING_TABLES_WAIT_SECONDS = 60.0
+# Commands that read the manifest, which tidemark-dbt parses first when a session warms up
+# (not `docs`: `docs serve` needs no manifest, and `docs generate` keeps its own parse)
+PARSE_FIRST = NEEDS_SPARK - {"docs"}
+# Options that change what `dbt parse` makes of the project (the rest only select or run)
+VALUED_PARSE_OPTIONS = {
+    "--target",
+    "-t",
+    "--profile",
+    "--profiles-dir",
+    "--project-dir",
+    "--target-path",
+    "--vars",
+}
+PARSE_FLAGS = {"--partial-parse", "--no-partial-parse"}
+# Commands whose nodes a run leaves out for jobs nothing new reached (`recon_scope.left_out`)
+SELECTS_MODELS = {"build", "run", "test"}
+# The vars that are each invocation's own: the streams' pinned position and what the run
+# recomputes. dbt parses the whole project again whenever --vars change (7 s or more of a
+# build), so they reach the models in the environment instead (macros/run_vars.sql reads them
+# while the run runs), and --vars keep what changes only with the jobs.
+RUN_VARS = (
+    "progress_version",
+    "gold_versions",
+    "recon_from",
+    "recon_positions",
+    "recon_reasons",
+    "recon_full",
+)
+RUN_VARS_ENV = "TIDEMARK_DBT_RUN_VARS"
+
+
+def with_vars(args: list[str], variables: dict) -> list[str]:
+    command_at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if command_at is None or args[command_at] not in TAKES_VARS or "--vars" in args:
+        return args
+    return [*args[: command_at + 1], "--vars", json.dumps(variables), *args[command_at + 1 :]]
+
+
+def with_excluded(args: list[str], models: list[str]) -> list[str]:
+    """``args`` with ``models`` added to its ``--exclude`` (one is added if there is none)."""
+    if not models:
+        return args
+    if "--exclude" in args:
+        at = args.index("--exclude") + 1
+        return [*args[:at], *models, *args[at:]]
+    return [*args, "--exclude", *models]
+
+
+def choose_target(cfg: TidemarkConfig, wanted: str) -> tuple[str, object]:
+    """('endpoint', its address) or ('session', None), as ``wanted`` and the endpoint allow."""
+    from streaming_jobs.services.sql_endpoint import discover
+
+    endpoint = discover(cfg) if wanted in ("auto", "endpoint") else None
+    if wanted == "endpoint" and endpoint is None:
+        raise SystemExit(
+            "tidemark-dbt: TIDEMARK_DBT_TARGET=endpoint but no SQL endpoint runs "
+            f"for {cfg.data_root}; start it with 'tidemark sql start'"
+        )
+    return ("endpoint", endpoint) if endpoint else ("session", None)
+
+
+def _wait_for_lake(cfg: TidemarkConfig) -> None:
+    """The endpoint creates missing lake tables within seconds; wait for them."""
+    from streaming_jobs.runtime.tables import missing
+
+    deadline = time.monotonic() + MISSING_TABLES_WAIT_SECONDS
+    while (absent := missing(cfg)) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    if absent:
+        raise SystemExit(
+            f"tidemark-dbt: lake tables {', '.join(absent)} do not exist and the "
+            "SQL endpoint did not create them; see its log under "
+            f"{cfg.paths.logs}"
+        )
+
+
+def split_run_vars(args: list[str]) -> tuple[list[str], dict]:
+    """``args`` without the `RUN_VARS` in their ``--vars``, and those vars."""
+    if "--vars" not in args:
+        return args, {}
+    import yaml  # dbt reads --vars as YAML (JSON is YAML)
+
+    at = args.index("--vars") + 1
+    values = yaml.safe_load(args[at]) or {}
+    own = {key: values.pop(key) for key in RUN_VARS if key in values}
+    return [*args[:at], json.dumps(values), *args[at + 1 :]], own
+
+
+def parse_args(args: list[str], target_path: str | None = None) -> list[str]:
+    """The ``dbt parse`` that makes the manifest ``args`` would make (and prints only errors).
+    ``target_path``: where it keeps dbt's partial-parse file, unless ``args`` name one (a
+    Dagster run's own target path is new every run, and would start every parse over)."""
+    out = ["parse", "--quiet"]
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name in VALUED_PARSE_OPTIONS:
+            out += [arg] if "=" in arg else args[i : i + 2]
+        elif arg in PARSE_FLAGS:
+            out.append(arg)
+    if target_path and not any(a.split("=", 1)[0] == "--target-path" for a in out):
+        out += ["--target-path", target_path]
+    return out
+
+
+class SessionWarmup:
+    """This process's SparkSession started, and its metastore client and Delta warmed, in a
+    thread, while dbt parses in the caller's. dbt-spark's ``getOrCreate`` then finds the session;
+    ``join`` raises what the thread raised."""
+
+    def __init__(self, cfg: TidemarkConfig):
+        self.cfg, self.error = cfg, None
+        self.thread = threading.Thread(
+            target=self._run, name="tidemark-session-warmup", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            from streaming_jobs.storage.spark import get_spark
+
+            spark = get_spark(self.cfg, hive_metastore=True)
+            spark.sql("show databases").collect()  # the metastore client and Derby
+            # Delta's first snapshot in this JVM; every model reads the progress table
+            spark.read.format("delta").load(str(self.cfg.paths.table("ops", "stream_progress")))
+        except BaseException as error:  # noqa: BLE001 - handed to join()
+            self.error = error
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+# tidemark's own options, before the dbt command: the run's data root, and the Dagster run
+# that started this invocation (recorded with the reconciliation's outcome)
+OWN_OPTIONS = {"--data-root": "TIDEMARK_DATA_ROOT", "--dagster-run-id": "TIDEMARK_DAGSTER_RUN_ID"}
+
+
+def split_own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """tidemark's leading options (as the environment variables they set) and the rest, for
+    dbt."""
+    own = {}
+    while len(args) >= 2 and args[0] in OWN_OPTIONS:
+        own[OWN_OPTIONS[args[0]]] = args[1]
+        args = args[2:]
+    return own, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, args = split_own_options(list(sys.argv[1:] if argv is None else argv))
+    os.environ.update(own)  # this process's own environment, and dbt's
+    cfg = TidemarkConfig.from_env()
+    os.environ.setdefault("TIDEMARK_DATA_ROOT", str(cfg.data_root))
+    from orchestration.recon.project import run_project_dir
+
+    os.environ.setdefault("DBT_PROFILES_DIR", str(run_project_dir(cfg)))
+    os.environ.setdefault("DBT_PROJECT_DIR", str(run_project_dir(cfg)))
+    os.environ.setdefault("DBT_TARGET_PATH", str(cfg.paths.dbt / "target"))
+    os.environ.setdefault("DBT_LOG_PATH", str(cfg.paths.dbt / "logs"))
+    from orchestration.recon.dbt_models import sync
+
+    sync(cfg)  # the data root's copy of the project, with the models generated from the registries
+    command = next((a for a in args if not a.startswith("-")), None)
+    metastore = warmup = None
+    if command in NEEDS_SPARK:
+        target, endpoint = choose_target(cfg, cfg.sql.dbt_target)
+        if "--target" not in args and "-t" not in args:
+            args = [*args, "--target", target]
+        if endpoint is not None:
+            os.environ["TIDEMARK_SQL_HOST"], os.environ["TIDEMARK_SQL_PORT"] = (
+                endpoint.host,
+                str(endpoint.port),
+            )
+            _wait_for_lake(cfg)
+        else:
+            from streaming_jobs.storage import ops_tables
+            from streaming_jobs.storage.spark import get_spark
+            from streaming_jobs.services.sql_endpoint import hold_metastore
+            from streaming_jobs.runtime.tables import ensure_lake, missing
+
+            metastore = hold_metastore(cfg, "a tidemark-dbt session", wait=True)
+            # Models read every lake table: a stream that never ran yet has an empty one.
+            if command in PARSE_FIRST and not missing(cfg):
+                ops_tables.ensure_all(cfg)  # all there: only newer ops columns, without Spark
+                warmup = SessionWarmup(cfg)
+            else:
+                ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
+    from dbt.cli.main import dbtRunner
+
+    from orchestration.recon import recon_runs
+
+    started_at, result = datetime.now(timezone.utc), None
+    try:
+        from orchestration.recon.dbt_models import reconciled_jobs
+
+        # --full (tidemark's) or dbt's --full-refresh: every day of every job (a backfill)
+        full = "--full" in args or "--full-refresh" in args
+        args = [a for a in args if a != "--full"]
+        variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None, full)
+        for job, reason in variables.get("recon_reasons", {}).items():
+            print(f"tidemark-dbt: {job}: {reason}", file=sys.stderr)
+        if command in SELECTS_MODELS and "--vars" not in args:
+            # (a caller that passes its own --vars, as Dagster's asset does, leaves them out
+            # itself: it knows its selection)
+            from orchestration.recon.recon_scope import left_out
+
+            args = with_excluded(args, left_out(variables))
+        args = with_vars(args, variables)
+        if command in NEEDS_SPARK:
+            args, own = split_run_vars(args)
+            os.environ[RUN_VARS_ENV] = json.dumps(own)
+        manifest = None
+        if command in PARSE_FIRST:
+            # (while the session warms up, in session mode) in the data root's own target
+            # path, where dbt's partial parse holds from one invocation to the next
+            parsed = dbtRunner().invoke(parse_args(args, str(cfg.paths.dbt / "target")))
+            if warmup is not None:
+                warmup.join()
+            if not parsed.success:
+                result = parsed
+                return 2 if parsed.exception is not None else 1
+            manifest = parsed.result
+        result = dbtRunner(manifest=manifest).invoke(args)
+    finally:
+        if metastore is not None:
+            metastore.close()
+        if command == "build":
+            # the outcome, whatever it is: a failed check skips recon_summary, never this
+            recon_runs.record_outcome(cfg, result, started_at)
+    if result.exception is not None:
+        return 2
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

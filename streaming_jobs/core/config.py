@@ -1,0 +1,499 @@
+"""Typed settings for tidemark, built once from the environment.
+
+Every path a run writes lives under one data root (``TIDEMARK_DATA_ROOT``, default
+``<checkout>/.tidemark/data``, git-ignored). `Paths` is the single map of that tree, so no
+module invents a location of its own.
+
+Environment variables (all optional):
+
+- ``TIDEMARK_DATA_ROOT``        the data root
+- ``TIDEMARK_SPARK_MASTER``     Spark master URL (default ``local[2]``)
+- ``TIDEMARK_SPARK_CONF``       extra Spark settings, ``key=value`` pairs separated by ``;``
+- ``TIDEMARK_SPARK_UI``         ``1`` to start the Spark UI (off by default)
+- ``TIDEMARK_JARS_CACHE``       where resolved jars are cached (default ``<checkout>/.tidemark/ivy``)
+- ``TIDEMARK_EXTRA_PACKAGES``   more Maven coordinates for Spark, comma-separated (e.g. Kafka)
+- ``TIDEMARK_SHUFFLE_PARTITIONS`` shuffle partitions (default 4: two cores, a little headroom)
+- ``TIDEMARK_RECON_CRON``       when the reconciliation schedule runs (default hourly, UTC)
+- ``TIDEMARK_SAVEPOINT_CRON``   when savepoints of every job are taken (default hourly at :30)
+- ``TIDEMARK_SAVEPOINTS_KEEP``  savepoints kept per job (default 3)
+- ``TIDEMARK_STALL_SECONDS``    a batch in flight longer than this is stalled (default 900)
+- ``TIDEMARK_IDLE_SECONDS``     no commit for this long while the source has data (default 3600)
+- ``TIDEMARK_GROWTH_HORIZON_HOURS`` warn when state reaches critical within this (default 6)
+- ``TIDEMARK_RESTART_ATTEMPTS`` restarts of a failed streaming run before giving up (default 3)
+- ``TIDEMARK_RESTART_BACKOFF_SECONDS`` wait before the first restart; doubles each time (default 60)
+- ``TIDEMARK_MAX_CONCURRENT_RUNS`` runs the Dagster instance runs at once (default 8)
+- ``TIDEMARK_LATE_SHARE``       share of rows dropped as late that raises late_share (default 0.5)
+- ``TIDEMARK_WATERMARK_AHEAD_SECONDS`` a watermark this far past the clock is critical (86400)
+- ``TIDEMARK_MIN_FREE_GB``      free space on the data root's disk that is critical below (2)
+- ``TIDEMARK_SQL_PORT``         the SQL endpoint's port on 127.0.0.1 (default 10000)
+- ``TIDEMARK_SQL_MEMORY``       the SQL endpoint's driver memory (default 3g)
+- ``TIDEMARK_ALERT_WEBHOOK_URL`` / ``TIDEMARK_ALERT_WEBHOOK_TOKEN`` where alerts are POSTed
+  (read at delivery time only, never stored or logged; see `operations.alerts`)
+- ``TIDEMARK_ALERT_RETRY_SECONDS`` first backoff of a failed alert delivery (default 30)
+- ``TIDEMARK_JOBS_PATH``        folders of your own jobs and streams, separated by ``:``
+- ``TIDEMARK_DBT_TARGET``       where dbt runs: auto (default), endpoint or session
+- ``TIDEMARK_UNBOUNDED_STATE``  a job whose state is never evicted: refuse (default) or warn
+- ``TIDEMARK_SOURCE``           where streams read from unless they say: landing (default) or kafka
+- ``TIDEMARK_KAFKA_PORT``       the project's own broker's port on 127.0.0.1 (default 9092)
+- ``TIDEMARK_KAFKA_BOOTSTRAP``  the brokers streams read (default 127.0.0.1:<that port>)
+- ``TIDEMARK_KAFKA_TOPIC_PREFIX`` a stream's topic is <prefix><stream> (default ``tidemark.``)
+- ``TIDEMARK_KAFKA_PARTITIONS`` partitions of the topics tidemark creates (default 3)
+- ``TIDEMARK_KAFKA_STARTING_OFFSETS`` where a new checkpoint starts: earliest (default) or latest
+- ``TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER`` records one micro-batch reads at most (default all)
+- ``TIDEMARK_KAFKA_LAG_ROWS`` / ``TIDEMARK_KAFKA_LAG_SECONDS`` consumer lag that raises
+  consumer_lag (default 100000 records / 900 s since the oldest unread record was written)
+- ``TIDEMARK_KAFKA_CONF``       Kafka client settings for Spark, ``key=value;...`` (security:
+  ``security.protocol``, ``sasl.*``, ``ssl.*``), passed as ``kafka.<key>``; never logged
+- ``TIDEMARK_KAFKA_CLIENT_CONF`` the same for tidemark's Python client (generator, lag), in
+  librdkafka's names; never logged
+- ``TIDEMARK_CLUSTER_PORT``     the project's own Spark cluster's master port (default 7077)
+- ``TIDEMARK_CLUSTER_WORKERS`` / ``TIDEMARK_CLUSTER_WORKER_CORES`` /
+  ``TIDEMARK_CLUSTER_WORKER_MEMORY`` its workers (default 2, offering 4 cores and 6g each)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def default_results(name: str) -> Path:
+    """Where a benchmark, the chaos harness or the soak writes its JSON unless told: the data
+    root's ``results/`` (created). The committed evidence under the checkout's ``results/`` is
+    only ever updated by naming it (``--results results/<name>``)."""
+    folder = TidemarkConfig.from_env().data_root / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
+
+DEFAULT_HOME = CHECKOUT / ".tidemark"
+
+
+class ConfigError(ValueError):
+    """A setting is malformed; the message names the variable and the fix."""
+
+
+_VARIABLE = re.compile(r"^(TIDEMARK_[A-Z_]+)")
+# Set in a long-running process (the Dagster code location): see `tolerate_bad_settings`.
+_TOLERANT = False
+_PROBLEMS: dict[str, str] = {}
+
+
+def tolerate_bad_settings(on: bool = True) -> None:
+    """From now on in this process, `TidemarkConfig.from_env` reading the real environment
+    removes a malformed variable from it (so it takes its default here and in every process
+    started from here) instead of raising, and `setting_problems` names it (the health sensor
+    alerts on each): one bad variable must not stop every sensor and alert. The command line
+    stays strict: one clear message, nothing runs."""
+    global _TOLERANT
+    _TOLERANT = on
+    if not on:
+        _PROBLEMS.clear()
+
+
+def setting_problems() -> dict[str, str]:
+    """Variable -> what is wrong with it, for the settings this process runs with their
+    defaults (see `tolerate_bad_settings`)."""
+    return dict(_PROBLEMS)
+
+
+def _parse_spark_conf(raw: str, name: str = "TIDEMARK_SPARK_CONF") -> dict[str, str]:
+    """``key=value;key=value`` settings (a variable that may hold credentials)."""
+    conf: dict[str, str] = {}
+    for number, item in enumerate(filter(None, (part.strip() for part in raw.split(";"))), 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # the text is not repeated: it may be a credential
+            raise ConfigError(
+                f"{name}: cannot read its setting number {number} (no 'key=value'); "
+                "write settings as 'key=value;other.key=value'"
+            )
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The layout of one data root."""
+
+    root: Path
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing"
+
+    @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def savepoints(self) -> Path:
+        return self.root / "savepoints"
+
+    @property
+    def dbt(self) -> Path:
+        """dbt's own state: Derby metastore, warehouse, target, logs."""
+        return self.root / "dbt"
+
+    @property
+    def warehouse(self) -> Path:
+        """Where dbt's models are stored (spark.sql.warehouse.dir)."""
+        return self.dbt / "warehouse"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster_home"
+
+    @property
+    def logs(self) -> Path:
+        """Full logs of long commands and background services (the terminal gets a summary)."""
+        return self.root / "logs"
+
+    def dbt_table(self, schema: str, name: str) -> Path:
+        """A dbt model materialized as a Delta table, e.g. dbt_table('recon', 'recon_summary')."""
+        return self.warehouse / f"{schema}.db" / name
+
+    def landing_dir(self, stream: str) -> Path:
+        return self.landing / stream
+
+    def table(self, layer: str, name: str) -> Path:
+        """A lake table: layer is bronze, quarantine, gold or ops."""
+        return self.lake / layer / name
+
+    def checkpoint(self, name: str) -> Path:
+        return self.checkpoints / name
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str = "local[2]"
+    shuffle_partitions: int = 4
+    ui_enabled: bool = False
+    jars_cache: Path = DEFAULT_HOME / "ivy"
+    extra_packages: tuple[str, ...] = ()
+    # TIDEMARK_SPARK_CONF: may hold credentials, so kept out of repr (logs, errors, the UI)
+    extra_conf: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def _parse_date(name: str, raw: str) -> str:
+    """A calendar day written YYYY-MM-DD, or a `ConfigError` naming the variable."""
+    from datetime import date
+
+    try:
+        return date.fromisoformat(raw.strip()).isoformat()
+    except ValueError:
+        raise ConfigError(
+            f"{name}={raw!r} is not a day written YYYY-MM-DD (e.g. 2025-01-01)"
+        ) from None
+
+
+def _parse_cron(raw: str, name: str = "TIDEMARK_RECON_CRON") -> str:
+    fields = raw.split()
+    if len(fields) != 5:
+        raise ConfigError(
+            f"{name}={raw!r} is not a cron string; write five fields, e.g. "
+            "'0 * * * *' (hourly) or '*/15 * * * *' (every 15 minutes)"
+        )
+    return " ".join(fields)
+
+
+@dataclass(frozen=True)
+class OpsSettings:
+    """Operating limits: sensors, savepoints, restarts."""
+
+    savepoint_cron: str = "30 * * * *"
+    savepoints_keep: int = 3
+    stall_seconds: float = 900.0
+    idle_seconds: float = 3600.0
+    growth_horizon_hours: float = 6.0
+    restart_attempts: int = 3
+    restart_backoff_seconds: float = 60.0
+    max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
+    late_share: float = 0.5  # share of rows dropped as late over recent batches that warns
+    watermark_ahead_seconds: float = 86400.0  # a watermark this far past the clock is critical
+    min_free_gb: float = 2.0  # free space on the data root's disk below this is critical
+    # retention (streaming_jobs/operations/retention.py)
+    maintenance_cron: str = "45 2 * * *"
+    vacuum_retain_hours: float = 168.0  # removed files VACUUM keeps, at least
+    log_retain_hours: float = 168.0  # Delta log entries (time travel) kept, at least
+    ops_retention_days: float = 30.0  # ops rows, archived landing files, replaced checkpoints
+    landing_retention: str = "archive"  # ingested landing files: archive, delete or keep
+
+
+def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
+    """A finite number of at least ``minimum`` (nan, inf and words are refused by name)."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+        if not math.isfinite(value) or value < minimum:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(
+            f"{name}={raw!r} is not a "
+            f"{'whole number' if kind is int else 'finite number'} of at least "
+            f"{minimum:g}"
+        ) from None
+    return value
+
+
+def _fraction(env: dict, name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if value > 1:
+        raise ConfigError(f"{name}={env[name]!r} is a share: a number from 0 to 1")
+    return value
+
+
+def _ops_settings(env: dict) -> OpsSettings:
+    d = OpsSettings()
+    return OpsSettings(
+        savepoint_cron=_parse_cron(
+            env.get("TIDEMARK_SAVEPOINT_CRON", d.savepoint_cron), "TIDEMARK_SAVEPOINT_CRON"
+        ),
+        savepoints_keep=_number(env, "TIDEMARK_SAVEPOINTS_KEEP", d.savepoints_keep, int, 1),
+        stall_seconds=_number(env, "TIDEMARK_STALL_SECONDS", d.stall_seconds, minimum=1),
+        idle_seconds=_number(env, "TIDEMARK_IDLE_SECONDS", d.idle_seconds, minimum=1),
+        growth_horizon_hours=_number(env, "TIDEMARK_GROWTH_HORIZON_HOURS", d.growth_horizon_hours),
+        restart_attempts=_number(env, "TIDEMARK_RESTART_ATTEMPTS", d.restart_attempts, int),
+        restart_backoff_seconds=_number(
+            env, "TIDEMARK_RESTART_BACKOFF_SECONDS", d.restart_backoff_seconds
+        ),
+        max_concurrent_runs=_number(
+            env, "TIDEMARK_MAX_CONCURRENT_RUNS", d.max_concurrent_runs, int, 1
+        ),
+        late_share=_fraction(env, "TIDEMARK_LATE_SHARE", d.late_share),
+        watermark_ahead_seconds=_number(
+            env, "TIDEMARK_WATERMARK_AHEAD_SECONDS", d.watermark_ahead_seconds, minimum=60
+        ),
+        min_free_gb=_number(env, "TIDEMARK_MIN_FREE_GB", d.min_free_gb),
+        maintenance_cron=_parse_cron(
+            env.get("TIDEMARK_MAINTENANCE_CRON", d.maintenance_cron), "TIDEMARK_MAINTENANCE_CRON"
+        ),
+        vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", d.vacuum_retain_hours),
+        log_retain_hours=_number(env, "TIDEMARK_LOG_RETAIN_HOURS", d.log_retain_hours),
+        ops_retention_days=_number(env, "TIDEMARK_OPS_RETENTION_DAYS", d.ops_retention_days),
+        landing_retention=_choice(
+            env, "TIDEMARK_LANDING_RETENTION", d.landing_retention, ("archive", "delete", "keep")
+        ),
+    )
+
+
+def _choice(env: dict, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.get(name, default).strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={env[name]!r} is not one of {', '.join(choices)}")
+    return value
+
+
+DBT_TARGETS = ("auto", "endpoint", "session")
+
+
+@dataclass(frozen=True)
+class SqlEndpointSettings:
+    """The SQL endpoint dbt talks to (Spark's Thrift server, always on 127.0.0.1)."""
+
+    port: int = 10000
+    driver_memory: str = "3g"
+    dbt_target: str = "auto"  # where dbt runs: the endpoint, a session of its own, or auto
+
+
+def _sql_settings(env: dict) -> SqlEndpointSettings:
+    d = SqlEndpointSettings()
+    port = _number(env, "TIDEMARK_SQL_PORT", d.port, int, 1)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_SQL_PORT={port} is not a TCP port (1-65535)")
+    target = env.get("TIDEMARK_DBT_TARGET", d.dbt_target)
+    if target not in DBT_TARGETS:
+        raise ConfigError(f"TIDEMARK_DBT_TARGET={target!r}: use one of {', '.join(DBT_TARGETS)}")
+    return SqlEndpointSettings(
+        port=port, dbt_target=target, driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory)
+    )
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """Where alerts go. The URL and token are secrets: kept out of repr (and so out of logs),
+    never stored; read from the environment when alerts are sent."""
+
+    url: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    retry_seconds: float = 30.0  # first backoff of a failed delivery; doubles per attempt
+
+
+def _alert_settings(env: dict) -> AlertSettings:
+    return AlertSettings(
+        url=env.get("TIDEMARK_ALERT_WEBHOOK_URL") or None,
+        token=env.get("TIDEMARK_ALERT_WEBHOOK_TOKEN") or None,
+        retry_seconds=_number(env, "TIDEMARK_ALERT_RETRY_SECONDS", 30.0),
+    )
+
+
+SOURCES = ("landing", "kafka")
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Kafka as a stream's source (`streaming_jobs.storage.kafka`). The two option maps may hold
+    credentials: out of repr, never logged."""
+
+    source: str = "landing"  # the default source of every stream that does not name one
+    port: int = 9092  # the project's own broker (tidemark kafka start), on 127.0.0.1
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = "tidemark."
+    partitions: int = 3
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    lag_rows: int = 100_000
+    lag_seconds: float = 900.0
+    spark_options: dict[str, str] = field(default_factory=dict, repr=False)
+    client_options: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def _kafka_settings(env: dict) -> KafkaSettings:
+    d = KafkaSettings()
+    port = _number(env, "TIDEMARK_KAFKA_PORT", d.port, int, 1)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_KAFKA_PORT={port} is not a TCP port (1-65535)")
+    most = env.get("TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER")
+    return KafkaSettings(
+        source=_choice(env, "TIDEMARK_SOURCE", d.source, SOURCES),
+        port=port,
+        bootstrap=env.get("TIDEMARK_KAFKA_BOOTSTRAP") or f"127.0.0.1:{port}",
+        topic_prefix=env.get("TIDEMARK_KAFKA_TOPIC_PREFIX", d.topic_prefix),
+        partitions=_number(env, "TIDEMARK_KAFKA_PARTITIONS", d.partitions, int, 1),
+        starting_offsets=_choice(
+            env, "TIDEMARK_KAFKA_STARTING_OFFSETS", d.starting_offsets, ("earliest", "latest")
+        ),
+        max_offsets_per_trigger=(
+            _number(env, "TIDEMARK_KAFKA_MAX_OFFSETS_PER_TRIGGER", 0, int, 1) if most else None
+        ),
+        lag_rows=_number(env, "TIDEMARK_KAFKA_LAG_ROWS", d.lag_rows, int, 1),
+        lag_seconds=_number(env, "TIDEMARK_KAFKA_LAG_SECONDS", d.lag_seconds, float, 1),
+        spark_options=_parse_spark_conf(env.get("TIDEMARK_KAFKA_CONF", ""), "TIDEMARK_KAFKA_CONF"),
+        client_options=_parse_spark_conf(
+            env.get("TIDEMARK_KAFKA_CLIENT_CONF", ""), "TIDEMARK_KAFKA_CLIENT_CONF"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """The project's own Spark standalone cluster (`streaming_jobs.services.spark_cluster`)."""
+
+    port: int = 7077  # the master's, on 127.0.0.1
+    workers: int = 2
+    # what each worker offers: more cores than the machine has, so that the applications
+    # tidemark runs at once (a continuous run, the SQL endpoint, a Dagster run) each get an
+    # executor on every worker; each application takes at most 2 (spark.cores.max)
+    worker_cores: int = 4
+    worker_memory: str = "6g"
+
+
+def _cluster_settings(env: dict) -> ClusterSettings:
+    d = ClusterSettings()
+    port = _number(env, "TIDEMARK_CLUSTER_PORT", d.port, int, 1)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_CLUSTER_PORT={port} is not a TCP port (1-65535)")
+    memory = env.get("TIDEMARK_CLUSTER_WORKER_MEMORY", d.worker_memory).strip().lower()
+    if not re.fullmatch(r"\d+[mg]", memory):
+        raise ConfigError(f"TIDEMARK_CLUSTER_WORKER_MEMORY={memory!r}: use a size like 3g or 2048m")
+    return ClusterSettings(
+        port=port,
+        workers=_number(env, "TIDEMARK_CLUSTER_WORKERS", d.workers, int, 1),
+        worker_cores=_number(env, "TIDEMARK_CLUSTER_WORKER_CORES", d.worker_cores, int, 1),
+        worker_memory=memory,
+    )
+
+
+@dataclass(frozen=True)
+class TidemarkConfig:
+    data_root: Path
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
+    # the first day (UTC, event time) of the reconciliation's daily Dagster partitions
+    recon_start_date: str = "2026-01-01"
+    ops: OpsSettings = field(default_factory=OpsSettings)
+    sql: SqlEndpointSettings = field(default_factory=SqlEndpointSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    jobs_path: tuple[Path, ...] = ()  # folders of your own jobs and streams
+    # what `tidemark check` does with a job whose state is never evicted: refuse or warn
+    unbounded_state: str = "refuse"
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(self.data_root)
+
+    def with_data_root(self, root: Path | str) -> "TidemarkConfig":
+        return replace(self, data_root=Path(root).resolve())
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "TidemarkConfig":
+        """The settings of ``env`` (default: the process environment); raises `ConfigError`
+        naming a malformed variable (unless `tolerate_bad_settings` is on)."""
+        if env is not None or not _TOLERANT:
+            return cls._parse(dict(os.environ if env is None else env))
+        while True:
+            try:
+                return cls._parse(dict(os.environ))
+            except ConfigError as exc:
+                name = _VARIABLE.match(str(exc))
+                if not name or name.group(1) not in os.environ:
+                    raise
+                # its default from now on, in this process and every process it starts (dbt,
+                # the analysis), until the code location restarts with the variable fixed
+                _PROBLEMS[name.group(1)] = str(exc)
+                os.environ.pop(name.group(1))
+
+    @classmethod
+    def _parse(cls, env: dict[str, str]) -> "TidemarkConfig":
+        partitions_raw = env.get("TIDEMARK_SHUFFLE_PARTITIONS", "4")
+        try:
+            partitions = int(partitions_raw)
+            if partitions < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"TIDEMARK_SHUFFLE_PARTITIONS={partitions_raw!r} is not a positive whole number"
+            ) from None
+        spark = SparkSettings(
+            master=env.get("TIDEMARK_SPARK_MASTER", "local[2]"),
+            shuffle_partitions=partitions,
+            ui_enabled=env.get("TIDEMARK_SPARK_UI", "0").lower() in ("1", "true", "yes"),
+            jars_cache=Path(env.get("TIDEMARK_JARS_CACHE", str(DEFAULT_HOME / "ivy"))).resolve(),
+            extra_packages=tuple(
+                p.strip() for p in env.get("TIDEMARK_EXTRA_PACKAGES", "").split(",") if p.strip()
+            ),
+            extra_conf=_parse_spark_conf(env.get("TIDEMARK_SPARK_CONF", "")),
+        )
+        root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
+        jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep) if p)
+        unbounded = env.get("TIDEMARK_UNBOUNDED_STATE", "refuse")
+        if unbounded not in ("refuse", "warn"):
+            raise ConfigError(f"TIDEMARK_UNBOUNDED_STATE={unbounded!r}: use refuse or warn")
+        return cls(
+            data_root=root,
+            spark=spark,
+            unbounded_state=unbounded,
+            recon_cron=_parse_cron(env.get("TIDEMARK_RECON_CRON", "0 * * * *")),
+            recon_start_date=_parse_date(
+                "TIDEMARK_RECON_START_DATE", env.get("TIDEMARK_RECON_START_DATE", "2026-01-01")
+            ),
+            ops=_ops_settings(env),
+            sql=_sql_settings(env),
+            alerts=_alert_settings(env),
+            kafka=_kafka_settings(env),
+            cluster=_cluster_settings(env),
+            jobs_path=jobs_path,
+        )

@@ -1,0 +1,126 @@
+"""The gold side of a job: bronze as a stream in, the job's ``build``, a Delta table out.
+
+Append jobs write through the Delta sink; update jobs upsert each micro-batch with a MERGE on
+the job's keys, made idempotent by the batch id, so both are exactly-once across restarts.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter
+
+from streaming_jobs.core.checkpoints import query_id
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import version_of_batch
+from streaming_jobs.storage.expectations import counts, guard, record, resolve, result_rows
+from streaming_jobs.core.interrupts import stoppable
+from streaming_jobs.spec import JobSpec
+from streaming_jobs.storage.lake import ensure_properties, ensure_table, merge_once, table_exists
+
+# A partitioned gold table's files go under short random folders, not Hive-style
+# <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
+# the file system refuses (a 300-character event type made a folder name too long, and the
+# batch failed on every retry) or one that escapes; readers see the same partitions.
+RANDOM_PREFIXES = {"delta.randomizeFilePrefixes": "true"}
+
+# Read every new bronze version whole in one batch (Delta's default cuts at 1000 files): the
+# recorded version range of each batch then says exactly which bronze rows it read.
+UNLIMITED_FILES = 1_000_000_000
+
+
+def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataStreamWriter:
+    paths = cfg.paths
+    frames = []
+    for source in spec.sources:
+        bronze = paths.table("bronze", source)
+        if not table_exists(bronze):
+            raise FileNotFoundError(
+                f"job {spec.name}: its source table {bronze} does not exist yet; materialize "
+                f"bronze/{source} first (it creates the table on its first run)"
+            )
+        frames.append(
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", UNLIMITED_FILES)
+            .load(str(bronze))
+        )
+    result = spec.apply(*frames)
+    resolve(result, f"job {spec.name}", spec.expectations)
+    # 'fail' rules raise inside the query (the batch never commits); counts are observed per
+    # batch (append) or counted by the MERGE's foreachBatch (update)
+    result = guard(
+        result, f"job {spec.name}", spec.expectations, observe=spec.output_mode == "append"
+    )
+    target = paths.table("gold", spec.name)
+    properties = {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})}
+    ensure_table(spark, target, result.schema, properties, list(spec.partition_by))
+    if spec.partition_by:
+        ensure_properties(spark, target, RANDOM_PREFIXES)  # a table an older tidemark made
+    writer = result.writeStream.queryName(spec.name).option(
+        "checkpointLocation", str(paths.checkpoint(spec.name))
+    )
+    if spec.output_mode == "append":
+        # The Delta sink commits each batch with the checkpoint's batch id: exactly-once.
+        if spec.partition_by:
+            writer = writer.partitionBy(*spec.partition_by)
+        return writer.format("delta").outputMode("append").option("path", str(target))
+    return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
+
+
+def merge_app_id(query_id: str) -> str:
+    """The idempotency key of an update-mode job's MERGEs: its checkpoint's identity."""
+    return f"tidemark.gold.{query_id}"
+
+
+def sink_app_id(spec: JobSpec, query_id: str) -> str:
+    """Who marks the job's commits in its gold table's log: the Delta sink marks them with the
+    query id, an update-mode job's MERGE with `merge_app_id`."""
+    return query_id if spec.output_mode == "append" else merge_app_id(query_id)
+
+
+def sink_version_of(cfg: TidemarkConfig, spec: JobSpec):
+    """For a progress row of ``spec``: the gold version holding its batch (see `delta_log`)."""
+    target = cfg.paths.table("gold", spec.name)
+
+    def resolve(row: dict) -> int | None:
+        if row.get("query_id") is None or row.get("batch_id") is None:
+            return None
+        return version_of_batch(target, sink_app_id(spec, row["query_id"]), row["batch_id"])
+
+    return resolve
+
+
+class UpsertBatch:
+    """foreachBatch for update-mode jobs: MERGE the batch's rows on the job's keys."""
+
+    def __init__(self, spec: JobSpec, target, cfg: TidemarkConfig) -> None:
+        self.keys, self.target = spec.keys, target
+        self.checkpoint = cfg.paths.checkpoint(spec.name)
+        self.spec, self.cfg = spec, cfg
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # Keyed by the checkpoint's identity, read now (the query wrote it when it started):
+        # a restored or rebuilt checkpoint restarts its batch ids under a new key, so Delta
+        # never skips its writes as done.
+        app_id = merge_app_id(query_id(self.checkpoint))
+        batch = batch.persist()
+        try:
+            with stoppable(f"job {self.spec.name}"):
+                # Evaluate the whole batch first: its state stores must commit even when
+                # Delta skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose
+                # stateful partitions never ran), and the MERGE then reads cached rows.
+                batch.count()
+                if self.spec.expectations:  # 'fail' rules already raised inside the query
+                    identity = query_id(self.checkpoint)
+                    record(
+                        self.cfg,
+                        result_rows(
+                            self.spec.name,
+                            identity,
+                            batch_id,
+                            self.spec.expectations,
+                            counts(batch, self.spec.expectations),
+                        ),
+                    )
+                merge_once(batch, self.target, self.keys, app_id, batch_id)
+        finally:
+            batch.unpersist()

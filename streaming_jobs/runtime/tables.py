@@ -1,0 +1,63 @@
+"""Every table of the lake, with its schema: created empty when missing.
+
+Readers downstream of the streams (dbt above all) can then run before a stream has ever
+ingested anything: a table with no rows reconciles to zero rows, where a missing one would fail.
+A gold table's schema is the schema of its job's ``build`` applied to an empty bronze table.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from streaming_jobs.storage import ops_tables
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.runtime.ingestion import QUARANTINE_SCHEMA, bronze_schema
+from streaming_jobs.storage.registry import registry, streams
+from streaming_jobs.storage.lake import ROW_TRACKING, ensure_table, table_exists
+
+
+def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
+    """Create the missing lake tables; returns the ones it created (as layer/name)."""
+    paths, created = cfg.paths, []
+
+    def ensure(layer: str, name: str, schema, properties=None, partition_by=None) -> None:
+        path = paths.table(layer, name)
+        # A table whose log has a commit is there: asking Spark would rebuild its state (about
+        # 5 s for the whole lake, in every dbt invocation and endpoint start)
+        if not table_exists(path):
+            ensure_table(
+                spark, path, schema() if callable(schema) else schema, properties, partition_by
+            )
+            created.append(f"{layer}/{name}")
+
+    known = streams()
+    for name, stream in known.items():
+        ensure("bronze", name, bronze_schema(stream), ROW_TRACKING)
+        ensure("quarantine", name, QUARANTINE_SCHEMA)
+    created += ops_tables.ensure_all(cfg)
+
+    def gold_schema(spec):
+        empty = [spark.createDataFrame([], bronze_schema(known[s])) for s in spec.sources]
+        return spec.apply(*empty).schema
+
+    for name, spec in registry().items():
+        ensure(
+            "gold",
+            name,
+            lambda spec=spec: gold_schema(spec),
+            spec.table_properties,
+            list(spec.partition_by),
+        )
+    return created
+
+
+def missing(cfg: TidemarkConfig) -> list[str]:
+    """The lake tables `ensure_lake` would create (files only: no JVM), as layer/name."""
+    paths = cfg.paths
+    wanted = [("ops", name) for name in ops_tables.SCHEMAS]
+    for name in streams():
+        wanted += [("bronze", name), ("quarantine", name)]
+    wanted += [("gold", name) for name in registry()]
+    return [
+        f"{layer}/{name}" for layer, name in wanted if not table_exists(paths.table(layer, name))
+    ]
