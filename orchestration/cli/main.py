@@ -37,14 +37,13 @@ from streaming_jobs.storage.generator import GeneratorConfig, deliver, generate
 from streaming_jobs.storage.spark import SparkStartupError, build_class_archive, get_spark
 from streaming_jobs.runtime.runner import StreamRunError
 from streaming_jobs.storage.kafka import KafkaSourceError
-from streaming_jobs.services.kafka_broker import BrokerError
-from streaming_jobs.services.sql_endpoint import EndpointError
+from streaming_jobs.services.lifecycle import ServiceError
 
 from orchestration.cli.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.lib.instance import prepare_dagster_home
 from orchestration.cli.operate import OPERATIONS, OperationError
 from orchestration.recon.recon_partitions import incremental_tags
-from orchestration.cli.services import ServiceError, start_cluster_if_used, start_kafka_if_used
+from orchestration.cli.services import start_cluster_if_used, start_kafka_if_used
 
 
 def setup(cfg: TidemarkConfig) -> None:
@@ -489,10 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         SparkStartupError,
         OperationError,
         ServiceError,
-        EndpointError,
         StreamRunError,
         CheckpointBusy,
-        BrokerError,
         KafkaSourceError,
     ) as exc:
         # expected failures: one message naming what failed and what to do, no traceback

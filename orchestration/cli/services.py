@@ -1,33 +1,14 @@
-"""Background services tidemark starts and stops itself, all on 127.0.0.1: the SQL endpoint,
-and the project's Kafka broker when a stream reads Kafka (`streaming_jobs.services.kafka_broker`).
-
-A service runs as its own process group (so Ctrl-C in the terminal that started it does not
-kill it half way), writes its full log under ``<data root>/logs/``, and is ready when it
-answers on its port. Starting one that already runs returns the running one; a service that
-dies while starting is reported with the end of its log.
-"""
+"""The servers a command starts for its data root, all on 127.0.0.1 and all with one
+lifecycle (`streaming_jobs.services.lifecycle`): the SQL endpoint, the project's Kafka broker
+when a stream reads Kafka, the project's Spark cluster when TIDEMARK_SPARK_MASTER names it."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
-from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
-from streaming_jobs.services.sql_endpoint import Endpoint, discover, endpoint_file
-
-
-class ServiceError(RuntimeError):
-    """A service could not start or stop; the message says why and where its log is."""
-
-
-def _tail(path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.services import sql_endpoint
+from streaming_jobs.services.sql_endpoint import Endpoint
 
 
 def start_sql_endpoint(
@@ -38,73 +19,12 @@ def start_sql_endpoint(
     ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests);
     without, it runs until stopped (``tidemark sql start``).
     """
-    found = discover(cfg)
-    if found:
-        return found
-    cfg.paths.logs.mkdir(parents=True, exist_ok=True)
-    log_path = cfg.paths.logs / "sql_endpoint.log"
-    env = {
-        **os.environ,
-        "TIDEMARK_DATA_ROOT": str(cfg.data_root),
-        "TIDEMARK_SQL_PORT": str(cfg.sql.port),
-        "TIDEMARK_SQL_OWNER_PID": str(os.getpid()) if owned else "",
-    }
-    with open(log_path, "a") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streaming_jobs.services.sql_endpoint"],
-            env=env,
-            cwd=CHECKOUT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = discover(cfg)
-        if found:
-            return found
-        if proc.poll() is not None:
-            raise ServiceError(
-                f"the SQL endpoint exited while starting (code {proc.returncode})"
-                f"; its log {log_path} ends with:\n{_tail(log_path)}"
-            )
-        time.sleep(0.5)
-    proc.terminate()
-    raise ServiceError(
-        f"the SQL endpoint did not answer on 127.0.0.1:{cfg.sql.port} within "
-        f"{timeout:.0f}s; see {log_path}"
-    )
-
-
-def _gone(pid: int) -> bool:
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True  # our own child, now reaped
-    except ChildProcessError:
-        pass  # started by another process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return sql_endpoint.start(cfg, owned=owned, timeout=timeout)
 
 
 def stop_sql_endpoint(cfg: TidemarkConfig, timeout: float = 60.0) -> bool:
     """Stop the data root's SQL endpoint cleanly (SIGTERM, then SIGKILL); False if none ran."""
-    found = discover(cfg)
-    if not found:
-        endpoint_file(cfg).unlink(missing_ok=True)
-        return False
-    os.kill(found.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _gone(found.pid):
-            return True
-        time.sleep(0.3)
-    os.kill(found.pid, signal.SIGKILL)
-    endpoint_file(cfg).unlink(missing_ok=True)
-    return True
+    return sql_endpoint.stop(cfg, timeout)
 
 
 def start_kafka_if_used(cfg: TidemarkConfig) -> str | None:

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,18 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.processes import (
-    accepts,
-    alive,
-    free_port,
-    launch_supervisor,
-    port_free,
-    stop_supervisor,
-    wait_for,
-    write_json,
-)
+from streaming_jobs.services.lifecycle import HOST, Service, ServiceError
+from streaming_jobs.services.processes import accepts, free_port, port_free
 
-HOST = "127.0.0.1"
 KAFKA_VERSION = "4.1.1"
 BROKER_PACKAGES = [
     f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
@@ -49,10 +37,6 @@ BROKER_PACKAGES = [
 ]
 HEAP = "-Xmx512m"
 LOG4J2 = Path(__file__).resolve().with_name("kafka_log4j2.properties")
-
-
-class BrokerError(RuntimeError):
-    """The broker cannot start or stop; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -70,10 +54,6 @@ def home(cfg: TidemarkConfig) -> Path:
     return cfg.data_root / "kafka"
 
 
-def _info_file(cfg: TidemarkConfig) -> Path:
-    return home(cfg) / "broker.json"
-
-
 def classpath(cfg: TidemarkConfig) -> list[Path]:
     """The broker's jars: Kafka's (resolved and cached) and Scala's library from pyspark."""
     from streaming_jobs.storage.maven import resolve, spark_home
@@ -85,18 +65,6 @@ def classpath(cfg: TidemarkConfig) -> list[Path]:
     )
     scala = sorted((spark_home() / "jars").glob("scala-library-2.13*.jar"))
     return [*jars, *scala]
-
-
-def discover(cfg: TidemarkConfig) -> Broker | None:
-    """The data root's running broker, or None."""
-    try:
-        info = json.loads(_info_file(cfg).read_text())
-        broker = Broker(HOST, int(info["port"]), int(info["pid"]))
-    except (OSError, ValueError, KeyError):
-        return None
-    if not alive(broker.pid) or not accepts(HOST, broker.port):
-        return None
-    return broker
 
 
 def server_properties(cfg: TidemarkConfig, port: int, controller_port: int) -> str:
@@ -156,7 +124,7 @@ def _cluster_id() -> str:
             return found
 
 
-def prepare(cfg: TidemarkConfig, port: int) -> Path:
+def format_storage(cfg: TidemarkConfig, port: int) -> Path:
     """Write server.properties (keeping the controller port of earlier starts when it is free)
     and format the storage once; returns the properties file."""
     folder = home(cfg)
@@ -187,135 +155,103 @@ def prepare(cfg: TidemarkConfig, port: int) -> Path:
             timeout=120,
         )
         if done.returncode != 0:
-            raise BrokerError(
+            raise ServiceError(
                 f"formatting the Kafka storage in {folder / 'data'} failed:\n"
                 f"{(done.stdout + done.stderr)[-2000:]}"
             )
     return props
 
 
-def serve(cfg: TidemarkConfig, port: int, stop: threading.Event) -> int:
-    """Run the broker JVM until ``stop`` (or the owner process dies); a clean shutdown."""
-    props = prepare(cfg, port)
-    cfg.paths.logs.mkdir(parents=True, exist_ok=True)
-    with open(cfg.paths.logs / "kafka.log", "ab") as log:
-        java = subprocess.Popen(
-            _java(cfg, "kafka.Kafka", str(props)),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    owner = int(os.environ.get("TIDEMARK_KAFKA_OWNER_PID", "0") or 0)
-    deadline = time.monotonic() + 120
-    announced = False
-    try:
-        while not stop.wait(0.2):
-            if java.poll() is not None:
-                return java.returncode or 1
-            if not announced and accepts(HOST, port, 0.5):
-                write_json(
-                    _info_file(cfg),
-                    {"host": HOST, "port": port, "pid": os.getpid(), "java_pid": java.pid},
-                )
-                announced = True
-            if not announced and time.monotonic() > deadline:
-                return 3
-            if owner and not alive(owner):
-                break
-    finally:
-        _info_file(cfg).unlink(missing_ok=True)
-        if java.poll() is None:
-            java.terminate()  # Kafka's shutdown hook: controlled shutdown, logs flushed
-            try:
-                java.wait(60)
-            except subprocess.TimeoutExpired:
-                java.kill()
-                java.wait()
-    return 0
+class KafkaBroker(Service):
+    """The broker: its supervisor runs the broker's JVM (`streaming_jobs.services.lifecycle`)."""
+
+    title = "the Kafka broker"
+    command = "tidemark kafka"
+    module = "streaming_jobs.services.kafka_broker"
+    owner_variable = "TIDEMARK_KAFKA_OWNER_PID"
+    port_variable = "TIDEMARK_KAFKA_PORT"
+    log_name = "kafka.log"
+    start_timeout = 120.0
+    stop_timeout = 90.0
+
+    @property
+    def port(self) -> int:
+        return self.cfg.kafka.port
+
+    @property
+    def info_file(self) -> Path:
+        return home(self.cfg) / "broker.json"
+
+    def prepare(self) -> None:
+        classpath(self.cfg)  # resolved (first start only) before the clock runs
+
+    def ready(self, info: dict) -> bool:
+        """The broker serves metadata (the controller elected itself)."""
+        from confluent_kafka.admin import AdminClient
+
+        bootstrap = f"{HOST}:{info['port']}"
+        try:
+            meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+        except Exception:  # noqa: BLE001 - not ready yet
+            return False
+        return bool(meta.brokers)
+
+    def run(self, stop: threading.Event) -> int:
+        """The broker's JVM until ``stop`` (or the owner dies); then a clean shutdown."""
+        props = format_storage(self.cfg, self.port)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            java = subprocess.Popen(
+                _java(self.cfg, "kafka.Kafka", str(props)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + self.start_timeout
+        announced = False
+        try:
+            while not stop.wait(0.2):
+                if java.poll() is not None:
+                    return java.returncode or 1
+                if not announced and accepts(HOST, self.port, 0.5):
+                    self.announce(child_pids=[java.pid])
+                    announced = True
+                if not announced and time.monotonic() > deadline:
+                    return 3
+                if self.owner_gone():
+                    break
+        finally:
+            self.withdraw()
+            if java.poll() is None:
+                java.terminate()  # Kafka's shutdown hook: controlled shutdown, logs flushed
+                try:
+                    java.wait(60)
+                except subprocess.TimeoutExpired:
+                    java.kill()
+                    java.wait()
+        return 0
 
 
-def _log_tail(cfg: TidemarkConfig, lines: int = 30) -> str:
-    try:
-        return "\n".join(
-            (cfg.paths.logs / "kafka.log").read_text(errors="replace").splitlines()[-lines:]
-        )
-    except OSError:
-        return "(no log)"
+def _broker(info: dict) -> Broker:
+    return Broker(HOST, int(info["port"]), int(info["pid"]))
 
 
-def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 120.0) -> Broker:
+def discover(cfg: TidemarkConfig) -> Broker | None:
+    """The data root's running broker, or None."""
+    info = KafkaBroker(cfg).discover()
+    return _broker(info) if info else None
+
+
+def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Broker:
     """Start the data root's broker on ``TIDEMARK_KAFKA_PORT`` unless it runs; return it once
-    it answers. ``owned``: it stops when this process ends."""
-    found = discover(cfg)
-    if found:
-        return found
-    port = cfg.kafka.port
-    if not port_free(HOST, port):
-        raise BrokerError(
-            f"port {port} on {HOST} is taken by another program (or a broker of another data "
-            f"root); stop it, or choose a free port with TIDEMARK_KAFKA_PORT"
-        )
-    classpath(cfg)  # resolve (first start only) before the clock runs
-    proc = launch_supervisor(
-        "streaming_jobs.services.kafka_broker",
-        cfg.paths.logs / "kafka.log",
-        {"TIDEMARK_DATA_ROOT": str(cfg.data_root), "TIDEMARK_KAFKA_PORT": str(port)},
-        "TIDEMARK_KAFKA_OWNER_PID",
-        owned,
-    )
-
-    def ready() -> Broker | None:
-        found = discover(cfg)
-        return found if found and _ready(cfg, found) else None
-
-    found = wait_for(ready, proc, timeout)
-    if found:
-        return found
-    if proc.poll() is not None:
-        raise BrokerError(
-            f"the Kafka broker exited ({proc.returncode}) before it answered on "
-            f"{HOST}:{port}; its log ({cfg.paths.logs / 'kafka.log'}) ends:\n" + _log_tail(cfg)
-        )
-    proc.terminate()
-    raise BrokerError(
-        f"the Kafka broker did not answer on {HOST}:{port} in {timeout:.0f} s; "
-        f"see {cfg.paths.logs / 'kafka.log'}"
-    )
+    it serves metadata. ``owned``: it stops when this process ends."""
+    return _broker(KafkaBroker(cfg).start(owned=owned, timeout=timeout))
 
 
-def _ready(cfg: TidemarkConfig, broker: Broker) -> bool:
-    """The broker serves metadata (the controller elected itself)."""
-    from confluent_kafka.admin import AdminClient
-
-    try:
-        meta = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=5)
-    except Exception:  # noqa: BLE001 - not ready yet
-        return False
-    return bool(meta.brokers)
-
-
-def stop(cfg: TidemarkConfig, timeout: float = 90.0) -> bool:
+def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:
     """Stop the data root's broker cleanly; False if none ran."""
-    try:
-        info = json.loads(_info_file(cfg).read_text())
-    except (OSError, ValueError):
-        return False
-    return stop_supervisor(
-        int(info.get("pid", 0)), [int(info.get("java_pid", 0))], timeout, _info_file(cfg)
-    )
-
-
-def main() -> int:
-    cfg = TidemarkConfig.from_env()
-    stop_event = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop_event.set())
-    try:
-        return serve(cfg, cfg.kafka.port, stop_event)
-    except BrokerError as exc:
-        print(f"tidemark kafka: {exc}", file=sys.stderr)
-        return 2
+    return KafkaBroker(cfg).stop(timeout)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(KafkaBroker.main())

@@ -85,7 +85,12 @@ def stop_supervisor(pid: int, children: list[int], timeout: float, info: Path) -
 
 
 def launch_supervisor(
-    module: str, log: Path, env: dict[str, str], owner_variable: str, owned: bool
+    module: str,
+    log: Path,
+    env: dict[str, str],
+    owner_variable: str,
+    owned: bool,
+    cwd: Path | None = None,
 ) -> subprocess.Popen:
     """Start a service's supervisor, ``python -m <module>``, in a session of its own (Ctrl-C
     in this terminal does not reach it), its output appended to ``log``. ``owned``: it learns
@@ -104,6 +109,7 @@ def launch_supervisor(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            cwd=cwd,
         )
 
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -30,23 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.processes import (
-    accepts,
-    alive,
-    free_port,
-    launch_supervisor,
-    port_free,
-    stop_supervisor,
-    wait_for,
-    write_json,
-)
+from streaming_jobs.services.lifecycle import HOST, Service
+from streaming_jobs.services.processes import accepts, free_port
 
-HOST = "127.0.0.1"
 DAEMON_MEMORY = "512m"  # the master's and each worker's own JVM (not the executors')
-
-
-class ClusterError(RuntimeError):
-    """The cluster cannot start or stop; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +54,6 @@ def home(cfg: TidemarkConfig) -> Path:
     return cfg.data_root / "spark-cluster"
 
 
-def _info_file(cfg: TidemarkConfig) -> Path:
-    return home(cfg) / "cluster.json"
-
-
 def master_url(cfg: TidemarkConfig) -> str:
     return f"spark://{HOST}:{cfg.cluster.port}"
 
@@ -88,20 +69,6 @@ def alive_workers(ui_port: int) -> int:
         return sum(1 for w in status(ui_port).get("workers", []) if w.get("state") == "ALIVE")
     except (OSError, ValueError):
         return 0
-
-
-def discover(cfg: TidemarkConfig) -> Cluster | None:
-    """The data root's running cluster, or None."""
-    try:
-        info = json.loads(_info_file(cfg).read_text())
-        found = Cluster(
-            int(info["port"]), int(info["ui_port"]), int(info["workers"]), int(info["pid"])
-        )
-    except (OSError, ValueError, KeyError):
-        return None
-    if not alive(found.pid) or not accepts(HOST, found.port):
-        return None
-    return found
 
 
 def _spark_class(*args: str) -> list[str]:
@@ -133,160 +100,128 @@ def _env(cfg: TidemarkConfig) -> dict:
     }
 
 
-def serve(cfg: TidemarkConfig, stop: threading.Event) -> int:
-    """Run the master and the workers until ``stop`` (or the owner process dies)."""
-    settings = cfg.cluster
-    folder = home(cfg)
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg.paths.logs.mkdir(parents=True, exist_ok=True)
-    env = _env(cfg)
-    ui_port = free_port(HOST)
-    procs: list[subprocess.Popen] = []
+class SparkCluster(Service):
+    """The cluster: its supervisor runs the master's and the workers' JVMs
+    (`streaming_jobs.services.lifecycle`); it answers once every worker registered."""
 
-    def launch(log_name: str, *args: str) -> None:
-        with open(cfg.paths.logs / log_name, "ab") as log:
-            procs.append(
-                subprocess.Popen(
-                    _spark_class(*args),
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            )
+    title = "the Spark cluster"
+    command = "tidemark cluster"
+    module = "streaming_jobs.services.spark_cluster"
+    owner_variable = "TIDEMARK_CLUSTER_OWNER_PID"
+    port_variable = "TIDEMARK_CLUSTER_PORT"
+    log_name = "spark-master.log"
+    start_timeout = 180.0
 
-    launch(
-        "spark-master.log",
-        "org.apache.spark.deploy.master.Master",
-        "--host",
-        HOST,
-        "--port",
-        str(settings.port),
-        "--webui-port",
-        str(ui_port),
-    )
-    owner = int(os.environ.get("TIDEMARK_CLUSTER_OWNER_PID", "0") or 0)
-    deadline = time.monotonic() + 180
-    workers_started = announced = False
-    try:
-        while not stop.wait(0.3):
-            if any(p.poll() is not None for p in procs):
-                return 1  # a daemon died: the cluster is not whole
-            if not workers_started and accepts(HOST, settings.port, 0.5):
-                for n in range(1, settings.workers + 1):
-                    work = folder / f"worker-{n}"
-                    work.mkdir(exist_ok=True)
-                    launch(
-                        f"spark-worker-{n}.log",
-                        "org.apache.spark.deploy.worker.Worker",
-                        "--host",
-                        HOST,
-                        "--webui-port",
-                        str(free_port(HOST)),
-                        "--cores",
-                        str(settings.worker_cores),
-                        "--memory",
-                        settings.worker_memory,
-                        "--work-dir",
-                        str(work),
-                        master_url(cfg),
+    @property
+    def port(self) -> int:
+        return self.cfg.cluster.port
+
+    @property
+    def info_file(self) -> Path:
+        return home(self.cfg) / "cluster.json"
+
+    def run(self, stop: threading.Event) -> int:
+        """The master and the workers until ``stop`` (or the owner dies); workers stop first."""
+        settings = self.cfg.cluster
+        folder = home(self.cfg)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        env = _env(self.cfg)
+        ui_port = free_port(HOST)
+        procs: list[subprocess.Popen] = []
+
+        def launch(log_name: str, *args: str) -> None:
+            with open(self.cfg.paths.logs / log_name, "ab") as log:
+                procs.append(
+                    subprocess.Popen(
+                        _spark_class(*args),
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
                     )
-                workers_started = True
-            if workers_started and not announced and alive_workers(ui_port) >= settings.workers:
-                write_json(
-                    _info_file(cfg),
-                    {
-                        "port": settings.port,
-                        "ui_port": ui_port,
-                        "workers": settings.workers,
-                        "pid": os.getpid(),
-                        "java_pids": [p.pid for p in procs],
-                    },
                 )
-                announced = True
-            if not announced and time.monotonic() > deadline:
-                return 3
-            if owner and not alive(owner):
-                break
-    finally:
-        _info_file(cfg).unlink(missing_ok=True)
-        for proc in reversed(procs):  # workers first, then the master
-            proc.terminate()
-        for proc in reversed(procs):
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    return 0
+
+        launch(
+            self.log_name,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(ui_port),
+        )
+        deadline = time.monotonic() + self.start_timeout
+        workers_started = announced = False
+        try:
+            while not stop.wait(0.3):
+                if any(p.poll() is not None for p in procs):
+                    return 1  # a daemon died: the cluster is not whole
+                if not workers_started and accepts(HOST, self.port, 0.5):
+                    for n in range(1, settings.workers + 1):
+                        work = folder / f"worker-{n}"
+                        work.mkdir(exist_ok=True)
+                        launch(
+                            f"spark-worker-{n}.log",
+                            "org.apache.spark.deploy.worker.Worker",
+                            "--host",
+                            HOST,
+                            "--webui-port",
+                            str(free_port(HOST)),
+                            "--cores",
+                            str(settings.worker_cores),
+                            "--memory",
+                            settings.worker_memory,
+                            "--work-dir",
+                            str(work),
+                            master_url(self.cfg),
+                        )
+                    workers_started = True
+                if workers_started and not announced and alive_workers(ui_port) >= settings.workers:
+                    self.announce(
+                        ui_port=ui_port,
+                        workers=settings.workers,
+                        child_pids=[p.pid for p in procs],
+                    )
+                    announced = True
+                if not announced and time.monotonic() > deadline:
+                    return 3
+                if self.owner_gone():
+                    break
+        finally:
+            self.withdraw()
+            for proc in reversed(procs):  # workers first, then the master
+                proc.terminate()
+            for proc in reversed(procs):
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        return 0
 
 
-def _log_tail(cfg: TidemarkConfig, name: str, lines: int = 20) -> str:
-    try:
-        return "\n".join((cfg.paths.logs / name).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+def _cluster(info: dict) -> Cluster:
+    return Cluster(int(info["port"]), int(info["ui_port"]), int(info["workers"]), int(info["pid"]))
 
 
-def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float = 180.0) -> Cluster:
+def discover(cfg: TidemarkConfig) -> Cluster | None:
+    """The data root's running cluster, or None."""
+    info = SparkCluster(cfg).discover()
+    return _cluster(info) if info else None
+
+
+def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Cluster:
     """Start the data root's cluster on ``TIDEMARK_CLUSTER_PORT`` unless it runs; return it once
     every worker registered with the master. ``owned``: it stops when this process ends."""
-    found = discover(cfg)
-    if found:
-        return found
-    port = cfg.cluster.port
-    if not port_free(HOST, port):
-        raise ClusterError(
-            f"port {port} on {HOST} is taken by another program (or the cluster of another data "
-            "root); stop it, or choose a free port with TIDEMARK_CLUSTER_PORT"
-        )
-    log = cfg.paths.logs / "spark-master.log"
-    proc = launch_supervisor(
-        "streaming_jobs.services.spark_cluster",
-        log,
-        {"TIDEMARK_DATA_ROOT": str(cfg.data_root)},
-        "TIDEMARK_CLUSTER_OWNER_PID",
-        owned,
-    )
-    found = wait_for(lambda: discover(cfg), proc, timeout)
-    if found:
-        return found
-    if proc.poll() is not None:
-        raise ClusterError(
-            f"the Spark cluster exited ({proc.returncode}) before its {cfg.cluster.workers} "
-            f"workers registered; the master's log ({log}) ends:\n"
-            + _log_tail(cfg, "spark-master.log")
-        )
-    proc.terminate()
-    raise ClusterError(
-        f"the Spark cluster on {HOST}:{port} did not have its "
-        f"{cfg.cluster.workers} workers in {timeout:.0f} s; see "
-        f"{cfg.paths.logs}/spark-master.log and spark-worker-*.log"
-    )
+    return _cluster(SparkCluster(cfg).start(owned=owned, timeout=timeout))
 
 
-def stop(cfg: TidemarkConfig, timeout: float = 60.0) -> bool:
+def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:
     """Stop the data root's cluster (workers, then master); False if none ran."""
-    try:
-        info = json.loads(_info_file(cfg).read_text())
-    except (OSError, ValueError):
-        return False
-    return stop_supervisor(
-        int(info.get("pid", 0)), info.get("java_pids", []), timeout, _info_file(cfg)
-    )
-
-
-def main() -> int:
-    cfg = TidemarkConfig.from_env()
-    stop_event = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop_event.set())
-    try:
-        return serve(cfg, stop_event)
-    except ClusterError as exc:
-        print(f"tidemark cluster: {exc}", file=sys.stderr)
-        return 2
+    return SparkCluster(cfg).stop(timeout)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(SparkCluster.main())

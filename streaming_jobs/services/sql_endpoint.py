@@ -25,26 +25,19 @@ Start and stop it with ``tidemark sql start|stop|status`` (and ``tidemark dev`` 
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
-import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.processes import accepts, alive, port_free
+from streaming_jobs.services.lifecycle import HOST, Service, ServiceError
+from streaming_jobs.services.processes import accepts, port_free
 
 LOG = logging.getLogger("tidemark.sql_endpoint")
-HOST = "127.0.0.1"
 LAKE_CHECK_SECONDS = 5.0
-
-
-class EndpointError(RuntimeError):
-    """The endpoint cannot start or be reached; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -62,21 +55,9 @@ def metastore_lock_path(cfg: TidemarkConfig) -> Path:
     return cfg.paths.dbt / "metastore.lock"
 
 
-def discover(cfg: TidemarkConfig) -> Endpoint | None:
-    """The data root's running endpoint, or None (no file, process gone, or port closed)."""
-    try:
-        info = json.loads(endpoint_file(cfg).read_text())
-        endpoint = Endpoint(info["host"], int(info["port"]), int(info["pid"]))
-    except (OSError, ValueError, KeyError):
-        return None
-    if not alive(endpoint.pid) or not accepts(endpoint.host, endpoint.port):
-        return None
-    return endpoint
-
-
 def hold_metastore(cfg: TidemarkConfig, holder: str, *, wait: bool):
     """Take the metastore lock (an open file; closing it releases). Without ``wait``, raise
-    `EndpointError` naming the holder if someone has it."""
+    `ServiceError` naming the holder if someone has it."""
     path = metastore_lock_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")  # noqa: SIM115 - returned to the caller, who holds it
@@ -86,7 +67,7 @@ def hold_metastore(cfg: TidemarkConfig, holder: str, *, wait: bool):
         handle.seek(0)
         owner = handle.read().strip() or "another process"
         handle.close()
-        raise EndpointError(
+        raise ServiceError(
             f"the Derby metastore under {cfg.paths.dbt} is in use by {owner}; one process opens "
             "it at a time. Wait for it to finish (a dbt run), or stop it (tidemark sql stop)."
         ) from None
@@ -121,73 +102,97 @@ def endpoint_conf(cfg: TidemarkConfig) -> dict[str, str]:
     return conf
 
 
-def serve(cfg: TidemarkConfig, stop: threading.Event | None = None) -> None:
-    """Run the endpoint until ``stop`` is set (or SIGTERM / SIGINT when run as a program)."""
-    stop = stop or threading.Event()
-    if not port_free(HOST, cfg.sql.port):
-        raise EndpointError(
-            f"port {cfg.sql.port} on {HOST} is taken (another endpoint, or another program); "
-            "stop it, or choose a free port with TIDEMARK_SQL_PORT"
-        )
-    lock = hold_metastore(cfg, "the SQL endpoint", wait=False)
-    spark = None
-    try:
-        from streaming_jobs.storage.spark import start_session
-        from streaming_jobs.runtime.tables import ensure_lake, missing
+class SqlEndpoint(Service):
+    """The endpoint: its supervisor is the Spark process itself, which serves Thrift
+    (`streaming_jobs.services.lifecycle`)."""
 
-        started = time.monotonic()
-        spark = start_session(cfg, endpoint_conf(cfg))
-        ensure_lake(spark, cfg)
-        jvm = spark.sparkContext._jvm  # noqa: SLF001 - the server's entry point is JVM-only
-        server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
-            spark._jsparkSession.sqlContext()
-        )  # noqa: SLF001
-        deadline = time.monotonic() + 60
-        while not accepts(HOST, cfg.sql.port):
-            if time.monotonic() > deadline:
-                raise EndpointError(f"the Thrift server did not open port {cfg.sql.port}")
-            time.sleep(0.2)
-        info = {"host": HOST, "port": cfg.sql.port, "pid": os.getpid()}
-        temp = endpoint_file(cfg).with_suffix(".tmp")
-        temp.write_text(json.dumps(info))
-        temp.rename(endpoint_file(cfg))
-        LOG.warning(
-            "SQL endpoint on %s:%s (data root %s), ready in %.1fs",
-            HOST,
-            cfg.sql.port,
-            cfg.data_root,
-            time.monotonic() - started,
-        )
-        owner = int(os.environ.get("TIDEMARK_SQL_OWNER_PID", "0") or 0)
-        while not stop.wait(LAKE_CHECK_SECONDS):
-            if owner and not alive(owner):
-                LOG.warning(
-                    "the process that started the endpoint (pid %s) is gone; stopping", owner
-                )
-                break
-            if missing(cfg):  # cheap: files only; Spark only when a table must be made
-                LOG.warning("creating missing lake tables: %s", ", ".join(ensure_lake(spark, cfg)))
-        server.stop()
-    finally:
-        endpoint_file(cfg).unlink(missing_ok=True)
-        if spark is not None:
-            spark.stop()
-        lock.close()
+    title = "the SQL endpoint"
+    command = "tidemark sql"
+    module = "streaming_jobs.services.sql_endpoint"
+    owner_variable = "TIDEMARK_SQL_OWNER_PID"
+    port_variable = "TIDEMARK_SQL_PORT"
+    log_name = "sql_endpoint.log"
+    start_timeout = 300.0
+
+    @property
+    def port(self) -> int:
+        return self.cfg.sql.port
+
+    @property
+    def info_file(self) -> Path:
+        return endpoint_file(self.cfg)
+
+    def run(self, stop: threading.Event) -> int:
+        """Serve until ``stop`` (or the owner dies), keeping the lake complete for dbt."""
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+        cfg = self.cfg
+        if not port_free(HOST, self.port):
+            raise ServiceError(
+                f"port {self.port} on {HOST} is taken (another endpoint, or another program); "
+                f"stop it, or choose a free port with {self.port_variable}"
+            )
+        lock = hold_metastore(cfg, "the SQL endpoint", wait=False)
+        spark = None
+        try:
+            from streaming_jobs.runtime.tables import ensure_lake, missing
+            from streaming_jobs.storage.spark import start_session
+
+            started = time.monotonic()
+            spark = start_session(cfg, endpoint_conf(cfg))
+            ensure_lake(spark, cfg)
+            jvm = spark.sparkContext._jvm  # noqa: SLF001 - the server's entry point is JVM-only
+            thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+            server = thrift.startWithContext(spark._jsparkSession.sqlContext())  # noqa: SLF001
+            deadline = time.monotonic() + 60
+            while not accepts(HOST, self.port):
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"the Thrift server did not open port {self.port}")
+                time.sleep(0.2)
+            self.announce()
+            LOG.warning(
+                "SQL endpoint on %s:%s (data root %s), ready in %.1fs",
+                HOST,
+                self.port,
+                cfg.data_root,
+                time.monotonic() - started,
+            )
+            while not stop.wait(LAKE_CHECK_SECONDS):
+                if self.owner_gone():
+                    LOG.warning("the process that started the endpoint is gone; stopping")
+                    break
+                if missing(cfg):  # cheap: files only; Spark only when a table must be made
+                    made = ensure_lake(spark, cfg)
+                    LOG.warning("creating missing lake tables: %s", ", ".join(made))
+            server.stop()
+        finally:
+            self.withdraw()
+            if spark is not None:
+                spark.stop()
+            lock.close()
+        return 0
 
 
-def main() -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    cfg = TidemarkConfig.from_env()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        serve(cfg, stop)
-    except EndpointError as exc:
-        print(f"tidemark sql endpoint: {exc}", file=sys.stderr)
-        return 2
-    return 0
+def _endpoint(info: dict) -> Endpoint:
+    return Endpoint(info.get("host", HOST), int(info["port"]), int(info["pid"]))
+
+
+def discover(cfg: TidemarkConfig) -> Endpoint | None:
+    """The data root's running endpoint, or None (no file, process gone, or port closed)."""
+    info = SqlEndpoint(cfg).discover()
+    return _endpoint(info) if info else None
+
+
+def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Endpoint:
+    """Start the data root's SQL endpoint unless it runs; return its address once it answers.
+    ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests);
+    without, it runs until stopped (``tidemark sql start``)."""
+    return _endpoint(SqlEndpoint(cfg).start(owned=owned, timeout=timeout))
+
+
+def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:
+    """Stop the data root's SQL endpoint cleanly; False if none ran."""
+    return SqlEndpoint(cfg).stop(timeout)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(SqlEndpoint.main())

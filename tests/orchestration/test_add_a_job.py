@@ -50,6 +50,7 @@ def user_jobs(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.mark.long  # CI's budget: the keyed scaffold is a Python module in a user folder too
 def test_a_job_module_in_a_user_folder_runs_and_is_an_asset(spark, cfg, user_jobs):
     assert "merchant_failures_10m" in registry()
     spec = get_job("merchant_failures_10m")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from streaming_jobs.storage.generator import main as generator_main
 from streaming_jobs.storage.registry import registry
 from streaming_jobs.schemas import STREAMS
@@ -86,6 +88,7 @@ def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):
     ]
 
 
+@pytest.mark.long  # CI's budget (about 45 s): every Dagster test loads the same definitions
 def test_dg_loads_and_checks_the_definitions_folder(cfg):
     """Dagster's own project tooling (dg) reads the same code location: `dg list defs`."""
     from streaming_jobs.core.config import CHECKOUT

@@ -37,9 +37,9 @@ def _gold(spark, cfg, name) -> list[tuple]:
     )
 
 
-# CI runs three shapes (24-hour panes in keyed state, a join, sessions); the other three are
-# long (make test-long): each job's own test covers its logic in CI
-IN_CI = {"failed_txn_velocity", "order_payment_match", "user_sessions"}
+# CI runs two shapes (24-hour panes in keyed state, a join); the other four are long (make
+# test-long): each job's own test covers its logic in CI
+IN_CI = {"failed_txn_velocity", "order_payment_match"}
 
 
 @pytest.mark.parametrize(

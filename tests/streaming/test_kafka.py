@@ -288,7 +288,8 @@ def test_the_4_0_0_token_provider_works_with_spark_4_2(kafka_cfg):
 def test_the_broker_refuses_a_taken_port_with_what_to_do(tmp_path):
     import socket
 
-    from streaming_jobs.services.kafka_broker import BrokerError, start
+    from streaming_jobs.services.kafka_broker import start
+    from streaming_jobs.services.lifecycle import ServiceError
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -298,7 +299,7 @@ def test_the_broker_refuses_a_taken_port_with_what_to_do(tmp_path):
             {"TIDEMARK_DATA_ROOT": str(tmp_path), "TIDEMARK_KAFKA_PORT": str(port)}
         )
         with pytest.raises(
-            BrokerError, match=f"port {port} on 127.0.0.1 is taken.*TIDEMARK_KAFKA_PORT"
+            ServiceError, match=f"port {port} on 127.0.0.1 is taken.*TIDEMARK_KAFKA_PORT"
         ):
             start(cfg)
     assert not (tmp_path / "kafka" / "broker.json").exists()

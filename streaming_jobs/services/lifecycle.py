@@ -1,0 +1,198 @@
+"""One lifecycle for every server tidemark starts on 127.0.0.1 for a data root: the SQL
+endpoint, the Kafka broker, the Spark cluster (and any the next ones add).
+
+A server is a `Service`. Its supervisor is a Python process of its own (``python -m`` the
+service's module, in a session of its own so Ctrl-C in the starting terminal does not reach
+it), which runs the server (JVMs it starts, or a Spark session in itself) until SIGTERM, or
+until the process that started it dies when it was started for a session (``owned``: the
+owner's pid in the service's ``TIDEMARK_*_OWNER_PID``). Once the server answers, the supervisor
+announces it in the service's info file (JSON: its pid, port and what else callers need),
+written whole or not at all, and removes the file when it stops. So:
+
+- `Service.discover`: the running server, from the info file, its process and its port;
+- `Service.start`: the running one, or a new one once it answers (a port taken by another
+  program, a supervisor that exits first, or no answer in time is an error naming the log);
+- `Service.stop`: SIGTERM to the supervisor, which stops its server cleanly; past the timeout
+  SIGKILL to it and to the processes it named;
+- `Service.status`: one line for the terminal;
+- `Service.main`: the supervisor's entry point (signals, the exit code, errors in one line).
+
+A subclass says what differs: its port, its info file, its log, what to prepare before the
+supervisor starts (jars to resolve) and `Service.run`, the supervisor's body.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
+from streaming_jobs.services.processes import (
+    accepts,
+    alive,
+    launch_supervisor,
+    port_free,
+    stop_supervisor,
+    wait_for,
+    write_json,
+)
+
+HOST = "127.0.0.1"
+
+
+class ServiceError(RuntimeError):
+    """A server cannot start or stop; the message says why and where its log is."""
+
+
+class Service:
+    """A server of one data root; see the module doc."""
+
+    title = "the server"  # in messages: "the Kafka broker"
+    command = "tidemark"  # what the user types to manage it: "tidemark kafka"
+    module = ""  # the supervisor: python -m <module>
+    owner_variable = ""  # TIDEMARK_<X>_OWNER_PID
+    port_variable = ""  # TIDEMARK_<X>_PORT: the setting that moves the port
+    log_name = ""  # under <data root>/logs/
+    start_timeout = 120.0
+    stop_timeout = 60.0
+
+    def __init__(self, cfg: TidemarkConfig) -> None:
+        self.cfg = cfg
+
+    # --- what each server says -----------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def info_file(self) -> Path:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Before the supervisor starts, in the caller (resolve jars: not on the clock)."""
+
+    def supervisor_env(self) -> dict[str, str]:
+        return {"TIDEMARK_DATA_ROOT": str(self.cfg.data_root), self.port_variable: str(self.port)}
+
+    def ready(self, info: dict) -> bool:
+        """Beyond answering on its port: ready to serve (`start` waits for it)."""
+        return True
+
+    def run(self, stop: threading.Event) -> int:
+        """The supervisor's body: serve until ``stop`` or `owner_gone`; an exit code."""
+        raise NotImplementedError
+
+    # --- the same for every server -------------------------------------------------------
+
+    @property
+    def log(self) -> Path:
+        return self.cfg.paths.logs / self.log_name
+
+    def log_tail(self, lines: int = 25, log: Path | None = None) -> str:
+        try:
+            text = (log or self.log).read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def announce(self, **info) -> None:
+        """Written by the supervisor once the server answers (the pid is the supervisor's)."""
+        self.info_file.parent.mkdir(parents=True, exist_ok=True)
+        write_json(self.info_file, {"host": HOST, "port": self.port, "pid": os.getpid(), **info})
+
+    def withdraw(self) -> None:
+        self.info_file.unlink(missing_ok=True)
+
+    def owner_gone(self) -> bool:
+        owner = int(os.environ.get(self.owner_variable, "0") or 0)
+        return bool(owner) and not alive(owner)
+
+    def read_info(self) -> dict | None:
+        try:
+            info = json.loads(self.info_file.read_text())
+            int(info["pid"]), int(info["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return info
+
+    def discover(self) -> dict | None:
+        """The running server's info, or None (no file, its process gone, or its port shut)."""
+        info = self.read_info()
+        if info is None or not alive(int(info["pid"])):
+            return None
+        if not accepts(info.get("host", HOST), int(info["port"])):
+            return None
+        return info
+
+    def start(self, *, owned: bool = True, timeout: float | None = None) -> dict:
+        """The running server, or a new one once it answers and is `ready`. ``owned``: it
+        stops when this process ends; without, it runs until stopped."""
+        found = self.discover()
+        if found:
+            return found
+        if not port_free(HOST, self.port):
+            raise ServiceError(
+                f"port {self.port} on {HOST} is taken by another program (or {self.title} of "
+                f"another data root); stop it, or choose a free port with {self.port_variable}"
+            )
+        self.prepare()
+        proc = launch_supervisor(
+            self.module, self.log, self.supervisor_env(), self.owner_variable, owned, cwd=CHECKOUT
+        )
+
+        def answered() -> dict | None:
+            info = self.discover()
+            return info if info and self.ready(info) else None
+
+        limit = self.start_timeout if timeout is None else timeout
+        found = wait_for(answered, proc, limit)
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise ServiceError(
+                f"{self.title} exited (code {proc.returncode}) before it answered on "
+                f"{HOST}:{self.port}; its log ({self.log}) ends:\n{self.log_tail()}"
+            )
+        proc.terminate()
+        raise ServiceError(
+            f"{self.title} did not answer on {HOST}:{self.port} in {limit:.0f} s; see {self.log}"
+        )
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the server cleanly; False if none ran."""
+        info = self.read_info()
+        if info is None:
+            self.withdraw()
+            return False
+        return stop_supervisor(
+            int(info["pid"]),
+            [int(p) for p in info.get("child_pids", [])],
+            self.stop_timeout if timeout is None else timeout,
+            self.info_file,
+        )
+
+    def status(self) -> str:
+        info = self.discover()
+        if info is None:
+            return f"{self.title}: not running (start it: {self.command} start)"
+        return f"{self.title}: {HOST}:{info['port']} (pid {info['pid']}, log {self.log})"
+
+    @classmethod
+    def main(cls) -> int:
+        """The supervisor: run until SIGTERM or SIGINT; an error in one line, exit code 2."""
+        service = cls(TidemarkConfig.from_env())
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        try:
+            return service.run(stop)
+        except ServiceError as exc:
+            print(f"{service.command}: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            service.withdraw()
