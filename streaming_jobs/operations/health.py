@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.storage import ops_tables
-from streaming_jobs.storage.failures import failures_of, held
+from streaming_jobs.storage.failures import RELEASED, failure_rows, held
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
 from streaming_jobs.core.checkpoints import is_running
@@ -168,8 +168,9 @@ def check_checkpoint(
                     f"ago and not committed (limit {stall_seconds:.0f}s)",
                 )
             )
-    failures = failures_of(cfg, query)
-    hold = held(cfg, query) if failures and not running else None
+    rows = failure_rows(cfg, query)
+    failures = [r for r in rows if r["run_id"] != RELEASED]
+    hold = held(cfg, query, rows) if failures and not running else None
     if hold is not None:
         findings.append(Finding("job_held", CRITICAL, hold.message()))
     elif failures and not running:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.lifecycle import HOST, Service, ServiceError
+from streaming_jobs.services.lifecycle import HOST, Service, ServiceError, stop_children
 from streaming_jobs.services.processes import accepts, free_port, port_free
 
 KAFKA_VERSION = "4.1.1"
@@ -222,13 +222,7 @@ class KafkaBroker(Service):
                     break
         finally:
             self.withdraw()
-            if java.poll() is None:
-                java.terminate()  # Kafka's shutdown hook: controlled shutdown, logs flushed
-                try:
-                    java.wait(60)
-                except subprocess.TimeoutExpired:
-                    java.kill()
-                    java.wait()
+            stop_children([java], 60)  # Kafka's shutdown hook: controlled, logs flushed
         return 0
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -42,6 +43,20 @@ from streaming_jobs.services.processes import (
 )
 
 HOST = "127.0.0.1"
+
+
+def stop_children(procs: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM each process in order (each may shut down cleanly), then wait; past
+    ``timeout`` seconds for one, SIGKILL it."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class ServiceError(RuntimeError):

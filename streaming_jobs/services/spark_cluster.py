@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.lifecycle import HOST, Service
+from streaming_jobs.services.lifecycle import HOST, Service, stop_children
 from streaming_jobs.services.processes import accepts, free_port
 
 DAEMON_MEMORY = "512m"  # the master's and each worker's own JVM (not the executors')
@@ -191,14 +191,7 @@ class SparkCluster(Service):
                     break
         finally:
             self.withdraw()
-            for proc in reversed(procs):  # workers first, then the master
-                proc.terminate()
-            for proc in reversed(procs):
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_children(procs[::-1], 30)  # workers first, then the master
         return 0
 
 

@@ -66,7 +66,8 @@ class Hold:
         )
 
 
-def _rows(cfg: TidemarkConfig, query: str) -> list[dict]:
+def failure_rows(cfg: TidemarkConfig, query: str) -> list[dict]:
+    """The query's rows of ``ops/stream_failures``, releases included, oldest first."""
     if not ops_tables.exists(cfg, "stream_failures"):
         return []
     rows = ops_tables.read(cfg, "stream_failures", where=f"job = {ops_tables.literal(query)}")
@@ -75,13 +76,14 @@ def _rows(cfg: TidemarkConfig, query: str) -> list[dict]:
 
 def failures_of(cfg: TidemarkConfig, query: str) -> list[dict]:
     """The failures recorded for ``query``, oldest first (releases left out)."""
-    return [r for r in _rows(cfg, query) if r["run_id"] != RELEASED]
+    return [r for r in failure_rows(cfg, query) if r["run_id"] != RELEASED]
 
 
-def held(cfg: TidemarkConfig, query: str) -> Hold | None:
+def held(cfg: TidemarkConfig, query: str, rows: list[dict] | None = None) -> Hold | None:
     """The hold on ``query``, or None: its last `HOLD_AFTER` failures since the latest release
-    were all the same batch, and that batch is still not committed."""
-    rows = _rows(cfg, query)
+    were all the same batch, and that batch is still not committed. ``rows``: the query's rows
+    of ``ops/stream_failures``, oldest first, when the caller has read them (`failure_rows`)."""
+    rows = failure_rows(cfg, query) if rows is None else rows
     released = max((i for i, r in enumerate(rows) if r["run_id"] == RELEASED), default=-1)
     tail = rows[released + 1 :][-HOLD_AFTER:]
     if len(tail) < HOLD_AFTER:
