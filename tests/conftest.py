@@ -6,6 +6,7 @@ Helpers that are not fixtures (landing hand-made events, running tidemark-dbt) a
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -42,12 +43,44 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_sql(tmp_path_factory):
+    """One SQL endpoint for the whole session, as a team's own Thrift server that several data
+    roots share (TIDEMARK_SQL_ENDPOINT): every test's dbt runs there, in its own schemas
+    (TIDEMARK_DBT_SCHEMA_PREFIX) with its tables under its own data root, and no test pays a
+    JVM start for dbt. Stopped at the session's end (and by itself if pytest dies)."""
+    from streaming_jobs.services import sql_endpoint
+    from streaming_jobs.services.processes import free_port
+
+    root = tmp_path_factory.mktemp("sql-root")
+    owner = TidemarkConfig.from_env(
+        {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_SQL_PORT": str(free_port())}
+    )
+    found = sql_endpoint.start(owner)
+    yield found
+    sql_endpoint.stop(owner)
+
+
+SCHEMA_PREFIXES = itertools.count()
+
+
 @pytest.fixture
-def cfg(tmp_path, monkeypatch) -> TidemarkConfig:
-    """A TidemarkConfig on a fresh data root, also exported for subprocesses (dbt)."""
+def cfg(tmp_path, monkeypatch, request) -> TidemarkConfig:
+    """A TidemarkConfig on a fresh data root, also exported for subprocesses (dbt).
+
+    Outside tests/unit, dbt runs on the session's shared endpoint (`shared_sql`), in schemas
+    of the test's own; a test marked ``own_sql`` runs dbt as a user's default setup does (a
+    session of its own, or the data root's own endpoint: `endpoint_cfg`)."""
     root = tmp_path / "data"
     root.mkdir()
     monkeypatch.setenv("TIDEMARK_DATA_ROOT", str(root))
+    for name in ("TIDEMARK_SQL_ENDPOINT", "TIDEMARK_DBT_SCHEMA_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    unit = request.node.path.parent.name == "unit"
+    if not unit and request.node.get_closest_marker("own_sql") is None:
+        endpoint = request.getfixturevalue("shared_sql")
+        monkeypatch.setenv("TIDEMARK_SQL_ENDPOINT", f"{endpoint.host}:{endpoint.port}")
+        monkeypatch.setenv("TIDEMARK_DBT_SCHEMA_PREFIX", f"t{next(SCHEMA_PREFIXES)}_")
     return TidemarkConfig.from_env().with_data_root(root)
 
 
@@ -129,9 +162,10 @@ def kafka_cfg(cfg, kafka_broker, monkeypatch, request) -> TidemarkConfig:
 @pytest.fixture
 def endpoint_cfg(cfg, monkeypatch) -> TidemarkConfig:
     """``cfg`` with the data root's own SQL endpoint (a free port), stopped whatever the test
-    does. Every tidemark-dbt invocation of the test (`helpers.dbt`, Dagster's dbt step) then
-    runs in that one warm JVM (target auto), as with `make dev`, instead of starting a JVM of
-    its own: tests that build two or three times use it."""
+    does, as `make dev` and `make live` start it. Every tidemark-dbt invocation of the test
+    (`helpers.dbt`, Dagster's dbt step) then runs in that warm JVM (target auto). The test
+    must be marked ``own_sql`` (a data root's own endpoint is no shared one)."""
+    assert cfg.sql.shared is None, "mark a test that uses endpoint_cfg with @pytest.mark.own_sql"
     from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
     from streaming_jobs.services.processes import free_port
 

@@ -12,9 +12,22 @@
 {{ jobs[job][key] }}
 {%- endmacro %}
 
-{# Spark names schemas without the target schema prefix: staging, batch, recon. #}
+{# Spark names schemas without the target schema prefix: staging, batch, recon; behind this
+   data root's own prefix (TIDEMARK_DBT_SCHEMA_PREFIX) on an endpoint several data roots share. #}
 {% macro generate_schema_name(custom_schema_name, node) -%}
-{{ custom_schema_name if custom_schema_name else target.schema }}
+{{ env_var('TIDEMARK_DBT_SCHEMA_PREFIX', '') }}{{ custom_schema_name if custom_schema_name else target.schema }}
+{%- endmacro %}
+
+{# A schema's tables live under the data root's warehouse, as <schema without the prefix>.db,
+   whichever server runs the SQL: the lake keeps them, and tidemark reads them by path
+   (TidemarkConfig.paths.dbt_table). #}
+{% macro spark__create_schema(relation) -%}
+{%- set prefix = env_var('TIDEMARK_DBT_SCHEMA_PREFIX', '') -%}
+{%- set name = relation.schema[prefix | length:] if relation.schema.startswith(prefix) else relation.schema -%}
+{%- call statement('create_schema') -%}
+    create schema if not exists {{ relation }}
+    location '{{ env_var('TIDEMARK_DATA_ROOT') }}/dbt/warehouse/{{ name }}.db'
+{%- endcall %}
 {%- endmacro %}
 
 {# Every recon class, explained first (var recon_classes in dbt_project.yml: the one list). #}

@@ -352,6 +352,7 @@ def live(
     from orchestration.cli.services import (
         start_cluster_if_used,
         start_kafka_if_used,
+        describe_endpoint,
         start_sql_endpoint,
         stop_sql_endpoint,
     )
@@ -375,7 +376,10 @@ def live(
     if kafka:
         out(f"  Kafka             {kafka}")
     endpoint = start_sql_endpoint(cfg)
-    out(f"  SQL endpoint      127.0.0.1:{endpoint.port}  ({time.monotonic() - started:.0f}s)")
+    out(
+        f"  SQL endpoint      {describe_endpoint(cfg, endpoint)}  "
+        f"({time.monotonic() - started:.0f}s)"
+    )
     dagster = DagsterDev(cfg, port, env)
     landing = Landing(cfg, rate=rate, minutes=minutes)
     failures: list[str] = []  # why the command exits 1, said last

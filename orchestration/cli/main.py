@@ -241,7 +241,11 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
     import threading
 
     from orchestration.cli.live import DagsterDev, terminated
-    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
+    from orchestration.cli.services import (
+        describe_endpoint,
+        start_sql_endpoint,
+        stop_sql_endpoint,
+    )
 
     if threading.current_thread() is threading.main_thread():
         # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint, and the broker or cluster
@@ -255,10 +259,7 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
     if kafka:
         print(f"Kafka: {kafka}", flush=True)
     endpoint = start_sql_endpoint(cfg)
-    print(
-        f"SQL endpoint: 127.0.0.1:{endpoint.port} (log {cfg.paths.logs / 'sql_endpoint.log'})",
-        flush=True,
-    )
+    print(f"SQL endpoint: {describe_endpoint(cfg, endpoint)}", flush=True)
     dagster = DagsterDev(cfg, port)
     try:
         dagster.start()
@@ -279,22 +280,27 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
 def sql(cfg: TidemarkConfig, action: str) -> int:
     from streaming_jobs.services.sql_endpoint import discover
 
-    from orchestration.cli.services import start_sql_endpoint, stop_sql_endpoint
+    from orchestration.cli.services import (
+        describe_endpoint,
+        start_sql_endpoint,
+        stop_sql_endpoint,
+    )
 
     if action == "start":
-        found = start_sql_endpoint(cfg, owned=False)
-        print(
-            f"SQL endpoint on 127.0.0.1:{found.port} (pid {found.pid}); log "
-            f"{cfg.paths.logs / 'sql_endpoint.log'}"
-        )
+        print(f"SQL endpoint on {describe_endpoint(cfg, start_sql_endpoint(cfg, owned=False))}")
     elif action == "stop":
-        print("SQL endpoint stopped" if stop_sql_endpoint(cfg) else "no SQL endpoint was running")
+        if cfg.sql.shared:
+            print(f"the shared SQL endpoint {cfg.sql.shared} is not tidemark's: left running")
+        else:
+            stopped = stop_sql_endpoint(cfg)
+            print("SQL endpoint stopped" if stopped else "no SQL endpoint was running")
     else:
         found = discover(cfg)
         print(
-            f"SQL endpoint on 127.0.0.1:{found.port} (pid {found.pid})"
+            f"SQL endpoint on {describe_endpoint(cfg, found)}"
             if found
-            else f"no SQL endpoint runs for {cfg.data_root}"
+            else f"no SQL endpoint answers for {cfg.data_root}"
+            + (f" (TIDEMARK_SQL_ENDPOINT={cfg.sql.shared})" if cfg.sql.shared else "")
         )
         return 0 if found else 1
     return 0

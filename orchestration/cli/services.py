@@ -22,6 +22,17 @@ def start_sql_endpoint(
     return sql_endpoint.start(cfg, owned=owned, timeout=timeout)
 
 
+def describe_endpoint(cfg: TidemarkConfig, endpoint: Endpoint) -> str:
+    """host:port and what it is: the data root's own (its pid and log) or a shared one."""
+    if cfg.sql.shared:
+        return (
+            f"{endpoint.host}:{endpoint.port} (shared, TIDEMARK_SQL_ENDPOINT; dbt schemas "
+            f"{cfg.sql.schema_prefix}staging, {cfg.sql.schema_prefix}batch, "
+            f"{cfg.sql.schema_prefix}recon)"
+        )
+    return f"{endpoint.host}:{endpoint.port} (pid {endpoint.pid}; log {cfg.paths.logs / 'sql_endpoint.log'})"
+
+
 def stop_sql_endpoint(cfg: TidemarkConfig, timeout: float = 60.0) -> bool:
     """Stop the data root's SQL endpoint cleanly (SIGTERM, then SIGKILL); False if none ran."""
     return sql_endpoint.stop(cfg, timeout)

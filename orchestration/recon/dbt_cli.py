@@ -4,6 +4,10 @@ Where dbt's SQL runs (``TIDEMARK_DBT_TARGET``: ``auto``, ``endpoint`` or ``sessi
 
 - ``endpoint``: the data root's SQL endpoint (`streaming_jobs.services.sql_endpoint`), a warm Spark
   process that owns the metastore; this process starts no JVM. ``auto`` picks it when it runs.
+  Or a Thrift server of your own that several data roots share (``TIDEMARK_SQL_ENDPOINT``):
+  this data root's schemas carry its prefix (``TIDEMARK_DBT_SCHEMA_PREFIX``) and their tables
+  stay under its warehouse (macros/lake.sql); the lake tables no stream made yet are created
+  here first, since that server keeps no data root's lake.
 - ``session``: a SparkSession in this process, created first from `streaming_jobs.storage.spark` (the
   same Delta, time-zone and jar settings as the streaming jobs, plus the Derby metastore under
   the data root) and reused by dbt-spark's session method. The metastore lock is held for the
@@ -132,6 +136,20 @@ def _wait_for_lake(cfg: TidemarkConfig) -> None:
         )
 
 
+def _make_lake(cfg: TidemarkConfig) -> None:
+    """The lake tables no stream made yet, created here (a JVM of this process's own, only
+    when a table that needs Spark's schema is missing)."""
+    from streaming_jobs.runtime.tables import ensure_lake, missing
+    from streaming_jobs.storage import ops_tables
+
+    if missing(cfg):
+        ops_tables.ensure_all(cfg)
+    if missing(cfg):
+        from streaming_jobs.storage.spark import get_spark
+
+        ensure_lake(get_spark(cfg), cfg)
+
+
 def split_run_vars(args: list[str]) -> tuple[list[str], dict]:
     """``args`` without the `RUN_VARS` in their ``--vars``, and those vars."""
     if "--vars" not in args:
@@ -229,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
                 endpoint.host,
                 str(endpoint.port),
             )
-            _wait_for_lake(cfg)
+            if cfg.sql.shared:
+                _make_lake(cfg)  # a shared endpoint keeps no data root's lake
+            else:
+                _wait_for_lake(cfg)
         else:
             from streaming_jobs.storage import ops_tables
             from streaming_jobs.storage.spark import get_spark

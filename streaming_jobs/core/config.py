@@ -32,6 +32,9 @@ Environment variables (all optional):
 - ``TIDEMARK_ALERT_RETRY_SECONDS`` first backoff of a failed alert delivery (default 30)
 - ``TIDEMARK_JOBS_PATH``        folders of your own jobs and streams, separated by ``:``
 - ``TIDEMARK_DBT_TARGET``       where dbt runs: auto (default), endpoint or session
+- ``TIDEMARK_SQL_ENDPOINT``     host:port of a Thrift server of your own, shared by data roots
+- ``TIDEMARK_DBT_SCHEMA_PREFIX`` this data root's dbt schemas are <prefix>recon, ... (required
+  with ``TIDEMARK_SQL_ENDPOINT``)
 - ``TIDEMARK_UNBOUNDED_STATE``  a job whose state is never evicted: refuse (default) or warn
 - ``TIDEMARK_SOURCE``           where streams read from unless they say: landing (default) or kafka
 - ``TIDEMARK_KAFKA_PORT``       the project's own broker's port on 127.0.0.1 (default 9092)
@@ -305,6 +308,17 @@ class SqlEndpointSettings:
     port: int = 10000
     driver_memory: str = "3g"
     dbt_target: str = "auto"  # where dbt runs: the endpoint, a session of its own, or auto
+    # a Thrift server of your own that several data roots share ("host:port"), instead of the
+    # data root's own endpoint; each data root names its dbt schemas with its own prefix
+    shared: str | None = None
+    schema_prefix: str = ""
+
+    @property
+    def shared_address(self) -> tuple[str, int] | None:
+        if not self.shared:
+            return None
+        host, _, port = self.shared.rpartition(":")
+        return host, int(port)
 
 
 def _sql_settings(env: dict) -> SqlEndpointSettings:
@@ -315,8 +329,31 @@ def _sql_settings(env: dict) -> SqlEndpointSettings:
     target = env.get("TIDEMARK_DBT_TARGET", d.dbt_target)
     if target not in DBT_TARGETS:
         raise ConfigError(f"TIDEMARK_DBT_TARGET={target!r}: use one of {', '.join(DBT_TARGETS)}")
+    shared = env.get("TIDEMARK_SQL_ENDPOINT") or None
+    prefix = env.get("TIDEMARK_DBT_SCHEMA_PREFIX", d.schema_prefix)
+    if shared is not None:
+        host, _, shared_port = shared.rpartition(":")
+        if not host or not shared_port.isdigit() or not 1 <= int(shared_port) <= 65535:
+            raise ConfigError(
+                f"TIDEMARK_SQL_ENDPOINT={shared!r} is not host:port (e.g. thrift.internal:10000)"
+            )
+        if not prefix:
+            raise ConfigError(
+                f"TIDEMARK_SQL_ENDPOINT={shared} is a SQL endpoint several data roots share: set "
+                "TIDEMARK_DBT_SCHEMA_PREFIX to a prefix of this data root's own (e.g. team_a_), "
+                "so its dbt schemas do not replace another's"
+            )
+    if prefix and not re.fullmatch(r"[a-z][a-z0-9_]*", prefix):
+        raise ConfigError(
+            f"TIDEMARK_DBT_SCHEMA_PREFIX={prefix!r}: use lower-case letters, digits and _, "
+            "starting with a letter"
+        )
     return SqlEndpointSettings(
-        port=port, dbt_target=target, driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory)
+        port=port,
+        dbt_target=target,
+        driver_memory=env.get("TIDEMARK_SQL_MEMORY", d.driver_memory),
+        shared=shared,
+        schema_prefix=prefix,
     )
 
 

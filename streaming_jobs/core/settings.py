@@ -156,6 +156,16 @@ SETTINGS: tuple[Setting, ...] = (
         field="sql.dbt_target",
     ),
     Setting(
+        "TIDEMARK_SQL_ENDPOINT",
+        "`host:port` of a Spark Thrift server of your own that several data roots share: dbt runs there, and tidemark starts no endpoint (see [A shared SQL endpoint](operating.md#a-shared-sql-endpoint))",
+        shown="",
+    ),
+    Setting(
+        "TIDEMARK_DBT_SCHEMA_PREFIX",
+        "put before this data root's dbt schemas (`<prefix>recon`); required with `TIDEMARK_SQL_ENDPOINT`. The tables stay under the data root",
+        field="sql.schema_prefix",
+    ),
+    Setting(
         "TIDEMARK_UNBOUNDED_STATE",
         "a job with an operator that never evicts state: `refuse` it, or `warn` (see [Checked before anything runs](jobs.md#checked-before-anything-runs))",
         field="unbounded_state",

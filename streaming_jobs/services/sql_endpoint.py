@@ -176,8 +176,20 @@ def _endpoint(info: dict) -> Endpoint:
     return Endpoint(info.get("host", HOST), int(info["port"]), int(info["pid"]))
 
 
+def shared(cfg: TidemarkConfig) -> Endpoint | None:
+    """The Thrift server of your own this data root uses (``TIDEMARK_SQL_ENDPOINT``), when it
+    answers; None when none is set or it does not answer (pid 0: not a process of ours)."""
+    address = cfg.sql.shared_address
+    if address is None or not accepts(*address):
+        return None
+    return Endpoint(address[0], address[1], 0)
+
+
 def discover(cfg: TidemarkConfig) -> Endpoint | None:
-    """The data root's running endpoint, or None (no file, process gone, or port closed)."""
+    """The endpoint dbt uses for this data root: the shared one when set (and answering), else
+    the data root's own running endpoint, or None (no file, process gone, or port closed)."""
+    if cfg.sql.shared:
+        return shared(cfg)
     info = SqlEndpoint(cfg).discover()
     return _endpoint(info) if info else None
 
@@ -185,12 +197,27 @@ def discover(cfg: TidemarkConfig) -> Endpoint | None:
 def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Endpoint:
     """Start the data root's SQL endpoint unless it runs; return its address once it answers.
     ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests);
-    without, it runs until stopped (``tidemark sql start``)."""
+    without, it runs until stopped (``tidemark sql start``). With a shared endpoint
+    (``TIDEMARK_SQL_ENDPOINT``) nothing starts: that one is returned once it answers."""
+    if cfg.sql.shared:
+        deadline = time.monotonic() + (60.0 if timeout is None else timeout)
+        while (found := shared(cfg)) is None:
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"the shared SQL endpoint TIDEMARK_SQL_ENDPOINT={cfg.sql.shared} does not "
+                    "answer; tidemark starts no endpoint of its own while it is set: start that "
+                    "server, or unset TIDEMARK_SQL_ENDPOINT"
+                )
+            time.sleep(1.0)
+        return found
     return _endpoint(SqlEndpoint(cfg).start(owned=owned, timeout=timeout))
 
 
 def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:
-    """Stop the data root's SQL endpoint cleanly; False if none ran."""
+    """Stop the data root's SQL endpoint cleanly; False if none ran (a shared endpoint is
+    never stopped: it is not tidemark's)."""
+    if cfg.sql.shared:
+        return False
     return SqlEndpoint(cfg).stop(timeout)
 
 

@@ -441,6 +441,7 @@ def login_on(event_id: str, user: str, day: int, minute: int) -> dict:
 
 
 @pytest.mark.long  # about 100 s: make test-long (CI's time budget)
+@pytest.mark.own_sql
 def test_a_windowed_sql_jobs_next_reconciliation_recomputes_only_the_days_it_changed(
     spark, endpoint_cfg, team_folder
 ):

@@ -72,6 +72,7 @@ def land_wave(cfg, wave: int) -> None:
 
 
 @pytest.mark.long  # about 7 min: make test-long (CI keeps its parts: test_continuous, test_operations, test_dagster)
+@pytest.mark.own_sql
 def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_once(
     spark, endpoint_cfg
 ):

@@ -159,10 +159,7 @@ def _two_waves_through_the_graph(spark, cfg, sample, monkeypatch):
 
 
 @pytest.mark.slow
-def test_whole_graph_materializes_with_metadata_and_passing_checks(
-    spark, endpoint_cfg, sample, monkeypatch
-):
-    cfg = endpoint_cfg
+def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, sample, monkeypatch):
     defs, instance, first, result, files = _two_waves_through_the_graph(
         spark, cfg, sample, monkeypatch
     )
@@ -291,6 +288,7 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.own_sql
 def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(
     spark, endpoint_cfg, sample, monkeypatch
 ):

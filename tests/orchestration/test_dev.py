@@ -42,6 +42,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.long  # a dev server start: make test-long
+@pytest.mark.own_sql
 def test_sigterm_stops_tidemark_dev_and_everything_it_started(cfg):
     """SIGTERM to `tidemark dev` left `dagster dev` running."""
     env = {
@@ -81,3 +82,55 @@ def test_sigterm_stops_tidemark_dev_and_everything_it_started(cfg):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.own_sql
+def test_a_data_roots_own_endpoint_serves_dbt_until_stopped_and_a_shared_one_is_left_running(
+    cfg, tmp_path
+):
+    """`tidemark sql start` as a user runs it: the endpoint makes the lake's missing tables,
+    dbt (target auto) runs there, and its tables land under the data root. Another data root
+    that shares it (TIDEMARK_SQL_ENDPOINT) finds it and cannot stop it. (Every other test's dbt
+    runs on the session's shared endpoint, in schemas of its own: conftest's shared_sql.)"""
+    from streaming_jobs.runtime.tables import missing
+
+    tidemark = str(Path(sys.executable).with_name("tidemark"))
+    port = free_port()
+    own = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root), "TIDEMARK_SQL_PORT": str(port)}
+    shared = {
+        **os.environ,
+        "TIDEMARK_DATA_ROOT": str(tmp_path / "other"),
+        "TIDEMARK_SQL_ENDPOINT": f"127.0.0.1:{port}",
+        "TIDEMARK_DBT_SCHEMA_PREFIX": "other_",
+    }
+
+    def run(env, *args):
+        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+
+    model = "int_late_events_by_source"
+    started = run(own, tidemark, "sql", "start")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"SQL endpoint on 127.0.0.1:{port} (pid " in started.stdout
+        deadline = time.monotonic() + 60
+        while missing(cfg) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert missing(cfg) == []  # made by the endpoint, for the streams that never ran
+
+        dbt = str(Path(sys.executable).with_name("tidemark-dbt"))
+        built = run(own, dbt, "run", "--select", f"+{model}")
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        assert "target='endpoint'" in built.stdout and f"batch.{model}" in built.stdout
+        assert (cfg.paths.dbt_table("batch", model) / "_delta_log").is_dir()
+
+        status = run(shared, tidemark, "sql", "status")
+        assert status.returncode == 0 and f"127.0.0.1:{port} (shared" in status.stdout
+        kept = run(shared, tidemark, "sql", "stop")
+        assert kept.returncode == 0 and "is not tidemark's: left running" in kept.stdout
+        assert run(own, tidemark, "sql", "status").returncode == 0
+    finally:
+        stopped = run(own, tidemark, "sql", "stop")
+    assert "SQL endpoint stopped" in stopped.stdout
+    assert discover(cfg) is None
+    assert run(shared, tidemark, "sql", "status").returncode == 1  # nothing answers now

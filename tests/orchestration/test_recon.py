@@ -24,6 +24,7 @@ def built_messages(cfg) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.long  # three builds: make test-long (CI keeps the injected faults and the whole graph's classes)
+@pytest.mark.own_sql
 def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
     cfg = endpoint_cfg  # three builds: one warm JVM for them (conftest)
     reported_late, _ = scenarios.run_waves(spark, cfg)
@@ -430,6 +431,7 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
 
 
 @pytest.mark.slow
+@pytest.mark.own_sql  # CI's proof of dbt in a session of its own (make run's default)
 def test_a_bronze_row_missing_its_key_fails_the_staging_test_naming_each_column(spark, cfg):
     from pyspark.sql import functions as F
 

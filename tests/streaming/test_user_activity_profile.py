@@ -131,6 +131,7 @@ def test_stream_upserts_profiles_merges_out_of_order_clicks_and_forgets_idle_use
 
 @pytest.mark.slow
 @pytest.mark.long  # CI's budget (about 4 min): docs/testing.md names what CI keeps
+@pytest.mark.own_sql
 def test_recon_explains_the_late_click_and_matches_the_rest(spark, endpoint_cfg):
     cfg = endpoint_cfg  # two builds: one warm JVM for them (conftest)
     stream_both_waves(spark, cfg)

@@ -168,6 +168,13 @@ def test_a_standalone_master_gets_what_executors_in_other_jvms_need(tmp_path):
             {"TIDEMARK_VACUUM_RETAIN_HOURS": "-1"},
             "TIDEMARK_VACUUM_RETAIN_HOURS='-1' is not a finite",
         ),
+        ({"TIDEMARK_SQL_ENDPOINT": "thrift.internal"}, "is not host:port"),
+        ({"TIDEMARK_SQL_ENDPOINT": "thrift.internal:99999"}, "is not host:port"),
+        (
+            {"TIDEMARK_SQL_ENDPOINT": "thrift.internal:10000"},
+            "several data roots share: set TIDEMARK_DBT_SCHEMA_PREFIX",
+        ),
+        ({"TIDEMARK_DBT_SCHEMA_PREFIX": "Team-A"}, "TIDEMARK_DBT_SCHEMA_PREFIX='Team-A': use"),
     ],
 )
 def test_malformed_settings_name_the_variable(env, needle):
