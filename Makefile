@@ -9,7 +9,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
-.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(SETUP_DONE)
 
@@ -31,7 +31,7 @@ SOURCE ?= landing
 run: setup
 	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
-test: setup lint
+test: setup s3-setup lint
 	$(BIN)/pytest
 
 # ruff (pyproject.toml's [tool.ruff]) over every Python file of the project: its lint rules and
@@ -54,6 +54,17 @@ dev: setup
 	$(BIN)/tidemark dev --port $(PORT)
 
 # The project's own Kafka broker (KRaft, 127.0.0.1:$$TIDEMARK_KAFKA_PORT, default 9092).
+# The project's S3-compatible store (SeaweedFS), built once per machine (about 11 CPU-minutes;
+# Go is needed) into ~/.cache/tidemark; the tests start it on a free port.
+s3-setup: $(INSTALLED)
+	$(BIN)/tidemark s3 install
+
+s3-start: s3-setup
+	$(BIN)/tidemark s3 start
+
+s3-stop: $(INSTALLED)
+	$(BIN)/tidemark s3 stop
+
 kafka-start: setup
 	$(BIN)/tidemark kafka start
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 
 import pytest
 
@@ -43,22 +44,57 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+class _SharedSql:
+    """The session's shared SQL endpoint, started in a thread as soon as the tests are
+    collected (its JVM warms while the unit tests run), if any test will use it."""
+
+    thread: threading.Thread | None = None
+    owner: TidemarkConfig | None = None
+    endpoint = None
+    error: BaseException | None = None
+
+    @classmethod
+    def begin(cls, root) -> None:
+        from streaming_jobs.services import sql_endpoint
+        from streaming_jobs.services.processes import free_port
+
+        cls.owner = TidemarkConfig.from_env(
+            {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_SQL_PORT": str(free_port())}
+        )
+
+        def start() -> None:
+            try:
+                cls.endpoint = sql_endpoint.start(cls.owner)
+            except BaseException as error:  # noqa: BLE001 - raised by the fixture
+                cls.error = error
+
+        cls.thread = threading.Thread(target=start, name="shared-sql-endpoint", daemon=True)
+        cls.thread.start()
+
+
+def _uses_shared_sql(item) -> bool:
+    return item.path.parent.name != "unit" and item.get_closest_marker("own_sql") is None
+
+
+def pytest_collection_finish(session):
+    if any(_uses_shared_sql(item) for item in session.items):
+        _SharedSql.begin(session.config._tmp_path_factory.mktemp("sql-root"))
+
+
 @pytest.fixture(scope="session")
-def shared_sql(tmp_path_factory):
+def shared_sql():
     """One SQL endpoint for the whole session, as a team's own Thrift server that several data
     roots share (TIDEMARK_SQL_ENDPOINT): every test's dbt runs there, in its own schemas
     (TIDEMARK_DBT_SCHEMA_PREFIX) with its tables under its own data root, and no test pays a
     JVM start for dbt. Stopped at the session's end (and by itself if pytest dies)."""
     from streaming_jobs.services import sql_endpoint
-    from streaming_jobs.services.processes import free_port
 
-    root = tmp_path_factory.mktemp("sql-root")
-    owner = TidemarkConfig.from_env(
-        {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_SQL_PORT": str(free_port())}
-    )
-    found = sql_endpoint.start(owner)
-    yield found
-    sql_endpoint.stop(owner)
+    assert _SharedSql.thread is not None, "no collected test was to use the shared endpoint"
+    _SharedSql.thread.join()
+    if _SharedSql.error is not None:
+        raise _SharedSql.error
+    yield _SharedSql.endpoint
+    sql_endpoint.stop(_SharedSql.owner)
 
 
 SCHEMA_PREFIXES = itertools.count()
@@ -76,8 +112,7 @@ def cfg(tmp_path, monkeypatch, request) -> TidemarkConfig:
     monkeypatch.setenv("TIDEMARK_DATA_ROOT", str(root))
     for name in ("TIDEMARK_SQL_ENDPOINT", "TIDEMARK_DBT_SCHEMA_PREFIX"):
         monkeypatch.delenv(name, raising=False)
-    unit = request.node.path.parent.name == "unit"
-    if not unit and request.node.get_closest_marker("own_sql") is None:
+    if _uses_shared_sql(request.node):
         endpoint = request.getfixturevalue("shared_sql")
         monkeypatch.setenv("TIDEMARK_SQL_ENDPOINT", f"{endpoint.host}:{endpoint.port}")
         monkeypatch.setenv("TIDEMARK_DBT_SCHEMA_PREFIX", f"t{next(SCHEMA_PREFIXES)}_")
@@ -139,6 +174,22 @@ def spark_cluster(tmp_path_factory):
     found = cluster_mod.start(cfg)
     yield found
     cluster_mod.stop(cfg)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The project's own S3-compatible store (SeaweedFS on 127.0.0.1, a free port, its files
+    in the session's temporary folder), one for the session; built once per machine (its cache
+    is outside the checkout); stopped at the session's end (and by itself if pytest dies)."""
+    from streaming_jobs.services import object_store
+
+    home = tmp_path_factory.mktemp("s3-home")
+    cfg = TidemarkConfig.from_env(
+        {"TIDEMARK_S3_HOME": str(home), "TIDEMARK_S3_PORT": str(object_store.paired_port())}
+    )
+    server = object_store.start(cfg)
+    yield server, cfg
+    object_store.stop(cfg)
 
 
 @pytest.fixture

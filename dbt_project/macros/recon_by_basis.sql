@@ -14,12 +14,12 @@
                   in the on-time basis             -> missing_in_stream
                   only in the truth                -> late_dropped
 
-  A recon model strings them together in the open (models/recon/recon_<job>.sql):
+  recon_by_basis(job, open_when) strings them together, and every recon model of such a job
+  is that one call (models/recon/recon_<job>.sql, and the models tidemark generates):
     streamed, truth, on_time, stream_state  (import CTEs)
     from_stream  = classify_streamed(...)
     from_batch   = classify_not_streamed(..., open_when)
     final        = recon_rows(...)
-  recon_by_basis(job) does the same in one call, for the models tidemark generates.
 
   open_when: a condition on the truth row t, the on-time row o (either may be null) and the
   stream's state s (stream_watermark) saying the stream cannot have emitted the row yet.

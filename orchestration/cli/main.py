@@ -8,6 +8,7 @@ tidemark dev               the SQL endpoint and the Dagster UI + daemon on 127.0
 tidemark live              the always-on setup for a bounded time, then the summary
 tidemark sql start|stop|status   the SQL endpoint dbt uses (Spark's Thrift server)
 tidemark kafka start|stop|status the project's own Kafka broker (KRaft, 127.0.0.1)
+tidemark s3 install|start|stop|status  the project's own S3-compatible store (SeaweedFS)
 tidemark cluster start|stop|status the project's own Spark cluster (master + workers)
 tidemark continuous        run jobs continuously until Ctrl-C (a clean stop)
 tidemark health            checkpoint findings of every job (exit 1 if any is critical)
@@ -38,6 +39,7 @@ from streaming_jobs.storage.spark import SparkStartupError, build_class_archive,
 from streaming_jobs.runtime.runner import StreamRunError
 from streaming_jobs.storage.kafka import KafkaSourceError
 from streaming_jobs.services.lifecycle import ServiceError
+from streaming_jobs.storage.stores import StoreError
 
 from orchestration.cli.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.lib.instance import prepare_dagster_home
@@ -235,6 +237,36 @@ def kafka(cfg: TidemarkConfig, action: str) -> int:
     return 0
 
 
+def s3(cfg: TidemarkConfig, action: str, bucket: str | None = None) -> int:
+    from streaming_jobs.services import object_store
+    from streaming_jobs.storage.stores import ensure_bucket
+
+    if action == "install":
+        print(
+            f"S3 server (SeaweedFS {object_store.SEAWEEDFS_VERSION}): {object_store.install(cfg)}"
+        )
+    elif action == "start":
+        server = object_store.start(cfg, owned=False)
+        if bucket:
+            ensure_bucket(cfg, bucket)
+        print(
+            f"S3 server (SeaweedFS) on {server.endpoint} (pid {server.pid}), files "
+            f"{cfg.s3.home}; log {cfg.s3.home / 's3.log'}"
+            + (f"; bucket {bucket}" if bucket else "")
+        )
+    elif action == "stop":
+        print("S3 server stopped" if object_store.stop(cfg) else "no S3 server was running")
+    else:
+        server = object_store.discover(cfg)
+        print(
+            f"S3 server on {server.endpoint} (pid {server.pid}), files {cfg.s3.home}"
+            if server
+            else f"no S3 server runs from {cfg.s3.home} (start it: tidemark s3 start)"
+        )
+        return 0 if server else 1
+    return 0
+
+
 def dev(cfg: TidemarkConfig, port: int) -> int:
     """The SQL endpoint, then `dagster dev` (webserver + daemon) on loopback, until Ctrl-C."""
     import signal
@@ -342,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     sql_p.add_argument("action", choices=("start", "stop", "status"))
     kafka_p = sub.add_parser("kafka", help="the project's own Kafka broker (KRaft, 127.0.0.1)")
     kafka_p.add_argument("action", choices=("start", "stop", "status"))
+    s3_p = sub.add_parser(
+        "s3", help="the project's own S3-compatible store (SeaweedFS, 127.0.0.1; built once)"
+    )
+    s3_p.add_argument("action", choices=("install", "start", "stop", "status"))
+    s3_p.add_argument("--bucket", help="make this bucket too (start), if it is not there")
     cluster_p = sub.add_parser(
         "cluster", help="the project's own Spark standalone cluster (master + workers, 127.0.0.1)"
     )
@@ -463,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
             return sql(cfg, args.action)
         if args.command == "kafka":
             return kafka(cfg, args.action)
+        if args.command == "s3":
+            return s3(cfg, args.action, args.bucket)
         if args.command == "cluster":
             return cluster(cfg, args.action)
         if args.command == "live":
@@ -497,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         StreamRunError,
         CheckpointBusy,
         KafkaSourceError,
+        StoreError,
     ) as exc:
         # expected failures: one message naming what failed and what to do, no traceback
         print(f"tidemark: {exc}", file=sys.stderr)

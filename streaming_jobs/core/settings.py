@@ -18,6 +18,7 @@ INTERNAL = frozenset(
     {
         "TIDEMARK_CLUSTER_OWNER_PID",
         "TIDEMARK_KAFKA_OWNER_PID",
+        "TIDEMARK_S3_OWNER_PID",
         "TIDEMARK_SQL_OWNER_PID",
         "TIDEMARK_SQL_HOST",
         "TIDEMARK_DAGSTER_RUN_ID",
@@ -251,6 +252,38 @@ SETTINGS: tuple[Setting, ...] = (
         "TIDEMARK_CLUSTER_WORKER_MEMORY",
         "the memory each worker offers its executors",
         field="cluster.worker_memory",
+    ),
+    Setting(
+        "TIDEMARK_S3_PORT",
+        "the S3 port of the project's own object store (`tidemark s3 start`, SeaweedFS), on 127.0.0.1",
+        field="s3.port",
+    ),
+    Setting(
+        "TIDEMARK_S3_ENDPOINT",
+        "the S3 endpoint tidemark reads and writes (yours, e.g. `https://s3.eu-west-1.amazonaws.com`)",
+        shown="`http://127.0.0.1:<that port>`",
+    ),
+    Setting("TIDEMARK_S3_REGION", "the store's region", field="s3.region"),
+    Setting(
+        "TIDEMARK_S3_PATH_STYLE",
+        "`1`: `endpoint/bucket/key` addresses; `0`: virtual-hosted (`bucket.endpoint/key`)",
+        shown="`1`",
+    ),
+    Setting(
+        "TIDEMARK_S3_ACCESS_KEY_ID",
+        "the store's access key (secret: never stored or logged); unset: the project's server's own",
+        shown="",
+    ),
+    Setting("TIDEMARK_S3_SECRET_ACCESS_KEY", "its secret key (secret)", shown=""),
+    Setting(
+        "TIDEMARK_S3_HOME",
+        "the project's object store's files, keys and log",
+        shown="`.tidemark/s3` in the checkout",
+    ),
+    Setting(
+        "TIDEMARK_CACHE",
+        "what tidemark builds once per machine (the object store's server)",
+        shown="`~/.cache/tidemark`",
     ),
 )
 

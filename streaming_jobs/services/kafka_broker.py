@@ -20,14 +20,13 @@ import base64
 import json
 import subprocess
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.lifecycle import HOST, Service, ServiceError, stop_children
-from streaming_jobs.services.processes import accepts, free_port, port_free
+from streaming_jobs.services.lifecycle import HOST, Service, ServiceError
+from streaming_jobs.services.processes import free_port, port_free
 
 KAFKA_VERSION = "4.1.1"
 BROKER_PACKAGES = [
@@ -207,23 +206,7 @@ class KafkaBroker(Service):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + self.start_timeout
-        announced = False
-        try:
-            while not stop.wait(0.2):
-                if java.poll() is not None:
-                    return java.returncode or 1
-                if not announced and accepts(HOST, self.port, 0.5):
-                    self.announce(child_pids=[java.pid])
-                    announced = True
-                if not announced and time.monotonic() > deadline:
-                    return 3
-                if self.owner_gone():
-                    break
-        finally:
-            self.withdraw()
-            stop_children([java], 60)  # Kafka's shutdown hook: controlled, logs flushed
-        return 0
+        return self.supervise(java, stop, 60)  # Kafka's shutdown hook: controlled, logs flushed
 
 
 def _broker(info: dict) -> Broker:

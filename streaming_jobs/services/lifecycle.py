@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
@@ -177,6 +178,31 @@ class Service:
         raise ServiceError(
             f"{self.title} did not answer on {HOST}:{self.port} in {limit:.0f} s; see {self.log}"
         )
+
+    def supervise(
+        self, child: subprocess.Popen, stop: threading.Event, grace: float, **info
+    ) -> int:
+        """The supervisor's watch over a server that is one process of its own (``child``):
+        announce it once its port accepts (with ``info``), until ``stop`` or the owner dies;
+        1 (or its code) if it dies, 3 if it never answers. Then SIGTERM, and SIGKILL past
+        ``grace`` seconds."""
+        deadline = time.monotonic() + self.start_timeout
+        announced = False
+        try:
+            while not stop.wait(0.2):
+                if child.poll() is not None:
+                    return child.returncode or 1
+                if not announced and accepts(HOST, self.port, 0.5):
+                    self.announce(child_pids=[child.pid], **info)
+                    announced = True
+                if not announced and time.monotonic() > deadline:
+                    return 3
+                if self.owner_gone():
+                    break
+        finally:
+            self.withdraw()
+            stop_children([child], grace)
+        return 0
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the server cleanly; False if none ran."""

@@ -175,6 +175,10 @@ def test_a_standalone_master_gets_what_executors_in_other_jvms_need(tmp_path):
             "several data roots share: set TIDEMARK_DBT_SCHEMA_PREFIX",
         ),
         ({"TIDEMARK_DBT_SCHEMA_PREFIX": "Team-A"}, "TIDEMARK_DBT_SCHEMA_PREFIX='Team-A': use"),
+        ({"TIDEMARK_S3_ENDPOINT": "s3.example.com"}, "is not http\\(s\\)://host"),
+        ({"TIDEMARK_S3_PATH_STYLE": "yes"}, "TIDEMARK_S3_PATH_STYLE='yes': use 1"),
+        ({"TIDEMARK_S3_ACCESS_KEY_ID": "AKIA0"}, "go together: set both"),
+        ({"TIDEMARK_S3_PORT": "0"}, "TIDEMARK_S3_PORT"),
     ],
 )
 def test_malformed_settings_name_the_variable(env, needle):
@@ -214,3 +218,21 @@ def test_the_settings_reference_is_generated_from_the_code_and_covers_every_vari
     # a default the table shows is what an empty environment gives
     assert "| `TIDEMARK_SQL_PORT` | `10000` |" in render()
     assert "| `TIDEMARK_STALL_SECONDS` | `900` |" in render()
+
+
+def test_object_store_keys_stay_out_of_reprs_and_the_own_server_is_recognised():
+    from streaming_jobs.storage.stores import Keys
+
+    cfg = TidemarkConfig.from_env(
+        {
+            "TIDEMARK_S3_ACCESS_KEY_ID": "AKIAEXAMPLEKEY",
+            "TIDEMARK_S3_SECRET_ACCESS_KEY": "example-secret-value",
+        }
+    )
+    shown = repr(cfg) + repr(Keys(cfg.s3.access_key_id, cfg.s3.secret_access_key))
+    assert "AKIAEXAMPLEKEY" not in shown and "example-secret-value" not in shown
+    assert cfg.s3.own_server and cfg.s3.endpoint == "http://127.0.0.1:8333"
+    theirs = TidemarkConfig.from_env({"TIDEMARK_S3_ENDPOINT": "https://s3.eu-west-1.amazonaws.com"})
+    assert not theirs.s3.own_server
+    moved = TidemarkConfig.from_env({"TIDEMARK_S3_PORT": "9444"})
+    assert moved.s3.own_server and moved.s3.endpoint == "http://127.0.0.1:9444"

@@ -54,7 +54,7 @@ def shown_commands(tool: str) -> set[str]:
         for code in re.findall(r"```.*?```|`[^`\n]+`", page.read_text(), flags=re.S):
             # a command: at the start of a line or of inline code, or after .venv/bin/
             found |= set(
-                re.findall(rf"(?:^[ \t]*|^`|/bin/){tool} ([a-z][a-z-]*)", code, flags=re.M)
+                re.findall(rf"(?:^[ \t]*|^`|/bin/){tool} ([a-z][a-z0-9-]*)", code, flags=re.M)
             )
     return found
 
@@ -74,7 +74,7 @@ def test_every_tidemark_command_shown_exists():
         text=True,
         check=True,
     ).stdout
-    commands = set(re.search(r"\{([a-z,-]+)\}", helped).group(1).split(","))
+    commands = set(re.search(r"\{([a-z0-9,-]+)\}", helped).group(1).split(","))
     shown = shown_commands("tidemark")
     assert {"new", "check", "recon"} <= shown
     assert shown - commands == set()

@@ -3,51 +3,6 @@
 -- separates it from the truth is explained by late events, or by what is not final yet.
 {%- set job = 'user_sessions' %}
 {{ config(materialized='recon_partitions', recon_job=job) }}
-
-with streamed as (
-
-    -- gold, one row per key, as of the stream's recorded position
-    {{ streamed_by_key(job) }}
-
-),
-
-truth as (
-
-    select * from {{ ref('int_user_sessions__batch') }} where basis = 'all'
-        and {{ in_recon_scope(job) }}  -- the days this run recomputes
-
-),
-
-on_time as (
-
-    select * from {{ ref('int_user_sessions__batch') }} where basis = 'on_time'
-        and {{ in_recon_scope(job) }}  -- the days this run recomputes
-
-),
-
-stream_state as (
-
-    {{ stream_watermark(job) }}
-
-),
-
-from_stream as (
-
-    {{ classify_streamed(job) }}
-
-),
-
-from_batch as (
-
-    -- a session is emitted once the watermark passes its end (last click + gap)
-    {{ classify_not_streamed(job, open_when="coalesce(t.window_end, o.window_end) > s.stream_watermark") }}
-
-),
-
-final as (
-
-    {{ recon_rows(job, ['from_stream', 'from_batch']) }}
-
-)
-
-select * from final
+-- open_when (a key the stream has not emitted yet may still come): a session is emitted once the
+-- watermark passes its end (last click + gap)
+{{ recon_by_basis(job, open_when="coalesce(t.window_end, o.window_end) > s.stream_watermark") }}

@@ -1,0 +1,72 @@
+"""The project's own S3-compatible store, as tidemark's guarantees need it: signed requests
+only, server-side copies, and the two conditional writes (create if absent, update if
+unchanged) through tidemark's one Python storage layer (`streaming_jobs.storage.stores`)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import obstore
+import pytest
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+from streaming_jobs.storage.stores import ensure_bucket, s3_store, server_keys
+
+
+@pytest.fixture
+def bucket(s3_server):
+    server, cfg = s3_server
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    ensure_bucket(cfg, name)
+    ensure_bucket(cfg, name)  # again: it is there, and ours
+    return s3_store(cfg, name), cfg, server, name
+
+
+def test_conditional_writes_are_honoured_by_the_store(bucket):
+    store, _, _, _ = bucket
+    first = obstore.put(store, "lease/owner.json", b'{"owner": "a"}', mode="create")
+    with pytest.raises(AlreadyExistsError):  # If-None-Match: * on an existing key: 412
+        obstore.put(store, "lease/owner.json", b'{"owner": "b"}', mode="create")
+    assert bytes(obstore.get(store, "lease/owner.json").bytes()) == b'{"owner": "a"}'
+
+    renewed = obstore.put(
+        store, "lease/owner.json", b'{"owner": "a", "n": 2}', mode={"e_tag": first["e_tag"]}
+    )
+    with pytest.raises(PreconditionError):  # If-Match with the superseded version: 412
+        obstore.put(store, "lease/owner.json", b'{"owner": "c"}', mode={"e_tag": first["e_tag"]})
+    assert renewed["e_tag"] != first["e_tag"]
+    assert bytes(obstore.get(store, "lease/owner.json").bytes()) == b'{"owner": "a", "n": 2}'
+
+
+def test_copies_are_made_by_the_server_and_listed(bucket):
+    store, _, _, _ = bucket
+    payload = os.urandom(3 * 1024 * 1024)
+    obstore.put(store, "savepoints/a/state.bin", payload)
+    obstore.copy(store, "savepoints/a/state.bin", "savepoints/b/state.bin")
+    assert bytes(obstore.get(store, "savepoints/b/state.bin").bytes()) == payload
+    listed = sorted(m["path"] for batch in obstore.list(store, "savepoints") for m in batch)
+    assert listed == ["savepoints/a/state.bin", "savepoints/b/state.bin"]
+
+
+def test_only_signed_requests_are_served_and_the_keys_stay_private(bucket, s3_server):
+    _, cfg, server, name = bucket
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{server.endpoint}/{name}/", timeout=10)
+    assert refused.value.code == 403
+    identities = cfg.s3.home / "identities.json"
+    assert stat.S_IMODE(identities.stat().st_mode) == 0o600
+    secret = server_keys(cfg).secret_access_key
+    assert secret not in (cfg.s3.home / "s3.log").read_text(errors="replace")
+
+    env = {**os.environ, "TIDEMARK_S3_HOME": str(cfg.s3.home), "TIDEMARK_S3_PORT": str(cfg.s3.port)}
+    tidemark = str(Path(sys.executable).with_name("tidemark"))
+    status = subprocess.run([tidemark, "s3", "status"], env=env, capture_output=True, text=True)
+    assert status.returncode == 0 and f"S3 server on {server.endpoint}" in status.stdout
+    assert secret not in status.stdout + status.stderr
