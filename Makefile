@@ -39,6 +39,7 @@ test: setup s3-setup lint
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cd dbt_project && ../$(BIN)/sqlfluff lint --processes 2 .
 
 # The long proofs CI leaves out for time (marker `long`): incremental and composed reconciliation
 # against a backfill, jobs on the project's Spark cluster, the maintenance and full-disk trials,

@@ -18,7 +18,8 @@
 {%- if first is none or first == '9999-12-31' or not execute -%}
 {{ return(none) }}
 {%- endif -%}
-{%- set through = run_query('select coalesce(max(composed_through), -1) from ' ~ this).columns[0].values()[0] | int -%}
+{%- set query = 'select coalesce(max(composed_through), -1) from ' ~ this -%}
+{%- set through = run_query(query).columns[0].values()[0] | int -%}
 {#- the least ingestion batch id of bronze's files past the last recorded position
     (recon_scope.py): a bound for the rows past this table's own, which is no earlier -#}
 {%- set floor = none -%}

@@ -7,7 +7,9 @@
 {% macro job_param(job, key) -%}
 {%- set jobs = var('jobs') -%}
 {%- if job not in jobs or key not in jobs[job] -%}
-{{ exceptions.raise_compiler_error("job parameter " ~ job ~ "." ~ key ~ " was not passed in --vars; run dbt through `tidemark-dbt` (or `make dbt ARGS=...`), which passes the job registry") }}
+{{ exceptions.raise_compiler_error(
+    "job parameter " ~ job ~ "." ~ key ~ " was not passed in --vars; run dbt through "
+    ~ "`tidemark-dbt` (or `make dbt ARGS=...`), which passes the job registry") }}
 {%- endif -%}
 {{ jobs[job][key] }}
 {%- endmacro %}
@@ -15,7 +17,8 @@
 {# Spark names schemas without the target schema prefix: staging, batch, recon; behind this
    data root's own prefix (TIDEMARK_DBT_SCHEMA_PREFIX) on an endpoint several data roots share. #}
 {% macro generate_schema_name(custom_schema_name, node) -%}
-{{ env_var('TIDEMARK_DBT_SCHEMA_PREFIX', '') }}{{ custom_schema_name if custom_schema_name else target.schema }}
+{%- set name = custom_schema_name if custom_schema_name else target.schema -%}
+{{ env_var('TIDEMARK_DBT_SCHEMA_PREFIX', '') }}{{ name }}
 {%- endmacro %}
 
 {# A schema's tables live under the data root's warehouse, as <schema without the prefix>.db,
@@ -23,7 +26,8 @@
    (TidemarkConfig.paths.dbt_table). #}
 {% macro spark__create_schema(relation) -%}
 {%- set prefix = env_var('TIDEMARK_DBT_SCHEMA_PREFIX', '') -%}
-{%- set name = relation.schema[prefix | length:] if relation.schema.startswith(prefix) else relation.schema -%}
+{%- set name = relation.schema -%}
+{%- if name.startswith(prefix) -%}{%- set name = name[prefix | length:] -%}{%- endif -%}
 {%- call statement('create_schema') -%}
     create schema if not exists {{ relation }}
     location '{{ env_var('TIDEMARK_DATA_ROOT') }}/dbt/warehouse/{{ name }}.db'

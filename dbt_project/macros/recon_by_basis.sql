@@ -95,7 +95,9 @@
 {%- endmacro %}
 
 {# The whole recon model in one call (for the models tidemark generates from a job's SQL). #}
-{% macro recon_by_basis(job, open_when='coalesce(t.window_end, o.window_end) > s.stream_watermark') -%}
+{% macro recon_by_basis(
+    job, open_when='coalesce(t.window_end, o.window_end) > s.stream_watermark'
+) -%}
 
 with streamed as (
 

@@ -14,7 +14,8 @@
 {%- if model is defined and model is mapping and model.get('resource_type') == 'unit_test' -%}
 {{ return(none) }}
 {%- endif -%}
-{{ return(run_var('recon_from', {}).get(job) if var('jobs')[job].get('recon_partition') else none) }}
+{%- set partitioned = var('jobs')[job].get('recon_partition') -%}
+{{ return(run_var('recon_from', {}).get(job) if partitioned else none) }}
 {%- endmacro %}
 
 {# The same for a job whose batch model composes its rows (macros/compose.sql), with a day or

@@ -34,23 +34,46 @@ failed_panes as (
 
 based as (
 
-    select 'all' as basis, user_id, pane_ms from failed_panes
+    select
+        'all' as basis,
+        user_id,
+        pane_ms
+    from failed_panes
     union all
-    select 'on_time' as basis, user_id, pane_ms from failed_panes where counted_by_stream
+    select
+        'on_time' as basis,
+        user_id,
+        pane_ms
+    from failed_panes
+    where counted_by_stream
 
 ),
 
 steps as (
 
-    select basis, user_id, pane_ms + {{ slide_ms }} as end_ms, 1 as step from based
+    select
+        basis,
+        user_id,
+        pane_ms + {{ slide_ms }} as end_ms,
+        1 as step
+    from based
     union all
-    select basis, user_id, pane_ms + {{ window_ms + slide_ms }} as end_ms, -1 as step from based
+    select
+        basis,
+        user_id,
+        pane_ms + {{ window_ms + slide_ms }} as end_ms,
+        -1 as step
+    from based
 
 ),
 
 net_steps as (
 
-    select basis, user_id, end_ms, sum(step) as step
+    select
+        basis,
+        user_id,
+        end_ms,
+        sum(step) as step
     from steps
     group by basis, user_id, end_ms
 

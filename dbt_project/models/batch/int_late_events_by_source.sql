@@ -27,7 +27,8 @@
 with
 
 {% if carried -%}
-previous as (
+-- joined to in final when carried (sqlfluff renders this branch without that one)
+previous as (  -- noqa: ST03
 
     select * from {{ this }}
 

@@ -33,6 +33,20 @@ payments as (
 ),
 
 {% for basis in ['all', 'on_time'] %}
+orders_{{ basis }} as (
+
+    select * from orders
+    {% if basis == 'on_time' %}where counted_by_stream{% endif %}
+
+),
+
+payments_{{ basis }} as (
+
+    select * from payments
+    {% if basis == 'on_time' %}where counted_by_stream{% endif %}
+
+),
+
 matched_{{ basis }} as (
 
     select
@@ -55,12 +69,11 @@ matched_{{ basis }} as (
             when p.payment_id is null
                 then o.order_time + make_interval(0, 0, 0, 0, 0, 0, {{ within_seconds }})
         end as closes_at
-    from (select * from orders {% if basis == 'on_time' %}where counted_by_stream{% endif %}) as o
-    full outer join (
-        select * from payments {% if basis == 'on_time' %}where counted_by_stream{% endif %}
-    ) as p
-        on o.order_id = p.order_id
-        and abs(unix_millis(p.payment_time) - unix_millis(o.order_time))
+    from orders_{{ basis }} as o
+    full outer join payments_{{ basis }} as p
+        on
+            o.order_id = p.order_id
+            and abs(unix_millis(p.payment_time) - unix_millis(o.order_time))
             <= {{ within_seconds * 1000 }}
 
 ),

@@ -50,14 +50,29 @@ profiles as (
 kept_and_new as (
 
     -- the kept profiles and, as one-click blocks, the new clicks in each basis that counts them
-    select basis, user_id, first_activity as first_at, last_activity as last_at, visits,
-           cast(total_spend as decimal(38, 9)) as spend, total_spend, false as is_new
+    select
+        basis,
+        user_id,
+        first_activity as first_at,
+        last_activity as last_at,
+        visits,
+        cast(total_spend as decimal(38, 9)) as spend,
+        total_spend,
+        false as is_new
     from {{ this }}
     union all
-    select basis, user_id, event_time, event_time, 1, cast(amount as decimal(38, 9)),
-           cast(null as double), true
+    select
+        basis,
+        user_id,
+        event_time as first_at,
+        event_time as last_at,
+        1 as visits,
+        cast(amount as decimal(38, 9)) as spend,
+        cast(null as double) as total_spend,
+        true as is_new
     from fresh
-    lateral view explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
+        lateral view
+        explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
 
 ),
 
@@ -66,8 +81,9 @@ with_kept_first as (
     -- each row's kept first click in its basis (null: the user has no profile there yet)
     select
         *,
-        if(basis = 'all', min(if(is_new or basis <> 'all', null, first_at)) over by_user,
-                          min(if(is_new or basis <> 'on_time', null, first_at)) over by_user)
+        if(
+            basis = 'all', min(if(is_new or basis <> 'all', null, first_at)) over by_user,
+            min(if(is_new or basis <> 'on_time', null, first_at)) over by_user)
             as kept_first
     from kept_and_new
     window by_user as (partition by user_id)
@@ -79,8 +95,9 @@ reaching as (
     -- a new click reaches the kept profile unless it is more than a TTL before its first
     select
         *,
-        is_new and (kept_first is null
-                    or unix_millis(kept_first) - unix_millis(first_at) <= {{ ttl_millis }})
+        is_new and (
+            kept_first is null
+            or unix_millis(kept_first) - unix_millis(first_at) <= {{ ttl_millis }})
             as reaches
     from with_kept_first
 
@@ -90,36 +107,60 @@ marked as (
 
     -- a user is redone when a click reaches just before a kept profile: it may join the
     -- profile to older clicks this table does not hold
-    select *, max(if(reaches and first_at < kept_first, 1, 0)) over by_user = 1 as redone
+    select
+        *,
+        max(if(reaches and first_at < kept_first, 1, 0)) over by_user = 1 as redone
     from reaching
     window by_user as (partition by user_id)
 
 ),
 
+-- the kept profiles (touched or not) and the clicks that reach them, in runs
 runs as (
 
-    -- the kept profiles (touched or not) and the clicks that reach them, in runs
     {{ number_runs('(select * from marked where not redone and (reaches or not is_new))',
                    ttl_seconds, unit='millis') }}
 
 ),
 
+latest_runs as (
+
+    select
+        *,
+        max(run_number) over (partition by basis, user_id) as latest_run
+    from runs
+
+),
+
 composed as (
 
-    select basis, user_id, sum(visits) as visits,
-           -- a profile without new clicks keeps its value as it is
-           if(bool_or(is_new), cast(sum(spend) as double), max(total_spend)) as total_spend,
-           min(first_at) as first_activity, max(last_at) as last_activity
-    from (select *, max(run_number) over (partition by basis, user_id) as latest_run from runs)
+    select
+        basis,
+        user_id,
+        sum(visits) as visits,
+        -- a profile without new clicks keeps its value as it is
+        if(bool_or(is_new), cast(sum(spend) as double), max(total_spend)) as total_spend,
+        min(first_at) as first_activity,
+        max(last_at) as last_activity
+    from latest_runs
     where run_number = latest_run
     group by basis, user_id
 
 ),
 
+redone_users as (
+
+    select user_id from marked
+    where redone
+
+),
+
 redone_clicks as (
 
-    select * from {{ ref('stg_clicks') }}
-    left semi join (select user_id from marked where redone) as redone_users using (user_id)
+    select clicks.*
+    from {{ ref('stg_clicks') }} as clicks
+    left semi join redone_users
+        on clicks.user_id = redone_users.user_id
 
 ),
 
@@ -153,14 +194,15 @@ profiles as (
 final as (
 
     select
-        basis,
-        user_id,
-        visits,
-        total_spend,
-        (unix_millis(last_activity) - unix_millis(first_activity)) / 1000.0 as active_seconds,
-        first_activity,
-        last_activity,
-        last_activity + make_interval(0, 0, 0, 0, 0, 0, {{ ttl_seconds }}) as expires_at,
+        profiles.basis,
+        profiles.user_id,
+        profiles.visits,
+        profiles.total_spend,
+        (unix_millis(profiles.last_activity) - unix_millis(profiles.first_activity)) / 1000.0
+            as active_seconds,
+        profiles.first_activity,
+        profiles.last_activity,
+        profiles.last_activity + make_interval(0, 0, 0, 0, 0, 0, {{ ttl_seconds }}) as expires_at,
         position.composed_through
     from profiles cross join position
 

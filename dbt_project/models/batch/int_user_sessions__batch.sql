@@ -36,7 +36,8 @@ distinct_events as (
 
 on_time_events as (
 
-    select * from distinct_events where counted_by_stream
+    select * from distinct_events
+    where counted_by_stream
 
 ),
 
@@ -54,9 +55,15 @@ on_time_sessions as (
 
 sessions as (
 
-    select *, 'all' as basis from all_sessions
+    select
+        *,
+        'all' as basis
+    from all_sessions
     union all
-    select *, 'on_time' as basis from on_time_sessions
+    select
+        *,
+        'on_time' as basis
+    from on_time_sessions
 
 ),
 {%- else -%}
@@ -65,17 +72,29 @@ sessions as (
 blocks as (
 
     -- the kept sessions of the recomputed days, and each new click, as blocks
-    select basis, user_id, window_start as first_at,
-           window_end - make_interval(0, 0, 0, 0, 0, 0, {{ gap_seconds }}) as last_at,
-           clicks, cast(spend as decimal(38, 9)) as spend, late_events
+    select
+        basis,
+        user_id,
+        window_start as first_at,
+        window_end - make_interval(0, 0, 0, 0, 0, 0, {{ gap_seconds }}) as last_at,
+        clicks,
+        cast(spend as decimal(38, 9)) as spend,
+        late_events
     from {{ this }}
     where recon_date >= date'{{ at['first'] }}'
     union all
-    select basis, user_id, event_time, event_time, 1, cast(amount as decimal(38, 9)),
-           if(basis = 'all' and not counted_by_stream, 1, 0)
+    select
+        basis,
+        user_id,
+        event_time as first_at,
+        event_time as last_at,
+        1 as clicks,
+        cast(amount as decimal(38, 9)) as spend,
+        if(basis = 'all' and not counted_by_stream, 1, 0) as late_events
     from fresh
     -- each click once in basis all, and again in on_time when the stream counted it
-    lateral view explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
+        lateral view
+        explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
 
 ),
 
@@ -104,7 +123,9 @@ sessions as (
 
 final as (
 
-    select sessions.*, position.composed_through
+    select
+        sessions.*,
+        position.composed_through
     from sessions cross join position
 
 )

@@ -33,7 +33,7 @@ windows as (
             as avg_fare_on_time,
         count_if(counted_by_stream) as events_on_time
     from distinct_events
-    group by 1, 2
+    group by pickup_zone, window_start
 
 ),
 

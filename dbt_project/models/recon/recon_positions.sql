@@ -25,11 +25,17 @@
 with positions as (
 
     {% if positions -%}
-    select * from values
+    select * from
+        values
         {% for p in positions -%}
-        ('{{ p.job }}', '{{ p.source }}', cast({{ p.version_to }} as bigint), '{{ p.query_id }}', '{{ p.fingerprint }}', cast({{ p.batch_id if p.batch_id is not none else 'null' }} as bigint)){% if not loop.last %},{% endif %}
+        (
+            '{{ p.job }}', '{{ p.source }}', cast({{ p.version_to }} as bigint),
+            '{{ p.query_id }}', '{{ p.fingerprint }}',
+            cast({{ p.batch_id if p.batch_id is not none else 'null' }} as bigint)
+        ){% if not loop.last %},{% endif %}
         {% endfor -%}
-        as t(job, source, version_to, query_id, fingerprint, batch_id)
+            -- the alias names the values' columns
+            as t (job, source, version_to, query_id, fingerprint, batch_id)  -- noqa: AL05
     {%- else -%}
     select
         cast(null as string) as job,
@@ -57,7 +63,10 @@ still_open as (
     {%- endif %}
     {% if not loop.last %}union all{% endif %}
     {% else %}
-    select cast(null as string) as job, cast(null as date) as open_from where false
+    select
+        cast(null as string) as job,
+        cast(null as date) as open_from
+    where false
     {% endfor %}
 
 ),

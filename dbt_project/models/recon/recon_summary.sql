@@ -26,21 +26,29 @@
     {%- endif %}
 {%- endfor %}
 {%- if not reconciled %}
-    {%- set reconciled = var('jobs') | list %}
+{%- set reconciled = var('jobs') | list %}
 {%- endif %}
 
 with jobs as (
 
-    select * from values
-        {% for job in reconciled %}('{{ job }}'){% if not loop.last %}, {% endif %}{% endfor %}
-        as t(job)
+    select t.job
+    from
+        values
+        {% for job in reconciled -%}
+        ('{{ job }}'){% if not loop.last %},{% endif %}
+        {% endfor %}
+            as t (job)
 
 ),
 
 recon as (
 
     {% for job in reconciled %}
-    select job, recon_class, stream_watermark from {{ ref('recon_' ~ job) }}
+    select
+        job,
+        recon_class,
+        stream_watermark
+    from {{ ref('recon_' ~ job) }}
     {% if not loop.last %}union all{% endif %}
     {% endfor %}
 
