@@ -59,7 +59,13 @@ class _SharedSql:
         from streaming_jobs.services.processes import free_port
 
         cls.owner = TidemarkConfig.from_env(
-            {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_SQL_PORT": str(free_port())}
+            {
+                "TIDEMARK_DATA_ROOT": str(root),
+                "TIDEMARK_SQL_PORT": str(free_port()),
+                # the tests' Spark settings (TESTS_SPARK_CONF): this configuration is built
+                # from this dict, not from the environment the other Sparks inherit
+                "TIDEMARK_SPARK_CONF": os.environ.get("TIDEMARK_SPARK_CONF", ""),
+            }
         )
 
         def start() -> None:
