@@ -42,5 +42,5 @@
   it, a measure counts as a number.
 #}
 {% macro measure_is_numeric(job, m) -%}
-{{ return(m not in var('text_measures', {}).get(job, [])) }}
+{{ return(m not in run_var('text_measures', {}).get(job, [])) }}
 {%- endmacro %}

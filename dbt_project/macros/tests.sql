@@ -137,7 +137,7 @@ true
    explained. Reads its recon model only (its stream_watermark), so a partial build selects it
    only with that model. #}
 {% test watermark_plausible(model, job) %}
-    {%- set ahead = var('watermark_ahead_seconds', 86400) | int -%}
+    {%- set ahead = run_var('watermark_ahead_seconds', 86400) | int -%}
     select
         '{{ job }}' as job,
         max(stream_watermark) as stream_watermark,

@@ -77,9 +77,11 @@ PARSE_FLAGS = {"--partial-parse", "--no-partial-parse"}
 # Commands whose nodes a run leaves out for jobs nothing new reached (`recon_scope.left_out`)
 SELECTS_MODELS = {"build", "run", "test"}
 # The vars that are each invocation's own: the streams' pinned position and what the run
-# recomputes. dbt parses the whole project again whenever --vars change (7 s or more of a
-# build), so they reach the models in the environment instead (macros/run_vars.sql reads them
-# while the run runs), and --vars keep what changes only with the jobs.
+# recomputes, and what tidemark-dbt reads from the lake and the settings (the measures that
+# are not numbers, the health check's watermark limit). dbt parses the whole project again
+# whenever --vars change (7 s or more of a build), so they reach the models in the environment
+# instead (macros/run_vars.sql reads them while the run runs), and --vars keep what changes only
+# with the jobs.
 RUN_VARS = (
     "progress_version",
     "gold_versions",
@@ -87,6 +89,8 @@ RUN_VARS = (
     "recon_positions",
     "recon_reasons",
     "recon_full",
+    "text_measures",
+    "watermark_ahead_seconds",
 )
 RUN_VARS_ENV = "TIDEMARK_DBT_RUN_VARS"
 
@@ -119,6 +123,36 @@ def choose_target(cfg: TidemarkConfig, wanted: str) -> tuple[str, object]:
             f"for {cfg.data_root}; start it with 'tidemark sql start'"
         )
     return ("endpoint", endpoint) if endpoint else ("session", None)
+
+
+def with_target(args: list[str], target: str, endpoint) -> tuple[list[str], object]:
+    """``args`` with ``--target`` (unless they name one), and the endpoint's address in the
+    environment the profile reads."""
+    if "--target" not in args and "-t" not in args:
+        args = [*args, "--target", target]
+    if endpoint is not None:
+        os.environ["TIDEMARK_SQL_HOST"] = endpoint.host
+        os.environ["TIDEMARK_SQL_PORT"] = str(endpoint.port)
+    return args, endpoint
+
+
+def keep_connections_open() -> None:
+    """Each dbt thread keeps one connection to the endpoint for the whole invocation.
+
+    dbt closes a node's connection when the node ends and opens another for the next. On
+    Spark's Thrift server a close ends a Hive session, and the embedded metastore then builds its
+    DataNucleus factory again: the server's own Hive and Spark's catalog name the metastore
+    differently, so each switch between them starts it over. That was a quarter of the
+    endpoint's CPU in a build (docs/benchmarks.md). A statement that failed leaves its session
+    usable, and dbt's cleanup at the end of the invocation closes every connection.
+    (dbt-snowflake's ``reuse_connections`` does the same.)
+    """
+    from dbt.adapters.spark.connections import SparkConnectionManager
+
+    def release(self) -> None:  # the connection stays open for this thread's next node
+        return None
+
+    SparkConnectionManager.release = release
 
 
 def _wait_for_lake(cfg: TidemarkConfig) -> None:
@@ -238,15 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     sync(cfg)  # the data root's copy of the project, with the models generated from the registries
     command = next((a for a in args if not a.startswith("-")), None)
     metastore = warmup = None
+    if command in TAKES_VARS and command not in NEEDS_SPARK:
+        # parse, ls: the target (and endpoint address) a build would take now, so that the
+        # manifest this parse makes (Dagster's, at load) holds for the build's own parse: dbt
+        # parses everything again when the profile or the target differ (no endpoint yet with
+        # TIDEMARK_DBT_TARGET=endpoint is no error here: the build says so)
+        wanted = "auto" if cfg.sql.dbt_target == "endpoint" else cfg.sql.dbt_target
+        args, endpoint = with_target(args, *choose_target(cfg, wanted))
     if command in NEEDS_SPARK:
-        target, endpoint = choose_target(cfg, cfg.sql.dbt_target)
-        if "--target" not in args and "-t" not in args:
-            args = [*args, "--target", target]
+        args, endpoint = with_target(args, *choose_target(cfg, cfg.sql.dbt_target))
         if endpoint is not None:
-            os.environ["TIDEMARK_SQL_HOST"], os.environ["TIDEMARK_SQL_PORT"] = (
-                endpoint.host,
-                str(endpoint.port),
-            )
             if cfg.sql.shared:
                 _make_lake(cfg)  # a shared endpoint keeps no data root's lake
             else:
@@ -265,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 ensure_lake(get_spark(cfg, hive_metastore=True), cfg)
     from dbt.cli.main import dbtRunner
+
+    if command in NEEDS_SPARK and endpoint is not None:
+        keep_connections_open()
 
     from orchestration.recon import recon_runs
 

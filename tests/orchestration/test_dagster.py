@@ -285,6 +285,12 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {today}
     assert recon["recomputed_from"] == "all"
 
+    # dbt ran on what Dagster's load parsed (nothing parsed again), and each of its threads kept
+    # one connection to the endpoint (none closed and opened again between nodes)
+    log = (cfg.paths.dbt / "target" / f"run-{result.run_id[:8]}" / "dbt.log").read_text()
+    assert "Unable to do partial parsing" not in log and "skipping partial parsing" in log
+    assert "Opening a new connection" in log and "currently in state closed" not in log
+
 
 @pytest.mark.slow
 @pytest.mark.long

@@ -249,32 +249,41 @@ def test_each_runs_own_vars_leave_the_vars_dbt_parses_with():
         "recon_positions": [{"job": "j"}],
         "recon_reasons": {"j": "from 2026-01-02"},
         "recon_full": False,
+        "text_measures": {"j": ["label"]},
+        "watermark_ahead_seconds": 86400,
     }
-    args = [
-        "build",
-        "--vars",
-        json.dumps({"jobs": jobs, **own, "text_measures": {}}),
-        "--select",
-        "x",
-    ]
+    args = ["build", "--vars", json.dumps({"jobs": jobs, **own}), "--select", "x"]
     rest, taken = split_run_vars(args)
     assert taken == own
     assert rest[0:2] == ["build", "--vars"] and rest[3:] == ["--select", "x"]
-    assert json.loads(rest[2]) == {"jobs": jobs, "text_measures": {}}
+    assert json.loads(rest[2]) == {"jobs": jobs}
     # two runs at other positions parse with the same --vars
     other = {**own, "progress_version": 8, "recon_from": {"j": "2026-01-03"}}
-    assert (
-        split_run_vars(
-            ["build", "--vars", json.dumps({"jobs": jobs, **other, "text_measures": {}})]
-        )[0][2]
-        == rest[2]
-    )
+    assert split_run_vars(["build", "--vars", json.dumps({"jobs": jobs, **other})])[0][2] == rest[2]
     # YAML, as dbt reads --vars, and no --vars at all
     assert split_run_vars(["run", "--vars", "{progress_version: 2, jobs: {}}"]) == (
         ["run", "--vars", '{"jobs": {}}'],
         {"progress_version": 2},
     )
     assert split_run_vars(["build"]) == (["build"], {})
+
+
+def test_a_build_parses_with_the_vars_of_the_parse_made_at_load(cfg):
+    """Dagster's parse when it loads reads no lake; a build's vars read the lake: once its own
+    vars are taken out, what is left must be what that parse used, or dbt parses all again."""
+    import json
+
+    from streaming_jobs.storage import ops_tables
+    from orchestration.recon.dbt_models import reconciled_jobs
+    from orchestration.recon.dbt_vars import dbt_vars
+
+    ops_tables.ensure_all(cfg)
+    jobs = reconciled_jobs()
+    build = dbt_vars(jobs, cfg)
+    assert {"progress_version", "text_measures", "watermark_ahead_seconds"} <= set(build)
+    rest, _ = split_run_vars(["build", "--vars", json.dumps(build)])
+    # as dbt reads --vars (YAML)
+    assert yaml.safe_load(rest[2]) == yaml.safe_load(json.dumps(dbt_vars(jobs)))
 
 
 def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):

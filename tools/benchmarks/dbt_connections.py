@@ -1,0 +1,101 @@
+"""Benchmark: a dbt build on the SQL endpoint with each thread's connection kept or closed.
+
+    .venv/bin/python tools/benchmarks/dbt_connections.py --runs 3 [-- DBT_ARGS...]
+
+``tidemark-dbt`` keeps each dbt thread's connection to the endpoint open from one node to the
+next (`orchestration.recon.dbt_cli.keep_connections_open`); dbt itself closes it after every
+node, and each close ends a session on Spark's Thrift server. This runs the same ``tidemark-dbt
+build`` (``DBT_ARGS``, default ``build --select fqn:*``) in a new process each time, alternating
+with the connections closed as dbt does (the only difference) and kept, and reports each
+build's wall time, the endpoint's CPU time and the connections opened.
+
+The data root is ``TIDEMARK_DATA_ROOT``, with its lake built (``tidemark run``) and its endpoint
+running (``tidemark sql start``). Prints each run and a markdown table of the medians for
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KEPT = "import sys; import orchestration.recon.dbt_cli as m; "
+CLOSED = KEPT + "m.keep_connections_open = lambda: None; "
+RUN = "sys.exit(m.main(sys.argv[1:]))"
+
+
+def endpoint_jvm(cfg) -> int:
+    """The data root's endpoint's JVM (the child of the process that serves it)."""
+    from streaming_jobs.services.sql_endpoint import discover
+
+    endpoint = discover(cfg)
+    if endpoint is None or endpoint.pid == 0:
+        raise SystemExit(f"no SQL endpoint of {cfg.data_root} runs: start it (tidemark sql start)")
+    tasks = Path(f"/proc/{endpoint.pid}/task").glob("*/children")
+    for child in (c for task in tasks for c in task.read_text().split()):
+        if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+            return int(child)
+    raise SystemExit(f"the endpoint (pid {endpoint.pid}) has no JVM")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_build(kept: bool, dbt_args: list[str], pid: int, log: Path) -> dict[str, float]:
+    code = (KEPT if kept else CLOSED) + RUN
+    before_log = log.read_text().count("Opening a new connection") if log.exists() else 0
+    cpu, started = cpu_seconds(pid), time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code, *dbt_args],
+        env={**os.environ, "TIDEMARK_DBT_TARGET": "endpoint"},
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the build failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    return {
+        "wall": wall,
+        "endpoint_cpu": cpu_seconds(pid) - cpu,
+        "opened": log.read_text().count("Opening a new connection") - before_log,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="builds of each kind, alternating")
+    parser.add_argument("dbt_args", nargs="*", default=["build", "--select", "fqn:*"])
+    args = parser.parse_args()
+    from streaming_jobs.core.config import TidemarkConfig
+
+    cfg = TidemarkConfig.from_env()
+    pid = endpoint_jvm(cfg)
+    log = cfg.paths.dbt / "logs" / "dbt.log"
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for i in range(args.runs):
+        for kept in (False, True):
+            took = one_build(kept, args.dbt_args, pid, log)
+            runs[kept].append(took)
+            print(
+                f"run {i + 1}, connections {'kept  ' if kept else 'closed'}: "
+                f"{took['wall']:.1f} s, endpoint CPU {took['endpoint_cpu']:.1f} s, "
+                f"{took['opened']} opened",
+                flush=True,
+            )
+    print("\n| median | connections closed (dbt) | kept (tidemark-dbt) |\n|---|---:|---:|")
+    for key, label in (("wall", "build (s)"), ("endpoint_cpu", "endpoint CPU (s)")):
+        closed, kept = (statistics.median(r[key] for r in runs[k]) for k in (False, True))
+        print(f"| {label} | {closed:.1f} | {kept:.1f} |")
+    closed, kept = (statistics.median(r["opened"] for r in runs[k]) for k in (False, True))
+    print(f"| connections opened | {closed:.0f} | {kept:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
