@@ -107,6 +107,15 @@
     group by {{ key | join(', ') }}
 {%- endmacro %}
 
+{#
+  Each row once in basis all (the truth) and again in basis on_time when the stream counted it:
+  a lateral view after the from of a select over rows with counted_by_stream. One pass over the
+  rows, where a union of two selects would compute everything before them twice.
+#}
+{% macro each_basis() -%}
+    lateral view explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
+{%- endmacro %}
+
 {# The sliding windows [start, start + size) that contain event_time, aligned to the epoch. #}
 {% macro sliding_window_starts(ts_col, size_seconds, slide_seconds) -%}
     timestamp_seconds(

@@ -68,8 +68,7 @@
                 from (
                     -- each event once in basis all, and again in on_time when it was counted
                     select * from {{ events }}
-                    lateral view explode(
-                        if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
+                    {{ each_basis() }}
                 )
                 window by_user as (partition by basis, user_id order by event_time, event_id)
             )

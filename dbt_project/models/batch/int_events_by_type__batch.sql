@@ -32,23 +32,14 @@ routed as (
 final as (
 
     select
-        'all' as basis,
+        basis,
         event_type,
         event_date,
         event_id,
         event_time,
         amount
     from routed
-    union all
-    select
-        'on_time' as basis,
-        event_type,
-        event_date,
-        event_id,
-        event_time,
-        amount
-    from routed
-    where counted_by_stream
+        {{ each_basis() }}
 
 )
 

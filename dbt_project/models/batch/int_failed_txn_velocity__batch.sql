@@ -35,17 +35,11 @@ failed_panes as (
 based as (
 
     select
-        'all' as basis,
+        basis,
         user_id,
         pane_ms
     from failed_panes
-    union all
-    select
-        'on_time' as basis,
-        user_id,
-        pane_ms
-    from failed_panes
-    where counted_by_stream
+        {{ each_basis() }}
 
 ),
 

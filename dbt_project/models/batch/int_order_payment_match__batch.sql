@@ -32,25 +32,24 @@ payments as (
 
 ),
 
-{% for basis in ['all', 'on_time'] %}
-orders_{{ basis }} as (
+orders_by_basis as (
 
     select * from orders
-    {% if basis == 'on_time' %}where counted_by_stream{% endif %}
+        {{ each_basis() }}
 
 ),
 
-payments_{{ basis }} as (
+payments_by_basis as (
 
     select * from payments
-    {% if basis == 'on_time' %}where counted_by_stream{% endif %}
+        {{ each_basis() }}
 
 ),
 
-matched_{{ basis }} as (
+final as (
 
     select
-        '{{ basis }}' as basis,
+        coalesce(o.basis, p.basis) as basis,
         coalesce(o.order_id, p.order_id) as order_id,
         p.payment_id,
         o.user_id,
@@ -69,21 +68,14 @@ matched_{{ basis }} as (
             when p.payment_id is null
                 then o.order_time + make_interval(0, 0, 0, 0, 0, 0, {{ within_seconds }})
         end as closes_at
-    from orders_{{ basis }} as o
-    full outer join payments_{{ basis }} as p
+    -- each basis matched on its own: a row of one never meets a row of the other
+    from orders_by_basis as o
+    full outer join payments_by_basis as p
         on
-            o.order_id = p.order_id
+            o.basis = p.basis
+            and o.order_id = p.order_id
             and abs(unix_millis(p.payment_time) - unix_millis(o.order_time))
             <= {{ within_seconds * 1000 }}
-
-),
-{% endfor %}
-
-final as (
-
-    select * from matched_all
-    union all
-    select * from matched_on_time
 
 )
 

@@ -71,8 +71,7 @@ kept_and_new as (
         cast(null as double) as total_spend,
         true as is_new
     from fresh
-        lateral view
-        explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
+        {{ each_basis() }}
 
 ),
 

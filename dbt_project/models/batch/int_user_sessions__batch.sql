@@ -92,9 +92,7 @@ blocks as (
         cast(amount as decimal(38, 9)) as spend,
         if(basis = 'all' and not counted_by_stream, 1, 0) as late_events
     from fresh
-    -- each click once in basis all, and again in on_time when the stream counted it
-        lateral view
-        explode(if(counted_by_stream, array('all', 'on_time'), array('all'))) b as basis
+        {{ each_basis() }}
 
 ),
 
