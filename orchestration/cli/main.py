@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from streaming_jobs.core.checkpoints import CheckpointBusy
 from streaming_jobs.core.config import ConfigError, TidemarkConfig
@@ -187,54 +188,70 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
     return 1 if failures else 0
 
 
+def server_command(
+    action: str,
+    title: str,
+    start: Callable[[], object],
+    stop: Callable[[], bool],
+    discover: Callable[[], object | None],
+    describe: Callable[[object], str],
+    absent: str,
+) -> int:
+    """``start``, ``stop`` or ``status`` of one of the servers tidemark runs: one line each;
+    status exits 1 when none runs."""
+    if action == "start":
+        print(f"{title} {describe(start())}")
+    elif action == "stop":
+        print(f"{title} stopped" if stop() else f"no {title} was running")
+    else:
+        found = discover()
+        print(f"{title} {describe(found)}" if found else absent)
+        return 0 if found else 1
+    return 0
+
+
 def cluster(cfg: TidemarkConfig, action: str) -> int:
     from streaming_jobs.services import spark_cluster
 
-    if action == "start":
-        found = spark_cluster.start(cfg, owned=False)
-        print(
-            f"Spark cluster {found.master}: {found.workers} workers (pid {found.pid}), UI "
-            f"{found.ui}; logs {cfg.paths.logs}/spark-*.log. Use it with "
-            f"TIDEMARK_SPARK_MASTER={found.master}"
-        )
-    elif action == "stop":
-        print(
-            "Spark cluster stopped" if spark_cluster.stop(cfg) else "no Spark cluster was running"
-        )
-    else:
-        found = spark_cluster.discover(cfg)
-        if not found:
-            print(f"no Spark cluster runs for {cfg.data_root}")
-            return 1
+    def describe(found) -> str:
+        if action == "start":
+            return (
+                f"{found.master}: {found.workers} workers (pid {found.pid}), UI {found.ui}; logs "
+                f"{cfg.paths.logs}/spark-*.log. Use it with TIDEMARK_SPARK_MASTER={found.master}"
+            )
         state = spark_cluster.status(found.ui_port)
-        print(
-            f"Spark cluster {found.master} (pid {found.pid}), UI {found.ui}: "
+        return (
+            f"{found.master} (pid {found.pid}), UI {found.ui}: "
             f"{state.get('aliveworkers', 0)} workers alive, cores {state.get('coresused', 0)}"
             f"/{state.get('cores', 0)} used, {len(state.get('activeapps', []))} applications"
         )
-    return 0
+
+    return server_command(
+        action,
+        "Spark cluster",
+        lambda: spark_cluster.start(cfg, owned=False),
+        lambda: spark_cluster.stop(cfg),
+        lambda: spark_cluster.discover(cfg),
+        describe,
+        f"no Spark cluster runs for {cfg.data_root}",
+    )
 
 
 def kafka(cfg: TidemarkConfig, action: str) -> int:
     from streaming_jobs.services import kafka_broker
 
-    if action == "start":
-        broker = kafka_broker.start(cfg, owned=False)
-        print(
-            f"Kafka broker (KRaft) on {broker.bootstrap} (pid {broker.pid}), storage "
+    return server_command(
+        action,
+        "Kafka broker",
+        lambda: kafka_broker.start(cfg, owned=False),
+        lambda: kafka_broker.stop(cfg),
+        lambda: kafka_broker.discover(cfg),
+        lambda broker: (
+            f"(KRaft) on {broker.bootstrap} (pid {broker.pid}), storage "
             f"{kafka_broker.home(cfg)}; log {cfg.paths.logs / 'kafka.log'}"
-        )
-    elif action == "stop":
-        print("Kafka broker stopped" if kafka_broker.stop(cfg) else "no Kafka broker was running")
-    else:
-        broker = kafka_broker.discover(cfg)
-        print(
-            f"Kafka broker on {broker.bootstrap} (pid {broker.pid})"
-            if broker
-            else f"no Kafka broker runs for {cfg.data_root}"
-        )
-        return 0 if broker else 1
-    return 0
+        ),
+        f"no Kafka broker runs for {cfg.data_root}",
+    )
 
 
 def s3(cfg: TidemarkConfig, action: str, bucket: str | None = None) -> int:
@@ -245,26 +262,27 @@ def s3(cfg: TidemarkConfig, action: str, bucket: str | None = None) -> int:
         print(
             f"S3 server (SeaweedFS {object_store.SEAWEEDFS_VERSION}): {object_store.install(cfg)}"
         )
-    elif action == "start":
+        return 0
+
+    def start():
         server = object_store.start(cfg, owned=False)
         if bucket:
             ensure_bucket(cfg, bucket)
-        print(
-            f"S3 server (SeaweedFS) on {server.endpoint} (pid {server.pid}), files "
-            f"{cfg.s3.home}; log {cfg.s3.home / 's3.log'}"
-            + (f"; bucket {bucket}" if bucket else "")
-        )
-    elif action == "stop":
-        print("S3 server stopped" if object_store.stop(cfg) else "no S3 server was running")
-    else:
-        server = object_store.discover(cfg)
-        print(
-            f"S3 server on {server.endpoint} (pid {server.pid}), files {cfg.s3.home}"
-            if server
-            else f"no S3 server runs from {cfg.s3.home} (start it: tidemark s3 start)"
-        )
-        return 0 if server else 1
-    return 0
+        return server
+
+    return server_command(
+        action,
+        "S3 server",
+        start,
+        lambda: object_store.stop(cfg),
+        lambda: object_store.discover(cfg),
+        lambda server: (
+            f"on {server.endpoint} (pid {server.pid}), files {cfg.s3.home}; log "
+            f"{cfg.s3.home / 's3.log'}"
+            + (f"; bucket {bucket}" if bucket and action == "start" else "")
+        ),
+        f"no S3 server runs from {cfg.s3.home} (start it: tidemark s3 start)",
+    )
 
 
 def dev(cfg: TidemarkConfig, port: int) -> int:
@@ -318,24 +336,19 @@ def sql(cfg: TidemarkConfig, action: str) -> int:
         stop_sql_endpoint,
     )
 
-    if action == "start":
-        print(f"SQL endpoint on {describe_endpoint(cfg, start_sql_endpoint(cfg, owned=False))}")
-    elif action == "stop":
-        if cfg.sql.shared:
-            print(f"the shared SQL endpoint {cfg.sql.shared} is not tidemark's: left running")
-        else:
-            stopped = stop_sql_endpoint(cfg)
-            print("SQL endpoint stopped" if stopped else "no SQL endpoint was running")
-    else:
-        found = discover(cfg)
-        print(
-            f"SQL endpoint on {describe_endpoint(cfg, found)}"
-            if found
-            else f"no SQL endpoint answers for {cfg.data_root}"
-            + (f" (TIDEMARK_SQL_ENDPOINT={cfg.sql.shared})" if cfg.sql.shared else "")
-        )
-        return 0 if found else 1
-    return 0
+    if action == "stop" and cfg.sql.shared:
+        print(f"the shared SQL endpoint {cfg.sql.shared} is not tidemark's: left running")
+        return 0
+    return server_command(
+        action,
+        "SQL endpoint",
+        lambda: start_sql_endpoint(cfg, owned=False),
+        lambda: stop_sql_endpoint(cfg),
+        lambda: discover(cfg),
+        lambda found: f"on {describe_endpoint(cfg, found)}",
+        f"no SQL endpoint answers for {cfg.data_root}"
+        + (f" (TIDEMARK_SQL_ENDPOINT={cfg.sql.shared})" if cfg.sql.shared else ""),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -206,7 +206,7 @@ class KafkaBroker(Service):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        return self.supervise(java, stop, 60)  # Kafka's shutdown hook: controlled, logs flushed
+        return self.supervise([java], stop, 60)  # Kafka's shutdown hook: controlled, logs flushed
 
 
 def _broker(info: dict) -> Broker:

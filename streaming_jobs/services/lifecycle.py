@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
@@ -180,20 +181,33 @@ class Service:
         )
 
     def supervise(
-        self, child: subprocess.Popen, stop: threading.Event, grace: float, **info
+        self,
+        children: list[subprocess.Popen],
+        stop: threading.Event,
+        grace: float,
+        *,
+        on_port: Callable[[], None] | None = None,
+        ready: Callable[[], bool] | None = None,
+        **info,
     ) -> int:
-        """The supervisor's watch over a server that is one process of its own (``child``):
-        announce it once its port accepts (with ``info``), until ``stop`` or the owner dies;
-        1 (or its code) if it dies, 3 if it never answers. Then SIGTERM, and SIGKILL past
-        ``grace`` seconds."""
+        """The supervisor's watch over a server made of processes of its own (``children``):
+        once its port accepts, ``on_port`` (which may start more of them, appended to
+        ``children``), then it is announced (with ``info``) as soon as ``ready`` says so; until
+        ``stop`` or the owner dies. 1 (or the code) if one of them dies, 3 if it is never
+        ready. Then SIGTERM, last started first, and SIGKILL past ``grace`` seconds."""
         deadline = time.monotonic() + self.start_timeout
-        announced = False
+        opened = announced = False
         try:
             while not stop.wait(0.2):
-                if child.poll() is not None:
-                    return child.returncode or 1
-                if not announced and accepts(HOST, self.port, 0.5):
-                    self.announce(child_pids=[child.pid], **info)
+                dead = [c for c in children if c.poll() is not None]
+                if dead:
+                    return dead[0].returncode or 1
+                if not opened and accepts(HOST, self.port, 0.5):
+                    opened = True
+                    if on_port is not None:
+                        on_port()
+                if opened and not announced and (ready is None or ready()):
+                    self.announce(child_pids=[c.pid for c in children], **info)
                     announced = True
                 if not announced and time.monotonic() > deadline:
                     return 3
@@ -201,7 +215,7 @@ class Service:
                     break
         finally:
             self.withdraw()
-            stop_children([child], grace)
+            stop_children(children[::-1], grace)
         return 0
 
     def stop(self, timeout: float | None = None) -> bool:

@@ -215,7 +215,7 @@ class ObjectStoreServer(Service):
             )
         # SIGTERM closes the volume server and the filer (their files flushed) within seconds,
         # but `weed server` itself lingers in its master's retries: past that, it is killed
-        return self.supervise(weed, stop, STOP_GRACE_SECONDS, filer_port=ports["filer"])
+        return self.supervise([weed], stop, STOP_GRACE_SECONDS, filer_port=ports["filer"])
 
 
 def _server(cfg: TidemarkConfig, info: dict) -> S3Server:

@@ -22,14 +22,13 @@ import json
 import os
 import subprocess
 import threading
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.services.lifecycle import HOST, Service, stop_children
-from streaming_jobs.services.processes import accepts, free_port
+from streaming_jobs.services.lifecycle import HOST, Service
+from streaming_jobs.services.processes import free_port
 
 DAEMON_MEMORY = "512m"  # the master's and each worker's own JVM (not the executors')
 
@@ -152,47 +151,37 @@ class SparkCluster(Service):
             "--webui-port",
             str(ui_port),
         )
-        deadline = time.monotonic() + self.start_timeout
-        workers_started = announced = False
-        try:
-            while not stop.wait(0.3):
-                if any(p.poll() is not None for p in procs):
-                    return 1  # a daemon died: the cluster is not whole
-                if not workers_started and accepts(HOST, self.port, 0.5):
-                    for n in range(1, settings.workers + 1):
-                        work = folder / f"worker-{n}"
-                        work.mkdir(exist_ok=True)
-                        launch(
-                            f"spark-worker-{n}.log",
-                            "org.apache.spark.deploy.worker.Worker",
-                            "--host",
-                            HOST,
-                            "--webui-port",
-                            str(free_port(HOST)),
-                            "--cores",
-                            str(settings.worker_cores),
-                            "--memory",
-                            settings.worker_memory,
-                            "--work-dir",
-                            str(work),
-                            master_url(self.cfg),
-                        )
-                    workers_started = True
-                if workers_started and not announced and alive_workers(ui_port) >= settings.workers:
-                    self.announce(
-                        ui_port=ui_port,
-                        workers=settings.workers,
-                        child_pids=[p.pid for p in procs],
-                    )
-                    announced = True
-                if not announced and time.monotonic() > deadline:
-                    return 3
-                if self.owner_gone():
-                    break
-        finally:
-            self.withdraw()
-            stop_children(procs[::-1], 30)  # workers first, then the master
-        return 0
+
+        def workers() -> None:  # once the master answers
+            for n in range(1, settings.workers + 1):
+                work = folder / f"worker-{n}"
+                work.mkdir(exist_ok=True)
+                launch(
+                    f"spark-worker-{n}.log",
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    HOST,
+                    "--webui-port",
+                    str(free_port(HOST)),
+                    "--cores",
+                    str(settings.worker_cores),
+                    "--memory",
+                    settings.worker_memory,
+                    "--work-dir",
+                    str(work),
+                    master_url(self.cfg),
+                )
+
+        # a daemon that dies leaves the cluster not whole (1); workers stop first, then the master
+        return self.supervise(
+            procs,
+            stop,
+            30,
+            on_port=workers,
+            ready=lambda: alive_workers(ui_port) >= settings.workers,
+            ui_port=ui_port,
+            workers=settings.workers,
+        )
 
 
 def _cluster(info: dict) -> Cluster:
