@@ -199,6 +199,20 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture
+def s3_bucket(s3_server):
+    """A bucket of this test's own on the session's S3 server: (obstore store, cfg, server,
+    bucket name)."""
+    import uuid
+
+    from streaming_jobs.storage.stores import ensure_bucket, s3_store
+
+    server, s3_cfg = s3_server
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    ensure_bucket(s3_cfg, name)
+    return s3_store(s3_cfg, name), s3_cfg, server, name
+
+
+@pytest.fixture
 def kafka_cfg(cfg, kafka_broker, monkeypatch, request) -> TidemarkConfig:
     """``cfg`` with Kafka as every stream's source, on the session's broker, with topics of
     this test's own (also exported for subprocesses)."""

@@ -10,23 +10,20 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import obstore
 import pytest
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-from streaming_jobs.storage.stores import ensure_bucket, s3_store, server_keys
+from streaming_jobs.storage.stores import ensure_bucket, server_keys
 
 
 @pytest.fixture
-def bucket(s3_server):
-    server, cfg = s3_server
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    ensure_bucket(cfg, name)
+def bucket(s3_bucket):
+    _, cfg, _, name = s3_bucket
     ensure_bucket(cfg, name)  # again: it is there, and ours
-    return s3_store(cfg, name), cfg, server, name
+    return s3_bucket
 
 
 def test_conditional_writes_are_honoured_by_the_store(bucket):
