@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -80,14 +81,18 @@ def resolve(
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
-        done = subprocess.run(
-            [*command, str(noop)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        for attempt in range(3):  # Ivy gives up on a jar at its first failed download
+            done = subprocess.run(
+                [*command, str(noop)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if done.returncode == 0 or "download failed" not in done.stdout + done.stderr:
+                break
+            time.sleep(5 * (attempt + 1))
     retrieved = folder / "jars"
     if done.returncode != 0 or not retrieved.is_dir():
         lines = [
