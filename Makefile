@@ -22,7 +22,7 @@ $(INSTALLED): pyproject.toml
 
 # The Delta jars, resolved once from Maven Central into the cache, the driver's class archive,
 # the ops tables, the Dagster home and a parsed dbt project.
-$(SETUP_DONE): $(INSTALLED)
+$(SETUP_DONE): $(INSTALLED) streaming_jobs/storage/spark.py
 	TIDEMARK_JARS_CACHE=$(JARS_CACHE) $(BIN)/tidemark setup
 	touch $@
 

@@ -204,7 +204,7 @@ def s3_bucket(s3_server):
     bucket name)."""
     import uuid
 
-    from streaming_jobs.storage.stores import ensure_bucket, s3_store
+    from streaming_jobs.core.stores import ensure_bucket, s3_store
 
     server, s3_cfg = s3_server
     name = f"t-{uuid.uuid4().hex[:10]}"

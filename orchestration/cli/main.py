@@ -40,7 +40,7 @@ from streaming_jobs.storage.spark import SparkStartupError, build_class_archive,
 from streaming_jobs.runtime.runner import StreamRunError
 from streaming_jobs.storage.kafka import KafkaSourceError
 from streaming_jobs.services.lifecycle import ServiceError
-from streaming_jobs.storage.stores import StoreError
+from streaming_jobs.core.stores import StoreError
 
 from orchestration.cli.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.lib.instance import prepare_dagster_home
@@ -256,7 +256,7 @@ def kafka(cfg: TidemarkConfig, action: str) -> int:
 
 def s3(cfg: TidemarkConfig, action: str, bucket: str | None = None) -> int:
     from streaming_jobs.services import object_store
-    from streaming_jobs.storage.stores import ensure_bucket
+    from streaming_jobs.core.stores import ensure_bucket
 
     if action == "install":
         print(

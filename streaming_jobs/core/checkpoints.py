@@ -2,11 +2,18 @@
 
 Reading: `query_id` (the checkpoint's identity), `last_committed_batch`, `last_planned_batch`.
 
-Ownership: exactly one run at a time may drive a checkpoint. The lock is an ``flock`` on
-``checkpoints/<query>.lock``. The operating system releases it when its holder exits, however
-it exits, so a crashed run never leaves a stale lock behind. The file also says who holds it
-(run, process, host, since when, whether it answers savepoint requests), for the refusal
-message and for savepoint requests.
+A checkpoint is a local folder or a prefix on an object store (`streaming_jobs.core.locations`):
+every reading here works on both.
+
+Ownership: exactly one run at a time may drive a checkpoint.
+- On a local disk the lock is an ``flock`` on ``checkpoints/<query>.lock``. The operating system
+  releases it when its holder exits, however it exits, so a crashed run never leaves a stale
+  lock behind, and a paused holder keeps it (no one can take it meanwhile). The file also says
+  who holds it (run, process, host, since when, whether it answers savepoint requests), for the
+  refusal message and for savepoint requests.
+- On an object store it is a lease, ``checkpoints/<query>.lease`` (`streaming_jobs.core.leases`):
+  taken and renewed by conditional puts, taken over when its holder stops renewing, and
+  carrying a fencing token that its holder checks before each commit.
 """
 
 from __future__ import annotations
@@ -19,11 +26,16 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.leases import Lease, LeaseHeld, holder_gone_here
+from streaming_jobs.core.locations import Location
 
-def _batch_ids(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+Where = Path | Location
+
+
+def _batch_ids(folder: Where) -> list[int]:
+    return sorted(int(n) for n in locations.names(Location.of(folder)) if n.isdigit())
 
 
 BRONZE_QUERY_PREFIX = "bronze_"
@@ -41,13 +53,13 @@ def stream_of(query: str) -> str | None:
     )
 
 
-def last_committed_batch(checkpoint: Path) -> int | None:
-    ids = _batch_ids(checkpoint / "commits")
+def last_committed_batch(checkpoint: Where) -> int | None:
+    ids = _batch_ids(Location.of(checkpoint) / "commits")
     return ids[-1] if ids else None
 
 
-def last_planned_batch(checkpoint: Path) -> int | None:
-    ids = _batch_ids(checkpoint / "offsets")
+def last_planned_batch(checkpoint: Where) -> int | None:
+    ids = _batch_ids(Location.of(checkpoint) / "offsets")
     return ids[-1] if ids else None
 
 
@@ -67,8 +79,8 @@ def _store_version(name: str) -> int | None:
 
 
 def snapshots_pending(
-    checkpoint: Path, since: float, min_deltas: int = MIN_DELTAS_FOR_SNAPSHOT
-) -> list[Path]:
+    checkpoint: Where, since: float, min_deltas: int = MIN_DELTAS_FOR_SNAPSHOT
+) -> list[Location]:
     """The state stores of ``checkpoint`` with a snapshot made and not uploaded yet.
 
     A store committed to after ``since`` (a changelog written since) whose newest changelog is
@@ -77,37 +89,36 @@ def snapshots_pending(
     store's maintenance uploads it. Until then, a process that ends loses it, and the next run
     of the job replays every changelog since the last uploaded snapshot.
     """
-    pending = []
-    state = checkpoint / "state"
-    if not state.is_dir():
-        return pending
-    for store in {p.parent for p in state.rglob("*.changelog")}:
-        changelogs, snapshots = [], [0]
-        for entry in store.iterdir():
-            version = _store_version(entry.name)
-            if version is None:
-                continue
-            if entry.name.endswith(".changelog"):
-                try:
-                    if entry.stat().st_mtime >= since:
-                        changelogs.append(version)
-                except FileNotFoundError:  # removed by the store's own cleanup meanwhile
-                    continue
-            elif entry.name.endswith(".zip"):
-                snapshots.append(version)
-        if changelogs and max(changelogs) - max(snapshots) >= min_deltas:
-            pending.append(store)
-    return sorted(pending)
+    state = Location.of(checkpoint) / "state"
+    stores: dict[str, tuple[list[int], list[int]]] = {}
+    for entry in locations.entries(state):
+        folder, _, name = entry.relative.rpartition("/")
+        version = _store_version(name)
+        if version is None:
+            continue
+        changelogs, snapshots = stores.setdefault(folder, ([], [0]))
+        if name.endswith(".changelog") and entry.modified >= since:
+            changelogs.append(version)
+        elif name.endswith(".zip"):
+            snapshots.append(version)
+    return sorted(
+        (
+            state / folder
+            for folder, (changelogs, snapshots) in stores.items()
+            if changelogs and max(changelogs) - max(snapshots) >= min_deltas
+        ),
+        key=str,
+    )
 
 
-def query_id(checkpoint: Path) -> str | None:
+def query_id(checkpoint: Where) -> str | None:
     """The query's id, written in ``metadata`` when the checkpoint is created.
 
     It is the checkpoint's identity: a checkpoint deleted and created again, or restored from a
     savepoint (which gets a new id), is a new query. Sinks key their idempotent writes by it.
     """
     try:
-        return json.loads((checkpoint / "metadata").read_text())["id"]
+        return json.loads(locations.read_text(Location.of(checkpoint) / "metadata"))["id"]
     except (OSError, ValueError, KeyError):
         return None
 
@@ -120,17 +131,41 @@ def lock_path(checkpoint: Path) -> Path:
     return checkpoint.with_name(f"{checkpoint.name}.lock")
 
 
-def owner(checkpoint: Path) -> dict | None:
+def lease_location(checkpoint: Where) -> Location:
+    """Where a checkpoint on a store keeps its lease: beside it, as ``<query>.lease``."""
+    place = Location.of(checkpoint)
+    return place.with_name(f"{place.name}.lease")
+
+
+def _lease(checkpoint: Location, holder: str, **info) -> Lease:
+    place = lease_location(checkpoint)
+    return Lease(locations.store_of(place), place.key, holder, info=info)
+
+
+def owner(checkpoint: Where) -> dict | None:
     """Who holds (or last held) the lock, as written by the holder."""
+    place = Location.of(checkpoint)
+    if place.on_store:
+        record, _ = _lease(place, "reader").read()
+        return record
     try:
-        return json.loads(lock_path(checkpoint).read_text() or "null")
+        return json.loads(lock_path(place.path).read_text() or "null")
     except (OSError, ValueError):
         return None
 
 
-def is_running(checkpoint: Path) -> bool:
-    """True when a run holds the checkpoint's lock (see `locks`)."""
-    path = lock_path(checkpoint)
+def is_running(checkpoint: Where) -> bool:
+    """True when a run holds the checkpoint's lock (see `locks`).
+
+    On a store: a lease that is not released and whose holder is not known gone (a holder on
+    another machine that died counts as running until its lease's term has passed without a
+    renewal, which only a contender waits to see).
+    """
+    place = Location.of(checkpoint)
+    if place.on_store:
+        record = owner(place)
+        return bool(record) and not record.get("released") and not holder_gone_here(record)
+    path = lock_path(place.path)
     if not path.exists():
         return False
     with open(path) as handle:
@@ -142,50 +177,83 @@ def is_running(checkpoint: Path) -> bool:
         return False
 
 
-def takes_savepoint_requests(checkpoint: Path) -> bool:
+def takes_savepoint_requests(checkpoint: Where) -> bool:
     """True when the checkpoint's current owner answers savepoint requests (a continuous run)."""
     held = owner(checkpoint) or {}
     return bool(held.get("takes_savepoint_requests")) and is_running(checkpoint)
 
 
-def clear_temp_files(checkpoint: Path) -> list[str]:
+def clear_temp_files(checkpoint: Where) -> list[str]:
     """Remove the temporary files a writer killed mid-write left in the checkpoint's logs
     (``offsets/.0.<uuid>.tmp``: Spark writes a log file under a hidden name, then renames it).
     Found by the fault harness (docs/reliability.md): with one left in ``offsets/`` before the first
     commit, Spark 4.2 refuses to start the query, forever (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY,
     "offsets should be empty on batch 0"). Only the lock's holder writes there, so under the
     lock every such file is a dead writer's. Returns what was removed."""
-    removed = []
+    place, removed = Location.of(checkpoint), []
     for folder in ("offsets", "commits"):
-        for path in (checkpoint / folder).glob(".*"):
-            if path.is_file() and path.name.endswith((".tmp", ".tmp.crc")):
-                path.unlink(missing_ok=True)
-                removed.append(f"{folder}/{path.name}")
+        for name in locations.names(place / folder):
+            if name.startswith(".") and name.endswith((".tmp", ".tmp.crc")):
+                locations.delete(place / folder / name)
+                removed.append(f"{folder}/{name}")
     return removed
 
 
+class _Held:
+    """What `checkpoint_lock` gives its block: `check` before a commit raises `Fenced` when
+    the checkpoint's lease was lost (a lock on a local disk cannot be lost while held)."""
+
+    def __init__(self, lease: Lease | None = None) -> None:
+        self.lease = lease
+
+    def check(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
+
+def _refusal(checkpoint: Where, held: dict) -> CheckpointBusy:
+    return CheckpointBusy(
+        f"checkpoint {checkpoint} is owned by {held.get('holder', 'another run')} "
+        f"(pid {held.get('pid', '?')} on {held.get('host', '?')}, since "
+        f"{held.get('since', '?')}); exactly one run may drive a job's checkpoint. "
+        "Stop that run first (terminate it in Dagster, or Ctrl-C the command), then "
+        "start this one again."
+    )
+
+
 @contextmanager
-def checkpoint_lock(checkpoint: Path, holder: str, *, takes_savepoint_requests: bool = False):
-    """Hold ``checkpoint``'s lock for the block, or raise `CheckpointBusy` at once.
+def checkpoint_lock(checkpoint: Where, holder: str, *, takes_savepoint_requests: bool = False):
+    """Hold ``checkpoint``'s lock for the block, or raise `CheckpointBusy` (at once on a local
+    disk; on a store, once a live holder is seen renewing, or after waiting out a dead holder's
+    term on another machine, which is then taken over).
 
     ``takes_savepoint_requests``: the holder answers savepoint requests while it holds the lock
-    (recorded in the lock file, for `savepoints.request`'s callers).
+    (recorded with the lock, for `savepoints.request`'s callers).
     """
-    path = lock_path(checkpoint)
+    place = Location.of(checkpoint)
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if place.on_store:
+        lease = _lease(
+            place, holder, since=since, takes_savepoint_requests=takes_savepoint_requests
+        )
+        try:
+            lease.__enter__()
+        except LeaseHeld:
+            raise _refusal(place, owner(place) or {}) from None
+        try:
+            clear_temp_files(place)  # a killed holder's half-written log files
+            yield _Held(lease)
+        finally:
+            lease.__exit__(None, None, None)
+        return
+    path = lock_path(place.path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")  # noqa: SIM115 - held for the block
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            held = owner(checkpoint) or {}
-            raise CheckpointBusy(
-                f"checkpoint {checkpoint} is owned by {held.get('holder', 'another run')} "
-                f"(pid {held.get('pid', '?')} on {held.get('host', '?')}, since "
-                f"{held.get('since', '?')}); exactly one run may drive a job's checkpoint. "
-                "Stop that run first (terminate it in Dagster, or Ctrl-C the command), then "
-                "start this one again."
-            ) from None
+            raise _refusal(place, owner(place) or {}) from None
         handle.seek(0)
         handle.truncate()
         handle.write(
@@ -194,13 +262,13 @@ def checkpoint_lock(checkpoint: Path, holder: str, *, takes_savepoint_requests: 
                     "holder": holder,
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
-                    "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "since": since,
                     "takes_savepoint_requests": takes_savepoint_requests,
                 }
             )
         )
         handle.flush()
-        clear_temp_files(checkpoint)  # a killed holder's half-written log files
-        yield
+        clear_temp_files(place)  # a killed holder's half-written log files
+        yield _Held()
     finally:
         handle.close()  # releases the flock

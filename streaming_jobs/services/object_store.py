@@ -41,7 +41,7 @@ from pathlib import Path
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.services.lifecycle import HOST, Service, ServiceError
 from streaming_jobs.services.processes import accepts, free_port, port_free
-from streaming_jobs.storage.stores import server_keys
+from streaming_jobs.core.stores import server_keys
 
 SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
 SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
@@ -201,6 +201,8 @@ class ObjectStoreServer(Service):
             # nothing else it could open: the Iceberg and Lance catalogues are off
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
+            # it reports nothing to anyone (SeaweedFS sends usage statistics by default)
+            "-master.telemetry=false",
         ]
         # weed reads master.toml from its working folder: a bucket's first write grows one
         # volume for it, not seven (SeaweedFS's default for a production cluster)

@@ -404,9 +404,9 @@ def cluster_conf(cfg: TidemarkConfig) -> dict[str, str]:
 
 
 def s3a_settings(cfg: TidemarkConfig) -> dict[str, str]:
-    """Hadoop S3A's settings for ``cfg``'s object store (`streaming_jobs.storage.stores` has
+    """Hadoop S3A's settings for ``cfg``'s object store (`streaming_jobs.core.stores` has
     the same store for Python): endpoint, region, path style, and the keys."""
-    from streaming_jobs.storage.stores import keys
+    from streaming_jobs.core.stores import keys
 
     signed = keys(cfg)
     return {

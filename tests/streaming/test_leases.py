@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from streaming_jobs.storage.leases import Fenced, Lease, LeaseHeld
-from streaming_jobs.storage.stores import s3_options
+from streaming_jobs.core.leases import Fenced, Lease, LeaseHeld
+from streaming_jobs.core.stores import s3_options
 
 # A process that takes the lease, says so, and commits rows to a Delta table on the store
 # (delta-rs) when told, after checking its lease: what a run does before each batch's commit.
@@ -26,8 +26,8 @@ HOLDER = textwrap.dedent(
     from deltalake import write_deltalake
     import pyarrow as pa
     from streaming_jobs.core.config import TidemarkConfig
-    from streaming_jobs.storage.leases import Fenced, Lease
-    from streaming_jobs.storage.stores import s3_options, s3_store
+    from streaming_jobs.core.leases import Fenced, Lease
+    from streaming_jobs.core.stores import s3_options, s3_store
 
     bucket, key, table, seconds = sys.argv[1:5]
     cfg = TidemarkConfig.from_env()

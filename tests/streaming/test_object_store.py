@@ -1,6 +1,6 @@
 """The project's own S3-compatible store, as tidemark's guarantees need it: signed requests
 only, server-side copies, and the two conditional writes (create if absent, update if
-unchanged) through tidemark's one Python storage layer (`streaming_jobs.storage.stores`)."""
+unchanged) through tidemark's one Python storage layer (`streaming_jobs.core.stores`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import obstore
 import pytest
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-from streaming_jobs.storage.stores import ensure_bucket, server_keys
+from streaming_jobs.core.stores import ensure_bucket, server_keys
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import functions as F
 
+from streaming_jobs.core.checkpoints import last_committed_batch, query_id
+from streaming_jobs.core.locations import Location
 from streaming_jobs.storage.spark import use_object_store
-from streaming_jobs.storage.stores import keys
+from streaming_jobs.core.stores import keys
 
 BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -73,6 +75,11 @@ def test_a_stateful_stream_runs_with_its_tables_and_checkpoint_on_the_store(spar
         got[(row["window"]["start"].replace(tzinfo=timezone.utc), row["key"])] += row["n"]
     assert len(gold) == len(got)  # each window once
     assert got == _windows_closed(first + second, timedelta(seconds=30))
+
+    # tidemark reads the checkpoint Spark wrote on the store, as it reads a local one
+    checkpoint = Location.of(f"s3://{bucket}/lake/checkpoints/minutely", s3_cfg.s3)
+    assert query_id(checkpoint) == str(query.id)
+    assert last_committed_batch(checkpoint) == query.lastProgress["batchId"] >= 1
 
     secret = keys(s3_cfg).secret_access_key
     conf = "\n".join(f"{k}={v}" for k, v in spark.sparkContext.getConf().getAll())

@@ -70,7 +70,7 @@ def test_a_continuous_run_stopped_right_after_a_snapshot_leaves_it_uploaded(spar
     checkpoint = cfg.paths.checkpoint(spec.name)
     began = time.time()
     landed: list[int | None] = []  # the job's last committed batch when each wave landed
-    pending_at_stop: list[Path] = []
+    pending_at_stop: list = []  # Locations of state stores
 
     def should_stop() -> bool:
         pending = snapshots_pending(checkpoint, began, MIN_DELTAS)
@@ -104,6 +104,6 @@ def test_a_continuous_run_stopped_right_after_a_snapshot_leaves_it_uploaded(spar
     assert pending_at_stop, "the run stopped without a snapshot made"
     # as the run returns (its process may end now): every snapshot made is in the checkpoint
     assert snapshots_pending(checkpoint, began, MIN_DELTAS) == []
-    for store in pending_at_stop:
+    for store in (pending.path for pending in pending_at_stop):
         assert versions(store, ".zip"), sorted(p.name for p in store.iterdir())
         assert versions(store, ".changelog")[-1] - max(versions(store, ".zip")) < MIN_DELTAS

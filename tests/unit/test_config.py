@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from streaming_jobs.core.config import ConfigError, TidemarkConfig
 from streaming_jobs.storage.spark import (
     DELTA_PACKAGE,
     KAFKA_PACKAGE,
+    S3A_PACKAGES,
     SparkStartupError,
     check_java,
     spark_conf,
@@ -68,14 +70,13 @@ def test_jars_come_from_the_cache_once_resolved(tmp_path):
         {"TIDEMARK_JARS_CACHE": str(cache), "TIDEMARK_DATA_ROOT": str(tmp_path)}
     )
     conf = spark_conf(cfg)
-    assert conf["spark.jars.packages"] == f"{DELTA_PACKAGE},{KAFKA_PACKAGE}"
+    wanted = [DELTA_PACKAGE, KAFKA_PACKAGE, *S3A_PACKAGES]
+    assert conf["spark.jars.packages"] == ",".join(wanted)
     assert "spark.jars" not in conf
     jar = cache / "jars" / "delta.jar"
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"")
-    (cache / "tidemark-jars.json").write_text(
-        '{"packages": ["%s", "%s"], "jars": ["%s"]}' % (DELTA_PACKAGE, KAFKA_PACKAGE, jar)
-    )
+    (cache / "tidemark-jars.json").write_text(json.dumps({"packages": wanted, "jars": [str(jar)]}))
     conf = spark_conf(cfg)
     assert conf["spark.jars"] == str(jar) and "spark.jars.packages" not in conf
 
@@ -221,7 +222,7 @@ def test_the_settings_reference_is_generated_from_the_code_and_covers_every_vari
 
 
 def test_object_store_keys_stay_out_of_reprs_and_the_own_server_is_recognised():
-    from streaming_jobs.storage.stores import Keys
+    from streaming_jobs.core.stores import Keys
 
     cfg = TidemarkConfig.from_env(
         {

@@ -4,8 +4,9 @@ Each layer is a list of folders (a module may import its own layer and the ones 
 first:
 
     base           streaming_jobs/core/ (config, settings, checkpoints, delta_log, validation,
-                   interrupts) and the job API at the package's top: spec, schemas, intervals,
-                   stateful/ (what job files import)
+                   interrupts, and the data root's places, stores and leases) and the job API
+                   at the package's top: spec, schemas, intervals, stateful/ (what job files
+                   import)
     storage        streaming_jobs/storage/ (Spark, Delta, the ops tables, the registry,
                    expectations, restores, Kafka's reader) and the built-in jobs/
     runtime        streaming_jobs/runtime/ (ingestion, gold, progress, analysis, the runner)

@@ -69,7 +69,7 @@ def _start_ticks(pid: int) -> str:
         return ""
 
 
-def _gone_here(record: dict) -> bool:
+def holder_gone_here(record: dict) -> bool:
     """True when the record's holder ran on this machine, since its last boot, and is gone."""
     if record.get("host") != socket.gethostname() or record.get("boot") != _boot_id():
         return False
@@ -172,7 +172,7 @@ class Lease:
             if watched and watched[0] != etag and not record.get("released"):
                 raise self._held(record)
             lapsed = watched is not None and now - watched[1] >= term
-            if record.get("released") or _gone_here(record) or lapsed:
+            if record.get("released") or holder_gone_here(record) or lapsed:
                 token = int(record.get("token") or 0) + 1
                 try:
                     self._etag = self._put(self._record(token), {"e_tag": etag})
@@ -206,7 +206,7 @@ class Lease:
                 raise Fenced(self._fenced)
             try:
                 self._etag = self._put(self._record(self.token), {"e_tag": self._etag})
-            except (PreconditionError, NotFoundError):
+            except (PreconditionError, NotFoundError, FileNotFoundError):
                 record, _ = self.read()
                 self._fenced = (
                     f"lease {self.key} (token {self.token}) was taken over by "
@@ -254,7 +254,7 @@ class Lease:
                 self._record(self.token, released=True),
                 mode={"e_tag": self._etag},
             )
-        except (PreconditionError, NotFoundError):
+        except (PreconditionError, NotFoundError, FileNotFoundError):
             pass  # taken over already: nothing of ours to give back
         self.token = None
 

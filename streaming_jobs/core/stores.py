@@ -18,7 +18,13 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.config import ObjectStoreSettings, TidemarkConfig
+
+StoreSettings = TidemarkConfig | ObjectStoreSettings
+
+
+def _s3(cfg: StoreSettings) -> ObjectStoreSettings:
+    return cfg if isinstance(cfg, ObjectStoreSettings) else cfg.s3
 
 
 @dataclass(frozen=True)
@@ -32,16 +38,17 @@ class Keys:
         return "Keys(<secret>)"
 
 
-def server_keys(cfg: TidemarkConfig) -> Keys:
+def server_keys(cfg: StoreSettings) -> Keys:
     """The project's server's keys, made at its first start (readable by this user only)."""
-    path = cfg.s3.home / "identities.json"
+    home = _s3(cfg).home
+    path = home / "identities.json"
     try:
         identity = json.loads(path.read_text())["identities"][0]["credentials"][0]
         return Keys(identity["accessKey"], identity["secretKey"])
     except (OSError, ValueError, KeyError, IndexError):
         pass
     keys = Keys(f"tidemark{secrets.token_hex(4)}", secrets.token_urlsafe(30))
-    cfg.s3.home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
     config = {
         "identities": [
             {
@@ -61,14 +68,15 @@ def server_keys(cfg: TidemarkConfig) -> Keys:
     return keys
 
 
-def keys(cfg: TidemarkConfig) -> Keys:
+def keys(cfg: StoreSettings) -> Keys:
     """The keys tidemark signs with: yours (``TIDEMARK_S3_ACCESS_KEY_ID`` and its secret), or
     the project's server's."""
-    if cfg.s3.access_key_id and cfg.s3.secret_access_key:
-        return Keys(cfg.s3.access_key_id, cfg.s3.secret_access_key)
-    if not cfg.s3.own_server:
+    s3 = _s3(cfg)
+    if s3.access_key_id and s3.secret_access_key:
+        return Keys(s3.access_key_id, s3.secret_access_key)
+    if not s3.own_server:
         raise StoreError(
-            f"TIDEMARK_S3_ENDPOINT={cfg.s3.endpoint} needs keys: set TIDEMARK_S3_ACCESS_KEY_ID "
+            f"TIDEMARK_S3_ENDPOINT={s3.endpoint} needs keys: set TIDEMARK_S3_ACCESS_KEY_ID "
             "and TIDEMARK_S3_SECRET_ACCESS_KEY"
         )
     return server_keys(cfg)
@@ -78,23 +86,23 @@ class StoreError(RuntimeError):
     """An object store cannot be reached as set; the message names the setting to fix."""
 
 
-def s3_options(cfg: TidemarkConfig) -> dict[str, str]:
+def s3_options(cfg: StoreSettings) -> dict[str, str]:
     """The S3 settings in object_store's names (obstore's ``S3Store`` and delta-rs's
     ``storage_options`` both take them): the endpoint, region, path style, the keys, and
     conditional puts by the standard precondition headers."""
-    signed = keys(cfg)
+    signed, s3 = keys(cfg), _s3(cfg)
     return {
-        "endpoint": cfg.s3.endpoint.rstrip("/"),
-        "region": cfg.s3.region,
+        "endpoint": s3.endpoint.rstrip("/"),
+        "region": s3.region,
         "access_key_id": signed.access_key_id,
         "secret_access_key": signed.secret_access_key,
-        "virtual_hosted_style_request": "false" if cfg.s3.path_style else "true",
+        "virtual_hosted_style_request": "false" if s3.path_style else "true",
         "conditional_put": "etag",
-        "allow_http": "true" if cfg.s3.endpoint.startswith("http://") else "false",
+        "allow_http": "true" if s3.endpoint.startswith("http://") else "false",
     }
 
 
-def s3_store(cfg: TidemarkConfig, bucket: str, prefix: str | None = None):
+def s3_store(cfg: StoreSettings, bucket: str, prefix: str | None = None):
     """An obstore store over ``bucket`` (under ``prefix``), signed with tidemark's keys."""
     from obstore.store import S3Store
 
@@ -108,7 +116,7 @@ def s3_store(cfg: TidemarkConfig, bucket: str, prefix: str | None = None):
     )
 
 
-def ensure_bucket(cfg: TidemarkConfig, bucket: str) -> None:
+def ensure_bucket(cfg: StoreSettings, bucket: str) -> None:
     """Create ``bucket`` unless it is there already and yours (S3's CreateBucket, signed with
     tidemark's keys)."""
     import urllib.error
@@ -128,6 +136,6 @@ def ensure_bucket(cfg: TidemarkConfig, bucket: str) -> None:
         if refused.code == 409 and "BucketAlreadyOwnedByYou" in said:
             return
         raise StoreError(
-            f"{cfg.s3.endpoint} refused to create bucket {bucket} ({refused.code}): "
+            f"{_s3(cfg).endpoint} refused to create bucket {bucket} ({refused.code}): "
             f"{said[:300]}; create it yourself, or check the keys' permissions"
         ) from None

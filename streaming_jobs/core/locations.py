@@ -1,0 +1,273 @@
+"""Places under a data root, on a local disk or an object store, addressed alike, and the file
+operations tidemark does on them.
+
+A `Location` is ``/data/tidemark/checkpoints/orders`` or
+``s3://bucket/prefix/checkpoints/orders``. Spark reads the second as ``s3a://...``
+(`Location.spark`), delta-rs and obstore as ``s3://...`` (`Location.url`). The functions below
+are the file operations on such places: local ones go to the file system, store ones to obstore
+(`streaming_jobs.core.stores`), one client per bucket.
+
+An object store has no folders: a "folder" is a key prefix, there while a key is under it. It
+has no rename either, so nothing here offers one; a write of one object is atomic on both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from streaming_jobs.core.config import ObjectStoreSettings
+
+STORE_SCHEMES = ("s3://", "s3a://")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A file or folder: ``url`` is an absolute local path or ``s3://bucket/key``; ``s3`` is
+    the store's settings (its keys stay out of the repr)."""
+
+    url: str
+    s3: ObjectStoreSettings | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, where: str | Path | Location, s3: ObjectStoreSettings | None = None) -> Location:
+        if isinstance(where, Location):
+            return where
+        text = str(where)
+        for scheme in STORE_SCHEMES:
+            if text.startswith(scheme):
+                rest = text[len(scheme) :].strip("/")
+                if not rest or rest.startswith("/"):
+                    raise ValueError(f"{text!r} names no bucket: use s3://bucket/prefix")
+                return cls(f"s3://{rest}", s3 or ObjectStoreSettings())
+        return cls(str(Path(text).resolve()))
+
+    @property
+    def on_store(self) -> bool:
+        return self.url.startswith("s3://")
+
+    @property
+    def path(self) -> Path:
+        """The local path; an error for a place on a store (there is no path to give)."""
+        if self.on_store:
+            raise TypeError(f"{self.url} is on an object store: it has no local path")
+        return Path(self.url)
+
+    @property
+    def bucket(self) -> str:
+        return self.url[len("s3://") :].split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """The object key (the part after the bucket), without a leading slash."""
+        parts = self.url[len("s3://") :].split("/", 1)
+        return parts[1] if len(parts) > 1 else ""
+
+    @property
+    def spark(self) -> str:
+        """How Spark addresses it: the local path, or ``s3a://bucket/key``."""
+        return "s3a://" + self.url[len("s3://") :] if self.on_store else self.url
+
+    @property
+    def name(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> Location:
+        return Location(self.url.rstrip("/").rsplit("/", 1)[0], self.s3)
+
+    def __truediv__(self, part: str) -> Location:
+        return Location(f"{self.url.rstrip('/')}/{part.strip('/')}", self.s3)
+
+    def with_name(self, name: str) -> Location:
+        return self.parent / name
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file found by `entries`: its path relative to the folder listed, size, change time."""
+
+    relative: str
+    size: int
+    modified: float  # seconds since the epoch
+
+
+_clients: dict[tuple, object] = {}
+_clients_guard = threading.Lock()
+
+
+def store_of(where: Location):
+    """The obstore client for ``where``'s bucket (one per bucket and settings, kept)."""
+    s3 = where.s3 or ObjectStoreSettings()
+    ident = (s3.endpoint, s3.region, s3.path_style, s3.access_key_id, str(s3.home), where.bucket)
+    with _clients_guard:
+        if ident not in _clients:
+            from streaming_jobs.core.stores import s3_store
+
+            _clients[ident] = s3_store(s3, where.bucket)
+        return _clients[ident]
+
+
+def _prefix(where: Location) -> str | None:
+    """The key prefix to list a folder by: object_store lists by whole path segments, so
+    ``a/b`` lists ``a/b/...`` and not ``a/bc``."""
+    return where.key.rstrip("/") or None
+
+
+def _relative(where: Location, path: str) -> str:
+    prefix = _prefix(where)
+    return path[len(prefix) + 1 :] if prefix else path
+
+
+def read_bytes(where: Location) -> bytes:
+    """The file's bytes; FileNotFoundError when there is none."""
+    if not where.on_store:
+        return where.path.read_bytes()
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        return bytes(obstore.get(store_of(where), where.key).bytes())
+    except (NotFoundError, FileNotFoundError):
+        raise FileNotFoundError(where.url) from None
+
+
+def read_text(where: Location) -> str:
+    return read_bytes(where).decode()
+
+
+def write_bytes(where: Location, data: bytes) -> None:
+    """Write the whole file at once: a reader sees the old content or the new, never a part."""
+    if where.on_store:
+        import obstore
+
+        obstore.put(store_of(where), where.key, data)
+        return
+    where.path.parent.mkdir(parents=True, exist_ok=True)
+    partial = where.path.with_name(f".{where.name}.{uuid.uuid4().hex[:8]}.tmp")
+    partial.write_bytes(data)
+    os.replace(partial, where.path)
+
+
+def is_file(where: Location) -> bool:
+    if not where.on_store:
+        return where.path.is_file()
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        obstore.head(store_of(where), where.key)
+        return True
+    except (NotFoundError, FileNotFoundError):
+        return False
+
+
+def is_dir(where: Location) -> bool:
+    """A local folder, or a prefix with at least one key under it."""
+    if not where.on_store:
+        return where.path.is_dir()
+    import obstore
+
+    for batch in obstore.list(store_of(where), _prefix(where), chunk_size=1):
+        if batch:
+            return True
+    return False
+
+
+def exists(where: Location) -> bool:
+    return is_file(where) or is_dir(where)
+
+
+def names(where: Location) -> list[str]:
+    """The names directly in a folder (files and folders), sorted; [] when it is not there."""
+    if not where.on_store:
+        try:
+            return sorted(p.name for p in where.path.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    import obstore
+
+    listed = obstore.list_with_delimiter(store_of(where), _prefix(where))
+    found = [o["path"].rsplit("/", 1)[-1] for o in listed["objects"]]
+    # a folder counts while a key is under it: some stores (SeaweedFS) keep listing a folder
+    # emptied by deletes for a while
+    found += [
+        folder.rstrip("/").rsplit("/", 1)[-1]
+        for folder in listed["common_prefixes"]
+        if is_dir(Location(f"s3://{where.bucket}/{folder.rstrip('/')}", where.s3))
+    ]
+    return sorted(set(found))
+
+
+def entries(where: Location) -> list[Entry]:
+    """Every file under a folder, at any depth, with size and change time; [] when absent."""
+    if not where.on_store:
+        root = where.path
+        if not root.is_dir():
+            return []
+        found = []
+        for path in root.rglob("*"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            if path.is_file():
+                found.append(Entry(str(path.relative_to(root)), stat.st_size, stat.st_mtime))
+        return sorted(found, key=lambda e: e.relative)
+    import obstore
+
+    found = []
+    for batch in obstore.list(store_of(where), _prefix(where)):
+        for meta in batch:
+            modified: datetime = meta["last_modified"]
+            found.append(
+                Entry(_relative(where, meta["path"]), int(meta["size"]), modified.timestamp())
+            )
+    return sorted(found, key=lambda e: e.relative)
+
+
+def delete(where: Location) -> None:
+    """Remove one file (nothing when it is not there)."""
+    if not where.on_store:
+        where.path.unlink(missing_ok=True)
+        return
+    import obstore
+
+    obstore.delete(store_of(where), where.key)
+
+
+def delete_tree(where: Location) -> None:
+    """Remove a folder and everything under it (nothing when it is not there)."""
+    if not where.on_store:
+        shutil.rmtree(where.path, ignore_errors=True)
+        return
+    import obstore
+
+    store = store_of(where)
+    for batch in obstore.list(store, _prefix(where)):
+        obstore.delete(store, [meta["path"] for meta in batch])
+
+
+def copy_tree(source: Location, target: Location) -> int:
+    """Copy every file under ``source`` to the same place under ``target`` (on a store, copies
+    the server makes: no byte passes through this process). Returns the number copied."""
+    if source.on_store != target.on_store or (source.on_store and source.bucket != target.bucket):
+        raise ValueError(f"copy {source} to {target}: both must be in one bucket or on one disk")
+    if not source.on_store:
+        shutil.copytree(source.path, target.path, dirs_exist_ok=True)
+        return sum(1 for p in target.path.rglob("*") if p.is_file())
+    import obstore
+
+    store, copied = store_of(source), 0
+    for entry in entries(source):
+        obstore.copy(store, (source / entry.relative).key, (target / entry.relative).key)
+        copied += 1
+    return copied

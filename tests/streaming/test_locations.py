@@ -1,0 +1,101 @@
+"""The file operations on a data root's places give the same answers on a local disk and on the
+project's real S3-compatible server; a checkpoint Spark wrote on the store is read, and owned,
+as a local one is."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from streaming_jobs.core import locations
+from streaming_jobs.core.checkpoints import (
+    CheckpointBusy,
+    checkpoint_lock,
+    clear_temp_files,
+    is_running,
+    last_committed_batch,
+    last_planned_batch,
+    owner,
+    query_id,
+)
+from streaming_jobs.core.locations import Location
+
+
+@pytest.fixture(params=["local", "store"])
+def place(request, tmp_path):
+    if request.param == "local":
+        return Location.of(tmp_path / "root")
+    _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
+    return Location.of(f"s3://{bucket}/root", s3_cfg.s3)
+
+
+def test_the_file_operations_agree_on_disk_and_on_the_store(place):
+    assert not locations.exists(place) and locations.names(place) == []
+    files = {"a/1.json": b"one", "a/b/2.json": b"two!", "a/bc.json": b"3", "top.txt": b""}
+    for relative, data in files.items():
+        locations.write_bytes(place / relative, data)
+    assert locations.names(place) == ["a", "top.txt"]
+    assert locations.names(place / "a") == ["1.json", "b", "bc.json"]
+    assert locations.is_dir(place / "a/b") and not locations.is_file(place / "a/b")
+    assert locations.is_file(place / "a/1.json") and not locations.is_dir(place / "a/1.json")
+    assert not locations.exists(place / "a/b/nothing")
+    found = locations.entries(place)
+    assert {e.relative: e.size for e in found} == {k: len(v) for k, v in files.items()}
+    assert all(abs(e.modified - time.time()) < 120 for e in found)
+    assert locations.read_text(place / "a/b/2.json") == "two!"
+    with pytest.raises(FileNotFoundError):
+        locations.read_bytes(place / "a/none.json")
+
+    assert locations.copy_tree(place / "a", place / "copy") == 3
+    assert [e.relative for e in locations.entries(place / "copy")] == [
+        "1.json",
+        "b/2.json",
+        "bc.json",
+    ]
+    locations.delete_tree(place / "a")
+    assert locations.names(place) == ["copy", "top.txt"]
+    locations.delete(place / "top.txt")
+    locations.delete(place / "top.txt")  # nothing there: no error
+    assert locations.names(place) == ["copy"]
+
+
+def test_a_checkpoint_is_read_and_cleared_alike(place):
+    checkpoint = place / "checkpoints" / "orders"
+    assert last_committed_batch(checkpoint) is None and query_id(checkpoint) is None
+    locations.write_bytes(checkpoint / "metadata", b'{"id":"5f0c"}')
+    for batch in (0, 1, 2):
+        locations.write_bytes(checkpoint / "offsets" / str(batch), b"v1")
+    for batch in (0, 1):
+        locations.write_bytes(checkpoint / "commits" / str(batch), b"v1")
+    locations.write_bytes(checkpoint / "offsets" / ".3.9f1e.tmp", b"half")
+    assert (last_planned_batch(checkpoint), last_committed_batch(checkpoint)) == (2, 1)
+    assert query_id(checkpoint) == "5f0c"
+    assert clear_temp_files(checkpoint) == ["offsets/.3.9f1e.tmp"]
+    assert locations.names(checkpoint / "offsets") == ["0", "1", "2"]
+
+
+def test_a_checkpoint_on_the_store_has_one_owner(s3_bucket):
+    _, s3_cfg, _, bucket = s3_bucket
+    checkpoint = Location.of(f"s3://{bucket}/checkpoints/orders", s3_cfg.s3)
+    refused: list[str] = []
+    with checkpoint_lock(checkpoint, "run-1", takes_savepoint_requests=True) as held:
+        held.check()
+        assert is_running(checkpoint) and owner(checkpoint)["holder"] == "run-1"
+        assert owner(checkpoint)["takes_savepoint_requests"] is True
+
+        def contend():
+            try:
+                with checkpoint_lock(checkpoint, "run-2"):
+                    pass
+            except CheckpointBusy as busy:
+                refused.append(str(busy))
+
+        other = threading.Thread(target=contend)
+        other.start()
+        other.join(timeout=60)
+    assert len(refused) == 1 and "owned by run-1" in refused[0]
+    assert not is_running(checkpoint) and owner(checkpoint)["released"] is True
+    with checkpoint_lock(checkpoint, "run-2"):
+        assert owner(checkpoint)["holder"] == "run-2" and owner(checkpoint)["token"] == 2
