@@ -9,6 +9,7 @@ from the commits since a version: the statistics of the files they added (the ea
 event, the least ingestion batch), which incremental reconciliation and retention's progress
 fold use to read only what is new.
 
+A table is a local folder or a place on an object store (`streaming_jobs.core.locations`).
 Only the JSON commit files are read (Delta keeps them for 30 days by default, checkpoints or
 not), newest first, so the cost follows how far back the wanted batch is.
 """
@@ -19,6 +20,9 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
+
 # how many of a table's newest commits are searched for its newest ingestion batch
 NEWEST_BATCH_LOOKBACK = 50
 
@@ -27,12 +31,17 @@ def log_dir(table: Path) -> Path:
     return Path(table) / "_delta_log"
 
 
-def commit_versions(table: Path) -> list[int]:
+def _log(table: Path | Location) -> Location:
+    return Location.of(table) / "_delta_log"
+
+
+def commit_versions(table: Path | Location) -> list[int]:
     """The versions whose JSON commit file is present, ascending."""
-    folder = log_dir(table)
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+    return sorted(
+        int(name[: -len(".json")])
+        for name in locations.names(_log(table))
+        if name.endswith(".json") and name[: -len(".json")].isdigit()
+    )
 
 
 def latest_version(table: Path) -> int | None:
@@ -41,9 +50,9 @@ def latest_version(table: Path) -> int | None:
     return versions[-1] if versions else None
 
 
-def commit_actions(table: Path, version: int) -> list[dict]:
-    path = log_dir(table) / f"{version:020d}.json"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def commit_actions(table: Path | Location, version: int) -> list[dict]:
+    text = locations.read_text(_log(table) / f"{version:020d}.json")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 # Commits that write rows, and the operation metrics that count them (OPTIMIZE and VACUUM

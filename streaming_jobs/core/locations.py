@@ -45,7 +45,7 @@ class Location:
                 if not rest or rest.startswith("/"):
                     raise ValueError(f"{text!r} names no bucket: use s3://bucket/prefix")
                 return cls(f"s3://{rest}", s3 or ObjectStoreSettings())
-        return cls(str(Path(text).resolve()))
+        return cls(os.path.abspath(text))
 
     @property
     def on_store(self) -> bool:
@@ -91,6 +91,9 @@ class Location:
         return self.url
 
 
+Where = Path | Location
+
+
 @dataclass(frozen=True)
 class Entry:
     """One file found by `entries`: its path relative to the folder listed, size, change time."""
@@ -127,8 +130,9 @@ def _relative(where: Location, path: str) -> str:
     return path[len(prefix) + 1 :] if prefix else path
 
 
-def read_bytes(where: Location) -> bytes:
+def read_bytes(where: Where) -> bytes:
     """The file's bytes; FileNotFoundError when there is none."""
+    where = Location.of(where)
     if not where.on_store:
         return where.path.read_bytes()
     import obstore
@@ -140,24 +144,35 @@ def read_bytes(where: Location) -> bytes:
         raise FileNotFoundError(where.url) from None
 
 
-def read_text(where: Location) -> str:
+def read_text(where: Where) -> str:
     return read_bytes(where).decode()
 
 
-def write_bytes(where: Location, data: bytes) -> None:
+def write_bytes(where: Where, data: bytes) -> None:
     """Write the whole file at once: a reader sees the old content or the new, never a part."""
+    where = Location.of(where)
     if where.on_store:
         import obstore
 
         obstore.put(store_of(where), where.key, data)
         return
-    where.path.parent.mkdir(parents=True, exist_ok=True)
-    partial = where.path.with_name(f".{where.name}.{uuid.uuid4().hex[:8]}.tmp")
-    partial.write_bytes(data)
+    folder = where.path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{where.name}.{uuid.uuid4().hex[:8]}.tmp"
+    with open(partial, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(partial, where.path)
+    handle = os.open(folder, os.O_RDONLY)  # the rename made durable too
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
-def is_file(where: Location) -> bool:
+def is_file(where: Where) -> bool:
+    where = Location.of(where)
     if not where.on_store:
         return where.path.is_file()
     import obstore
@@ -170,8 +185,9 @@ def is_file(where: Location) -> bool:
         return False
 
 
-def is_dir(where: Location) -> bool:
+def is_dir(where: Where) -> bool:
     """A local folder, or a prefix with at least one key under it."""
+    where = Location.of(where)
     if not where.on_store:
         return where.path.is_dir()
     import obstore
@@ -182,12 +198,13 @@ def is_dir(where: Location) -> bool:
     return False
 
 
-def exists(where: Location) -> bool:
+def exists(where: Where) -> bool:
     return is_file(where) or is_dir(where)
 
 
-def names(where: Location) -> list[str]:
+def names(where: Where) -> list[str]:
     """The names directly in a folder (files and folders), sorted; [] when it is not there."""
+    where = Location.of(where)
     if not where.on_store:
         try:
             return sorted(p.name for p in where.path.iterdir())
@@ -207,8 +224,9 @@ def names(where: Location) -> list[str]:
     return sorted(set(found))
 
 
-def entries(where: Location) -> list[Entry]:
+def entries(where: Where) -> list[Entry]:
     """Every file under a folder, at any depth, with size and change time; [] when absent."""
+    where = Location.of(where)
     if not where.on_store:
         root = where.path
         if not root.is_dir():
@@ -234,8 +252,9 @@ def entries(where: Location) -> list[Entry]:
     return sorted(found, key=lambda e: e.relative)
 
 
-def delete(where: Location) -> None:
+def delete(where: Where) -> None:
     """Remove one file (nothing when it is not there)."""
+    where = Location.of(where)
     if not where.on_store:
         where.path.unlink(missing_ok=True)
         return
@@ -244,8 +263,9 @@ def delete(where: Location) -> None:
     obstore.delete(store_of(where), where.key)
 
 
-def delete_tree(where: Location) -> None:
+def delete_tree(where: Where) -> None:
     """Remove a folder and everything under it (nothing when it is not there)."""
+    where = Location.of(where)
     if not where.on_store:
         shutil.rmtree(where.path, ignore_errors=True)
         return
@@ -256,18 +276,26 @@ def delete_tree(where: Location) -> None:
         obstore.delete(store, [meta["path"] for meta in batch])
 
 
-def copy_tree(source: Location, target: Location) -> int:
-    """Copy every file under ``source`` to the same place under ``target`` (on a store, copies
-    the server makes: no byte passes through this process). Returns the number copied."""
+def copy_tree(source: Where, target: Where, *, skip: tuple[str, ...] = ()) -> int:
+    """Copy every file under ``source`` (but those whose relative path is in ``skip``) to the
+    same place under ``target``; returns the number copied. On a store the server makes the
+    copies (no byte passes through this process). The copies are new files on both: their
+    times say when they were copied."""
+    source, target = Location.of(source), Location.of(target)
     if source.on_store != target.on_store or (source.on_store and source.bucket != target.bucket):
         raise ValueError(f"copy {source} to {target}: both must be in one bucket or on one disk")
-    if not source.on_store:
-        shutil.copytree(source.path, target.path, dirs_exist_ok=True)
-        return sum(1 for p in target.path.rglob("*") if p.is_file())
-    import obstore
-
-    store, copied = store_of(source), 0
+    copied = 0
     for entry in entries(source):
-        obstore.copy(store, (source / entry.relative).key, (target / entry.relative).key)
+        if entry.relative in skip:
+            continue
+        if source.on_store:
+            import obstore
+
+            obstore.copy(
+                store_of(source), (source / entry.relative).key, (target / entry.relative).key
+            )
+        else:
+            (target / entry.relative).path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy((source / entry.relative).path, (target / entry.relative).path)
         copied += 1
     return copied

@@ -41,6 +41,8 @@ from streaming_jobs.storage.failures import RELEASED, failure_rows, held
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
 from streaming_jobs.core.checkpoints import is_running
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
 
 CRITICAL, WARNING = "critical", "warning"
 
@@ -52,16 +54,14 @@ class Finding:
     message: str
 
 
-def _ids(folder: Path) -> list[int]:
-    return (
-        sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
-    )
+def _ids(folder: Location) -> list[int]:
+    return sorted(int(n) for n in locations.names(folder) if n.isdigit())
 
 
-def _log_file_error(path: Path) -> str | None:
+def _log_file_error(path: Location) -> str | None:
     """Why a checkpoint log file (``v1`` then JSON lines) cannot be read, or None."""
     try:
-        lines = path.read_text().splitlines()
+        lines = locations.read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         return f"{path.name}: unreadable ({type(exc).__name__})"
     if not lines or not lines[0].startswith("v"):
@@ -74,14 +74,37 @@ def _log_file_error(path: Path) -> str | None:
     return None
 
 
-def structural_findings(checkpoint: Path) -> list[Finding]:
+def _state_stores(state: Location) -> list[tuple[str, set[str]]]:
+    """Each state store of a checkpoint (``<operator>/<partition>``, or a folder in it when the
+    operator keeps several stores per partition, as a join does) and the names in it."""
+    found = []
+    for op in (n for n in locations.names(state) if n.isdigit()):
+        for part in (n for n in locations.names(state / op) if n.isdigit()):
+            partition = state / op / part
+            names = locations.names(partition)
+            stores = [
+                n
+                for n in names
+                if not n.startswith(("_", "."))
+                and n != "SSTs"
+                and "." not in n
+                and locations.is_dir(partition / n)
+            ]
+            if stores:
+                found += [(f"{op}/{part}/{n}", set(locations.names(partition / n))) for n in stores]
+            else:
+                found.append((f"{op}/{part}", set(names)))
+    return sorted(found)
+
+
+def structural_findings(checkpoint: Path | Location) -> list[Finding]:
     """Missing or unreadable checkpoint files (the part that needs no Spark)."""
-    if not checkpoint.exists():
+    checkpoint = Location.of(checkpoint)
+    if not locations.exists(checkpoint):
         return []  # never ran: nothing to check
     problems = []
-    metadata = checkpoint / "metadata"
     try:
-        json.loads(metadata.read_text())["id"]
+        json.loads(locations.read_text(checkpoint / "metadata"))["id"]
     except (OSError, ValueError, KeyError):
         problems.append("metadata: missing or unreadable (the query's id is lost)")
     offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
@@ -92,38 +115,15 @@ def structural_findings(checkpoint: Path) -> list[Finding]:
                 problems.append(error)
     if commits and commits[-1] not in offsets:
         problems.append(f"offsets/{commits[-1]}: missing for committed batch {commits[-1]}")
-    state = checkpoint / "state"
-    if commits and state.is_dir():
+    if commits:
         version = commits[-1] + 1  # batch N commits state version N + 1
-        for partition in sorted(
-            p
-            for op in state.iterdir()
-            if op.name.isdigit()
-            for p in op.iterdir()
-            if p.name.isdigit()
-        ):
-            # a join keeps several stores per partition, one folder each
-            stores = [
-                d
-                for d in partition.iterdir()
-                if d.is_dir() and not d.name.startswith(("_", ".")) and d.name != "SSTs"
-            ]
-            for store in stores or [partition]:
-                names = {p.name for p in store.iterdir()}
-                if (
-                    not {
-                        f"{version}.changelog",
-                        f"{version}.zip",
-                        f"{version}.delta",
-                        f"{version}.snapshot",
-                    }
-                    & names
-                ):
-                    where = store.relative_to(state)
-                    problems.append(
-                        f"state/{where}: no files for version {version} "
-                        f"(last committed batch {commits[-1]})"
-                    )
+        wanted = {f"{version}.{kind}" for kind in ("changelog", "zip", "delta", "snapshot")}
+        for where, names in _state_stores(checkpoint / "state"):
+            if not wanted & names:
+                problems.append(
+                    f"state/{where}: no files for version {version} "
+                    f"(last committed batch {commits[-1]})"
+                )
     return [
         Finding("checkpoint_corrupt", CRITICAL, f"checkpoint {checkpoint}: {p}") for p in problems
     ]

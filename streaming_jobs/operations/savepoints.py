@@ -24,20 +24,23 @@ key their idempotent writes by the checkpoint's query id, and Delta's RESTORE ke
 old markers, so the new id is what makes the replayed batches be written instead of skipped.
 
 Layout: ``savepoints/<job>/<taken_at>-b<batch>/{checkpoint/, savepoint.json}``; the newest
-``keep`` are kept. A savepoint folder appears complete or not at all (copied under a hidden
-``.partial`` name, then renamed).
+``keep`` are kept. A savepoint counts once its ``savepoint.json`` is there, and that is written
+last, after every file of the copy: a copy cut short has none, is never listed, and is removed
+by the next savepoint of the job. No rename, so the same on an object store, where the copy is
+made by the server (`streaming_jobs.core.locations`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
 from streaming_jobs.storage import restores
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.config import TidemarkConfig
@@ -58,28 +61,33 @@ class SavepointError(RuntimeError):
 @dataclass(frozen=True)
 class Savepoint:
     job: str
-    path: Path
+    path: Location
     batch_id: int
     gold_version: int | None
     taken_at: str
 
     @classmethod
-    def read(cls, path: Path) -> "Savepoint":
-        info = json.loads((path / "savepoint.json").read_text())
+    def read(cls, path: Path | Location) -> "Savepoint":
+        path = Location.of(path)
+        info = json.loads(locations.read_text(path / "savepoint.json"))
         return cls(info["job"], path, info["batch_id"], info["gold_version"], info["taken_at"])
 
 
+def _folder(cfg: TidemarkConfig, job: str) -> Location:
+    return Location.of(cfg.paths.savepoints / job)
+
+
 def savepoints(cfg: TidemarkConfig, job: str) -> list[Savepoint]:
-    """The job's complete savepoints, oldest first (hidden folders are partial copies)."""
-    folder = cfg.paths.savepoints / job
+    """The job's complete savepoints, oldest first (a copy without ``savepoint.json`` was cut
+    short; hidden names are partial copies of older tidemarks and requests)."""
     found = []
-    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if p.name.startswith(".") or not (p / "savepoint.json").exists():
+    for name in locations.names(_folder(cfg, job)):
+        if name.startswith("."):
             continue
         try:
-            found.append(Savepoint.read(p))
+            found.append(Savepoint.read(_folder(cfg, job) / name))
         except (OSError, ValueError, KeyError):
-            continue  # unreadable: never chosen for a restore
+            continue  # cut short or unreadable: never chosen for a restore
     return sorted(found, key=lambda s: (s.taken_at, s.batch_id))
 
 
@@ -105,19 +113,22 @@ def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
         )
     version = latest_version(cfg.paths.table("gold", job))
     taken_at = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    target = cfg.paths.savepoints / job / f"{taken_at}-b{batch}"
+    folder = _folder(cfg, job)
+    target = folder / f"{taken_at}-b{batch}"
     # copies cut short by a crash (we hold the lock: no other copy is being made)
-    for stale in target.parent.glob(".*.partial") if target.parent.is_dir() else []:
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = target.with_name(f".{target.name}.partial")
-    shutil.copytree(checkpoint, staging / "checkpoint")
-    restores.write_json(
-        staging / "savepoint.json",
-        {"job": job, "batch_id": batch, "gold_version": version, "taken_at": taken_at},
+    complete = {s.path.name for s in savepoints(cfg, job)}
+    for name in locations.names(folder):
+        if name not in complete and name != REQUESTS:
+            locations.delete_tree(folder / name)
+    locations.copy_tree(Location.of(checkpoint), target / "checkpoint")
+    locations.write_bytes(  # last: the savepoint is complete from here on
+        target / "savepoint.json",
+        json.dumps(
+            {"job": job, "batch_id": batch, "gold_version": version, "taken_at": taken_at}
+        ).encode(),
     )
-    staging.rename(target)  # complete or absent
     for old in savepoints(cfg, job)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old.path, ignore_errors=True)
+        locations.delete_tree(old.path)
     return Savepoint.read(target)
 
 
@@ -130,23 +141,31 @@ def take(cfg: TidemarkConfig, job: str, *, keep: int = 3, holder: str = "a savep
 # -- savepoints of running jobs: requests answered by the continuous run ----------------------
 
 
-def _requests(cfg: TidemarkConfig, job: str) -> Path:
-    return cfg.paths.savepoints / job / ".requests"
+REQUESTS = ".requests"
+
+
+def _requests(cfg: TidemarkConfig, job: str) -> Location:
+    return _folder(cfg, job) / REQUESTS
+
+
+def _write(where: Location, data: dict) -> None:
+    locations.write_bytes(where, json.dumps(data).encode())
 
 
 def request(cfg: TidemarkConfig, job: str, requester: str) -> str:
     """Ask the run that owns ``job``'s checkpoint for a savepoint; returns the request id."""
-    folder = _requests(cfg, job)
-    folder.mkdir(parents=True, exist_ok=True)
     request_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    restores.write_json(folder / f"{request_id}.request", {"requester": requester})
+    _write(_requests(cfg, job) / f"{request_id}.request", {"requester": requester})
     return request_id
 
 
 def pending(cfg: TidemarkConfig, job: str) -> list[str]:
     """Ids of the savepoint requests for ``job`` that no one has answered yet."""
-    folder = _requests(cfg, job)
-    return sorted(p.stem for p in folder.glob("*.request")) if folder.is_dir() else []
+    return [
+        name.removesuffix(".request")
+        for name in locations.names(_requests(cfg, job))
+        if name.endswith(".request")
+    ]
 
 
 def answer(
@@ -159,11 +178,11 @@ def answer(
 ) -> None:
     """Record the outcome of a request (by the run that owns the checkpoint)."""
     folder = _requests(cfg, job)
-    restores.write_json(
+    _write(
         folder / f"{request_id}.answer",
         {"savepoint": savepoint.path.name if savepoint else None, "error": error},
     )
-    (folder / f"{request_id}.request").unlink(missing_ok=True)
+    locations.delete(folder / f"{request_id}.request")
 
 
 def wait_for_answer(
@@ -181,26 +200,26 @@ def wait_for_answer(
     folder = _requests(cfg, job)
     reply = folder / f"{request_id}.answer"
     deadline = time.monotonic() + timeout_seconds
-    while not reply.exists():
+    while not locations.is_file(reply):
         if not is_running(cfg.paths.checkpoint(job)):
-            (folder / f"{request_id}.request").unlink(missing_ok=True)
-            if not reply.exists():  # answered while we looked: use the answer
+            locations.delete(folder / f"{request_id}.request")
+            if not locations.is_file(reply):  # answered while we looked: use the answer
                 return take(cfg, job, keep=keep, holder=holder)
         if time.monotonic() > deadline:
-            (folder / f"{request_id}.request").unlink(missing_ok=True)
+            locations.delete(folder / f"{request_id}.request")
             raise SavepointError(
                 f"job {job}: the run that owns its checkpoint did not answer the savepoint "
                 f"request within {timeout_seconds:.0f}s (a batch that takes that long?); the "
                 "request was withdrawn. Try again later."
             )
         time.sleep(0.5)
-    outcome = json.loads(reply.read_text())
-    reply.unlink(missing_ok=True)
+    outcome = json.loads(locations.read_text(reply))
+    locations.delete(reply)
     if outcome.get("error"):
         raise SavepointError(
             f"job {job}: the continuous run could not take the savepoint: {outcome['error']}"
         )
-    return Savepoint.read(cfg.paths.savepoints / job / outcome["savepoint"])
+    return Savepoint.read(_folder(cfg, job) / outcome["savepoint"])
 
 
 def take_all(

@@ -6,19 +6,24 @@ progress rows (those after the savepoint removed, the kept ones moved to the new
 between two of them would leave gold rolled back under a checkpoint that still claims the later
 batches (their data lost), or a new checkpoint over gold that still holds them (duplicates).
 
-So a restore is a plan first: ``checkpoints/<job>.restoring.json`` is written (flushed, renamed)
-before anything changes, and removed when everything has. Every stage is idempotent, and every
-run that takes the checkpoint's lock (`finish_pending`: incremental and continuous runs,
+So a restore is a plan first: ``checkpoints/<job>.restoring.json`` is written whole before
+anything changes, and removed when everything has. Every stage is idempotent, and every run
+that takes the checkpoint's lock (`finish_pending`: incremental and continuous runs,
 savepoints, restores) finishes a plan it finds before doing anything else, so a restore cut
 short at any instant completes at the next run, with nobody's help:
 
 1. gold: Delta ``RESTORE`` to the savepoint's version (when the table is newer);
-2. the copy: the savepoint's checkpoint copied to ``checkpoints/.staging/<job>-<stamp>`` (a
-   partial copy from a crash is removed first), its ``metadata`` rewritten with the new id;
-3. the swap: the live checkpoint renamed to ``checkpoints/.replaced/<job>-<stamp>`` and the
-   staged copy renamed in (a rename is atomic; a live checkpoint holding the new id means the
-   swap is done);
+2. the copy: while the live checkpoint still has its old id, it is copied aside to
+   ``checkpoints/.replaced/<job>-<stamp>`` (for inspection) and its ``metadata`` removed;
+   then everything left in it is removed and the savepoint's files copied in, all but
+   ``metadata``;
+3. the swap: ``metadata`` written with the new id, last. A live checkpoint holding the new id
+   is a finished copy; one without it is copied again from step 2.
 4. the progress rows: removed after the savepoint's batch, the rest moved to the new id.
+
+No step renames a folder, so a restore is the same on a local disk and on an object store
+(where the copies are made by the server). No query reads the checkpoint meanwhile: the
+restorer holds its lock, and whoever takes the lock next finishes the plan first.
 
 ``TIDEMARK_FAULT_POINT=restore.<stage>`` ends the process at once (``os._exit``, as a SIGKILL
 would) right after that stage: the fault-injection tests use it to prove each window.
@@ -28,11 +33,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import query_id
 from streaming_jobs.core.config import TidemarkConfig
@@ -48,30 +54,13 @@ def fault_point(name: str) -> None:
         os._exit(137)
 
 
-def marker(cfg: TidemarkConfig, job: str) -> Path:
-    return cfg.paths.checkpoints / f"{job}.restoring.json"
+def marker(cfg: TidemarkConfig, job: str) -> Location:
+    return Location.of(cfg.paths.checkpoints) / f"{job}.restoring.json"
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write ``path`` whole or not at all: a temporary file, flushed to disk, renamed (the
-    rename made durable too)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    with open(temp, "w") as handle:
-        handle.write(json.dumps(data))
-        handle.flush()
-        os.fsync(handle.fileno())
-    temp.rename(path)
-    _sync_dir(path.parent)
-
-
-def _sync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable."""
-    handle = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
+def write_json(where: Path | Location, data: dict) -> None:
+    """Write ``where`` whole or not at all (flushed to disk, on a local one)."""
+    locations.write_bytes(Location.of(where), json.dumps(data).encode())
 
 
 def plan(
@@ -109,21 +98,7 @@ def finish(spark, cfg: TidemarkConfig, steps: dict) -> None:
         spark.sql(f"RESTORE TABLE delta.`{gold}` TO VERSION AS OF {version}")
     fault_point("restore.gold")
     if query_id(checkpoint) != steps["new_id"]:
-        staged = cfg.paths.checkpoints / ".staging" / f"{job}-{steps['stamp']}"
-        if staged.exists():
-            shutil.rmtree(staged)  # a copy cut short
-        staged.parent.mkdir(parents=True, exist_ok=True)
-        # plain copies: file times say "restored now", later than any failure recorded before
-        shutil.copytree(Path(steps["savepoint"]) / "checkpoint", staged, copy_function=shutil.copy)
-        (staged / "metadata").write_text(json.dumps({"id": steps["new_id"]}) + "\n")
-        _sync_dir(staged)
-        fault_point("restore.copy")
-        if checkpoint.exists():
-            aside = cfg.paths.checkpoints / ".replaced" / f"{job}-{steps['stamp']}"
-            aside.parent.mkdir(parents=True, exist_ok=True)
-            checkpoint.rename(aside)
-        staged.rename(checkpoint)
-        _sync_dir(checkpoint.parent)
+        _copy_in(cfg, steps, Location.of(checkpoint))
     fault_point("restore.swap")
     ops_tables.delete(
         cfg,
@@ -139,15 +114,32 @@ def finish(spark, cfg: TidemarkConfig, steps: dict) -> None:
             f"job = {ops_tables.literal(job)} AND query_id = {ops_tables.literal(steps['old_id'])}",
         )
     fault_point("restore.progress")
-    marker(cfg, job).unlink(missing_ok=True)
+    locations.delete(marker(cfg, job))
+
+
+def _copy_in(cfg: TidemarkConfig, steps: dict, checkpoint: Location) -> None:
+    """Stages 2 and 3: the savepoint's copy in place of the live checkpoint, metadata last."""
+    if locations.exists(checkpoint) and query_id(checkpoint) == steps["old_id"]:
+        aside = (
+            Location.of(cfg.paths.checkpoints) / ".replaced" / f"{steps['job']}-{steps['stamp']}"
+        )
+        locations.copy_tree(checkpoint, aside)
+        locations.delete(checkpoint / "metadata")  # the copy aside is whole from here on
+    locations.delete_tree(checkpoint)
+    saved = Location.of(steps["savepoint"]) / "checkpoint"
+    locations.copy_tree(saved, checkpoint, skip=("metadata",))
+    fault_point("restore.copy")
+    locations.write_bytes(
+        checkpoint / "metadata", (json.dumps({"id": steps["new_id"]}) + "\n").encode()
+    )
 
 
 def pending(cfg: TidemarkConfig, job: str) -> dict | None:
     """The plan of a restore of ``job`` that has not finished, if any."""
-    path = marker(cfg, job)
-    if not path.exists():
+    try:
+        return json.loads(locations.read_text(marker(cfg, job)))
+    except FileNotFoundError:
         return None
-    return json.loads(path.read_text())
 
 
 def finish_pending(spark_factory, cfg: TidemarkConfig, job: str) -> bool:

@@ -235,7 +235,7 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
         savepoints.take(cfg, spec.name, keep=2)
     kept = savepoints.savepoints(cfg, spec.name)
     assert len(kept) == 2 and kept[0].batch_id < kept[1].batch_id
-    info = json.loads((kept[-1].path / "savepoint.json").read_text())
+    info = json.loads((kept[-1].path.path / "savepoint.json").read_text())
     assert info["gold_version"] == kept[-1].gold_version
     assert check_checkpoint(cfg, spec.name, spec.sources) == []
 
