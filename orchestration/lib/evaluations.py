@@ -118,12 +118,15 @@ def sync_setting_problems(
 def sync_disk_space(cfg: TidemarkConfig, open_rows: list[dict]) -> None:
     """A critical ``disk_space`` alert while the data root's disk has less free space than
     ``TIDEMARK_MIN_FREE_GB`` (checkpoints, Delta commits and the alert outbox all need it)."""
-    root = cfg.data_root if cfg.data_root.exists() else cfg.data_root.parent
+    # the data root's disk; with the data root on an object store, this machine's working
+    # folder (logs, Dagster's home, the alert outbox)
+    local = cfg.work_root
+    root = local if local.exists() else local.parent
     free_gb = shutil.disk_usage(root).free / 1024**3
     firing = {}
     if free_gb < cfg.ops.min_free_gb:
         firing["data_root"] = (
-            f"{free_gb:.2f} GB free on the disk of {cfg.data_root} (below "
+            f"{free_gb:.2f} GB free on the disk of {local} (below "
             f"TIDEMARK_MIN_FREE_GB={cfg.ops.min_free_gb:g}): free space, or "
             "move the data root, before commits start to fail"
         )

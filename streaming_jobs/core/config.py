@@ -6,7 +6,10 @@ module invents a location of its own.
 
 Environment variables (all optional):
 
-- ``TIDEMARK_DATA_ROOT``        the data root
+- ``TIDEMARK_DATA_ROOT``        the data root: a local folder, or ``s3://bucket/prefix``
+- ``TIDEMARK_WORK_DIR``         with a data root on a store: the local folder of this machine's
+  working state (logs, Dagster's home, dbt's metastore and target; default
+  ``<checkout>/.tidemark/work/<bucket>/<prefix>``)
 - ``TIDEMARK_SPARK_MASTER``     Spark master URL (default ``local[2]``)
 - ``TIDEMARK_SPARK_CONF``       extra Spark settings, ``key=value`` pairs separated by ``;``
 - ``TIDEMARK_SPARK_UI``         ``1`` to start the Spark UI (off by default)
@@ -62,6 +65,9 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from streaming_jobs.core.locations import Location, Where
+from streaming_jobs.core.store_settings import ObjectStoreSettings
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
@@ -69,12 +75,19 @@ def default_results(name: str) -> Path:
     """Where a benchmark, the chaos harness or the soak writes its JSON unless told: the data
     root's ``results/`` (created). The committed evidence under the checkout's ``results/`` is
     only ever updated by naming it (``--results results/<name>``)."""
-    folder = TidemarkConfig.from_env().data_root / "results"
+    folder = TidemarkConfig.from_env().work_root / "results"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
 
 
 DEFAULT_HOME = CHECKOUT / ".tidemark"
+# What does not yet run on a data root on an object store (issue 53, in progress): until this
+# is empty, TIDEMARK_DATA_ROOT=s3://... is refused by name, not half-run.
+STORE_ROOT_MISSING = (
+    "ingestion, the streaming runs and their progress, landing accounting, retention, rebuild, "
+    "rescale, the generator and dbt's warehouse"
+)
+STORE_ROOT_READY = False
 
 
 class ConfigError(ValueError):
@@ -122,57 +135,65 @@ def _parse_spark_conf(raw: str, name: str = "TIDEMARK_SPARK_CONF") -> dict[str, 
 
 @dataclass(frozen=True)
 class Paths:
-    """The layout of one data root."""
+    """The layout of one data root. The data (landing, lake, checkpoints, savepoints, the dbt
+    tables) lives under ``root``: a local `Path`, or a `Location` on an object store. This
+    machine's working state (logs, Dagster's home, dbt's metastore and target) lives under
+    ``work``, always local: the same folder as ``root`` when that is local."""
 
-    root: Path
+    root: Where
+    work: Path | None = None
 
     @property
-    def landing(self) -> Path:
+    def _work(self) -> Path:
+        return self.work if self.work is not None else self.root  # type: ignore[return-value]
+
+    @property
+    def landing(self) -> Where:
         return self.root / "landing"
 
     @property
-    def lake(self) -> Path:
+    def lake(self) -> Where:
         return self.root / "lake"
 
     @property
-    def checkpoints(self) -> Path:
+    def checkpoints(self) -> Where:
         return self.root / "checkpoints"
 
     @property
-    def savepoints(self) -> Path:
+    def savepoints(self) -> Where:
         return self.root / "savepoints"
 
     @property
     def dbt(self) -> Path:
-        """dbt's own state: Derby metastore, warehouse, target, logs."""
-        return self.root / "dbt"
+        """dbt's own state: Derby metastore, target, logs (local)."""
+        return self._work / "dbt"
 
     @property
-    def warehouse(self) -> Path:
-        """Where dbt's models are stored (spark.sql.warehouse.dir)."""
-        return self.dbt / "warehouse"
+    def warehouse(self) -> Where:
+        """Where dbt's models are stored (spark.sql.warehouse.dir), with the data."""
+        return self.root / "dbt" / "warehouse"
 
     @property
     def dagster_home(self) -> Path:
-        return self.root / "dagster_home"
+        return self._work / "dagster_home"
 
     @property
     def logs(self) -> Path:
         """Full logs of long commands and background services (the terminal gets a summary)."""
-        return self.root / "logs"
+        return self._work / "logs"
 
-    def dbt_table(self, schema: str, name: str) -> Path:
+    def dbt_table(self, schema: str, name: str) -> Where:
         """A dbt model materialized as a Delta table, e.g. dbt_table('recon', 'recon_summary')."""
         return self.warehouse / f"{schema}.db" / name
 
-    def landing_dir(self, stream: str) -> Path:
+    def landing_dir(self, stream: str) -> Where:
         return self.landing / stream
 
-    def table(self, layer: str, name: str) -> Path:
+    def table(self, layer: str, name: str) -> Where:
         """A lake table: layer is bronze, quarantine, gold or ops."""
         return self.lake / layer / name
 
-    def checkpoint(self, name: str) -> Path:
+    def checkpoint(self, name: str) -> Where:
         return self.checkpoints / name
 
 
@@ -423,28 +444,6 @@ def _kafka_settings(env: dict) -> KafkaSettings:
     )
 
 
-@dataclass(frozen=True)
-class ObjectStoreSettings:
-    """An S3-compatible object store: the project's own server (`tidemark s3 start`,
-    `streaming_jobs.services.object_store`) or yours. The keys are secrets: out of repr, never
-    logged; without them, the project's server's own keys are used."""
-
-    port: int = 8333  # the project's own server, on 127.0.0.1
-    endpoint: str = "http://127.0.0.1:8333"
-    region: str = "us-east-1"
-    path_style: bool = True
-    access_key_id: str | None = field(default=None, repr=False)
-    secret_access_key: str | None = field(default=None, repr=False)
-    # the project's server's own files (its data, its keys, its log) and the built server
-    home: Path = CHECKOUT / ".tidemark" / "s3"
-    server_cache: Path = Path(os.path.expanduser("~")) / ".cache" / "tidemark"
-
-    @property
-    def own_server(self) -> bool:
-        """The endpoint is the project's own server (which tidemark may start)."""
-        return self.endpoint.rstrip("/") == f"http://127.0.0.1:{self.port}"
-
-
 def _object_store_settings(env: dict) -> ObjectStoreSettings:
     d = ObjectStoreSettings()
     port = _number(env, "TIDEMARK_S3_PORT", d.port, int, 1)
@@ -508,9 +507,34 @@ def _cluster_settings(env: dict) -> ClusterSettings:
     )
 
 
+def default_work_root(root: Location) -> Path:
+    """This machine's working folder for a data root on a store."""
+    return DEFAULT_HOME / "work" / root.bucket / (root.key.strip("/").replace("/", "_") or "_")
+
+
+def data_root_of(raw: str | Path | Location, s3: ObjectStoreSettings) -> Where:
+    """A data root as given: ``s3://bucket/prefix`` (a `Location` with ``s3``'s settings), or a
+    local folder (an absolute `Path`)."""
+    if isinstance(raw, Location):
+        return raw if not raw.on_store else Location(raw.url, s3)
+    text = str(raw)
+    if text.startswith(("s3://", "s3a://")):
+        try:
+            return Location.of(text, s3)
+        except ValueError as exc:
+            raise ConfigError(f"TIDEMARK_DATA_ROOT={text!r}: {exc}") from None
+    if "://" in text:
+        raise ConfigError(
+            f"TIDEMARK_DATA_ROOT={text!r}: tidemark takes a local folder or s3://bucket/prefix "
+            "(an S3-compatible store; see docs/running-at-scale.md)"
+        )
+    return Path(text).resolve()
+
+
 @dataclass(frozen=True)
 class TidemarkConfig:
-    data_root: Path
+    # a local folder (`Path`), or ``s3://bucket/prefix`` (a `Location`)
+    data_root: Where
     spark: SparkSettings = field(default_factory=SparkSettings)
     recon_cron: str = "0 * * * *"  # the reconciliation schedule (UTC)
     # the first day (UTC, event time) of the reconciliation's daily Dagster partitions
@@ -524,13 +548,27 @@ class TidemarkConfig:
     jobs_path: tuple[Path, ...] = ()  # folders of your own jobs and streams
     # what `tidemark check` does with a job whose state is never evicted: refuse or warn
     unbounded_state: str = "refuse"
+    # with a data root on a store: this machine's working folder (None: `default_work_root`)
+    work_dir: Path | None = None
+
+    @property
+    def on_store(self) -> bool:
+        return isinstance(self.data_root, Location) and self.data_root.on_store
+
+    @property
+    def work_root(self) -> Path:
+        """The local folder of this machine's working state: the data root itself when it is
+        local."""
+        if not self.on_store:
+            return Path(str(self.data_root))
+        return self.work_dir or default_work_root(self.data_root)  # type: ignore[arg-type]
 
     @property
     def paths(self) -> Paths:
-        return Paths(self.data_root)
+        return Paths(self.data_root, self.work_root)
 
-    def with_data_root(self, root: Path | str) -> "TidemarkConfig":
-        return replace(self, data_root=Path(root).resolve())
+    def with_data_root(self, root: Path | str | Location) -> "TidemarkConfig":
+        return replace(self, data_root=data_root_of(root, self.s3))
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "TidemarkConfig":
@@ -571,7 +609,15 @@ class TidemarkConfig:
             ),
             extra_conf=_parse_spark_conf(env.get("TIDEMARK_SPARK_CONF", "")),
         )
-        root = Path(env.get("TIDEMARK_DATA_ROOT", str(DEFAULT_HOME / "data"))).resolve()
+        s3 = _object_store_settings(env)
+        root = data_root_of(env.get("TIDEMARK_DATA_ROOT") or str(DEFAULT_HOME / "data"), s3)
+        if isinstance(root, Location) and not STORE_ROOT_READY:
+            raise ConfigError(
+                f"TIDEMARK_DATA_ROOT={root}: a data root on an object store is not supported "
+                "yet. Checkpoints, savepoints, restores, leases and the ops tables work on one "
+                f"(docs/running-at-scale.md); {STORE_ROOT_MISSING} do not. Use a local folder."
+            )
+        work = env.get("TIDEMARK_WORK_DIR")
         jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep) if p)
         unbounded = env.get("TIDEMARK_UNBOUNDED_STATE", "refuse")
         if unbounded not in ("refuse", "warn"):
@@ -589,6 +635,7 @@ class TidemarkConfig:
             alerts=_alert_settings(env),
             kafka=_kafka_settings(env),
             cluster=_cluster_settings(env),
-            s3=_object_store_settings(env),
+            s3=s3,
             jobs_path=jobs_path,
+            work_dir=Path(work).resolve() if work else None,
         )

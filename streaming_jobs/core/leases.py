@@ -35,6 +35,7 @@ import os
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -283,3 +284,45 @@ class Lease:
         if self._renewer is not None:
             self._renewer.join(timeout=self.seconds)
         self.release()
+
+
+class _NoFence:
+    """What `exclusive` yields on a local disk: the OS lock cannot be lost while held."""
+
+    def check(self) -> None:
+        return None
+
+
+@contextmanager
+def exclusive(place, holder: str, *, wait: float = 300.0, seconds: float = LEASE_SECONDS):
+    """Hold the lock at ``place`` (a `Location` or path) for the block, waiting up to ``wait``
+    seconds for others to finish: an ``flock`` on a local disk, a `Lease` on a store (whose
+    ``check()`` to call before a commit). For short critical sections many processes take
+    in turn, such as the commits of one ops table."""
+    from streaming_jobs.core import locations
+
+    place = locations.Location.of(place)
+    if not place.on_store:
+        import fcntl
+
+        place.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(place.path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield _NoFence()
+        return
+    lease = Lease(locations.store_of(place), place.key, holder, seconds=seconds)
+    deadline = time.monotonic() + wait
+    pause = 0.02
+    while True:
+        try:
+            lease.__enter__()
+            break
+        except LeaseHeld:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+    try:
+        yield lease
+    finally:
+        lease.__exit__(None, None, None)

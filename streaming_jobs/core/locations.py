@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from streaming_jobs.core.config import ObjectStoreSettings
+from streaming_jobs.core.store_settings import ObjectStoreSettings
+
+
+def _default_settings() -> ObjectStoreSettings:
+    return ObjectStoreSettings()
+
 
 STORE_SCHEMES = ("s3://", "s3a://")
 
@@ -44,7 +49,7 @@ class Location:
                 rest = text[len(scheme) :].strip("/")
                 if not rest or rest.startswith("/"):
                     raise ValueError(f"{text!r} names no bucket: use s3://bucket/prefix")
-                return cls(f"s3://{rest}", s3 or ObjectStoreSettings())
+                return cls(f"s3://{rest}", s3 or _default_settings())
         return cls(os.path.abspath(text))
 
     @property
@@ -109,7 +114,7 @@ _clients_guard = threading.Lock()
 
 def store_of(where: Location):
     """The obstore client for ``where``'s bucket (one per bucket and settings, kept)."""
-    s3 = where.s3 or ObjectStoreSettings()
+    s3 = where.s3 or _default_settings()
     ident = (s3.endpoint, s3.region, s3.path_style, s3.access_key_id, str(s3.home), where.bucket)
     with _clients_guard:
         if ident not in _clients:
@@ -272,8 +277,20 @@ def delete_tree(where: Where) -> None:
     import obstore
 
     store = store_of(where)
+    folders = {where.key.strip("/")} - {""}
     for batch in obstore.list(store, _prefix(where)):
-        obstore.delete(store, [meta["path"] for meta in batch])
+        paths = [meta["path"] for meta in batch]
+        obstore.delete(store, paths)
+        for key in paths:
+            parts = key.split("/")[:-1]
+            folders.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    # Stores with folders of their own (SeaweedFS's filer) keep listing an emptied folder, and
+    # Spark's S3A then takes e.g. an emptied _delta_log for a table: delete the folder entries
+    # too, deepest first (a folder that is not empty, or not there, stays as it is)
+    inside = where.key.strip("/")
+    for folder in sorted(folders, key=lambda f: -f.count("/")):
+        if not inside or folder == inside or folder.startswith(inside + "/"):
+            obstore.delete(store, folder + "/")
 
 
 def copy_tree(source: Where, target: Where, *, skip: tuple[str, ...] = ()) -> int:
@@ -299,3 +316,41 @@ def copy_tree(source: Where, target: Where, *, skip: tuple[str, ...] = ()) -> in
             shutil.copy((source / entry.relative).path, (target / entry.relative).path)
         copied += 1
     return copied
+
+
+# -- Delta tables through delta-rs -----------------------------------------------------------
+
+
+def delta_options(where: Where) -> dict[str, str] | None:
+    """delta-rs's ``storage_options`` for a table at ``where``: None on a local disk; on a store,
+    its endpoint and keys, and commits by conditional put (``If-None-Match: *``), so two
+    writers of one version cannot both succeed."""
+    where = Location.of(where)
+    if not where.on_store:
+        return None
+    from streaming_jobs.core.stores import s3_options
+
+    return s3_options(where.s3 or _default_settings())
+
+
+def delta_table(where: Where, version: int | None = None):
+    """The Delta table at ``where`` (delta-rs), at ``version`` or its latest."""
+    from deltalake import DeltaTable
+
+    where = Location.of(where)
+    return DeltaTable(where.url, version=version, storage_options=delta_options(where))
+
+
+def delta_create(where: Where, data, **options) -> None:
+    """Write ``data`` (an Arrow table) as a new Delta table at ``where``, or append to it."""
+    from deltalake import write_deltalake
+
+    where = Location.of(where)
+    write_deltalake(where.url, data, storage_options=delta_options(where), **options)
+
+
+def is_delta_table(where: Where) -> bool:
+    """A Delta table is at ``where``: its first commit is there, or a log checkpoint (once the
+    log before it has expired). Two lookups, however long the log."""
+    log = Location.of(where) / "_delta_log"
+    return is_file(log / f"{0:020d}.json") or is_file(log / "_last_checkpoint")

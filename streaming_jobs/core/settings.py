@@ -41,8 +41,15 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TIDEMARK_DATA_ROOT",
-        "where every run writes (see below)",
+        "where every run writes (see below): a local folder, or `s3://bucket/prefix` (not yet "
+        "accepted: see docs/running-at-scale.md)",
         shown="`.tidemark/data` in the checkout",
+    ),
+    Setting(
+        "TIDEMARK_WORK_DIR",
+        "with the data root on a store, this machine's local working state (logs, Dagster's "
+        "home, dbt's metastore and target)",
+        shown="`.tidemark/work/<bucket>/<prefix>` in the checkout",
     ),
     Setting(
         "TIDEMARK_SPARK_MASTER", "Spark master URL, e.g. `spark://host:7077`", field="spark.master"

@@ -18,13 +18,15 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from streaming_jobs.core.config import ObjectStoreSettings, TidemarkConfig
+from streaming_jobs.core.store_settings import ObjectStoreSettings
 
-StoreSettings = TidemarkConfig | ObjectStoreSettings
+# a TidemarkConfig (its ``s3``) or the ObjectStoreSettings themselves (config is above this
+# module: a data root may be on a store)
+StoreSettings = object
 
 
 def _s3(cfg: StoreSettings) -> ObjectStoreSettings:
-    return cfg if isinstance(cfg, ObjectStoreSettings) else cfg.s3
+    return cfg if isinstance(cfg, ObjectStoreSettings) else cfg.s3  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

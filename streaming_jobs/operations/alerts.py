@@ -27,9 +27,9 @@ raising alerts does not wait for a slow webhook.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -39,6 +39,8 @@ from datetime import datetime, timedelta, timezone
 
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.leases import exclusive
+from streaming_jobs.core.locations import Location
 
 LOG = logging.getLogger("tidemark.alerts")
 
@@ -79,10 +81,9 @@ def _iso(value: datetime | None) -> str | None:
 
 @contextmanager
 def _delivering(cfg: TidemarkConfig):
-    path = ops_tables.path(cfg, TABLE).with_name("alerts.deliver.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # one deliverer at a time
+    """One deliverer at a time, across processes (and machines, on a store)."""
+    place = Location.of(ops_tables.path(cfg, TABLE)).with_name("alerts.deliver.lock")
+    with exclusive(place, f"alert delivery (pid {os.getpid()})"):
         yield
 
 

@@ -174,13 +174,14 @@ def query_failure(exc: BaseException, cfg: TidemarkConfig) -> tuple[str, str]:
         return rule, "Fix the cause and run it again"
     text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}"
     if any(marker in text for marker in DISK_FULL):
+        disk = cfg.work_root  # the data root itself, unless that is on an object store
+        what = "this machine's working folder" if cfg.on_store else "the data root"
         try:
-            free = f"{shutil.disk_usage(cfg.data_root).free / 2**20:,.0f} MB free now"
+            free = f"{shutil.disk_usage(disk).free / 2**20:,.0f} MB free now"
         except OSError:
             free = "free space unknown"
         return (
-            f"the disk holding the data root {cfg.data_root} is full (No space left on "
-            f"device; {free})",
+            f"the disk holding {what} {disk} is full (No space left on device; {free})",
             "Free space there (`tidemark maintain` removes what retention allows, or move "
             "TIDEMARK_DATA_ROOT to a larger disk) and run it again",
         )

@@ -50,7 +50,7 @@ class Broker:
 
 
 def home(cfg: TidemarkConfig) -> Path:
-    return cfg.data_root / "kafka"
+    return cfg.work_root / "kafka"
 
 
 def classpath(cfg: TidemarkConfig) -> list[Path]:

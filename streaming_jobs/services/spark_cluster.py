@@ -50,7 +50,7 @@ class Cluster:
 
 
 def home(cfg: TidemarkConfig) -> Path:
-    return cfg.data_root / "spark-cluster"
+    return cfg.work_root / "spark-cluster"
 
 
 def master_url(cfg: TidemarkConfig) -> str:

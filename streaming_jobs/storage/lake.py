@@ -1,6 +1,7 @@
 """Delta tables of the lake: creation with the properties tidemark relies on, idempotent writes.
 
-Tables are addressed by path (the streaming JVM keeps no metastore). Bronze tables carry row
+Tables are addressed by path (the streaming JVM keeps no metastore): a local folder or a place
+on the data root's object store (`Where`; Spark reads the second through S3A). Bronze tables carry row
 tracking so that each row's commit version (``_metadata.row_commit_version``) can be matched with
 the stream batches that read it: that is how reconciliation knows which events a job dropped
 as late.
@@ -8,66 +9,75 @@ as late.
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from streaming_jobs.core.delta_log import log_dir
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location, Where
 
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 
 
-def table_exists(path: Path) -> bool:
+def spark_path(path: Where) -> str:
+    """How Spark addresses a table: its local path, or ``s3a://bucket/key``."""
+    return Location.of(path).spark
+
+
+def _log(path: Where) -> Location:
+    return Location.of(path) / "_delta_log"
+
+
+def table_exists(path: Where) -> bool:
     """Whether a Delta table is at ``path``: its log holds a commit (or a checkpoint).
 
     The files, not Delta's ``DeltaTable.isDeltaTable``: that answers from the log it cached at its
     first call for the path, so a process that asked while another was creating the table (its
     ``_delta_log`` there, no commit yet) kept hearing "no table" until it read the table (found
     by the Ctrl-C test: a poll never saw a gold table that held all its rows)."""
-    log = log_dir(path)
-    return log.is_dir() and _has_commit(log)
+    return _has_commit(_log(path))
 
 
-def _has_commit(log: Path) -> bool:
-    try:
-        names = [p.name for p in log.iterdir()]
-    except FileNotFoundError:  # removed meanwhile (an unborn log cleared by another process)
-        return False
+def _has_commit(log: Location) -> bool:
+    names = locations.names(log)  # [] when absent, or removed meanwhile (an unborn log cleared)
     return (
         any(n[:20].isdigit() and not n.startswith(".") for n in names)
         or "_last_checkpoint" in names
     )
 
 
-def clear_unborn_log(path: Path, wait_seconds: float = 5.0) -> bool:
+def clear_unborn_log(path: Where, wait_seconds: float = 5.0) -> bool:
     """Remove a ``_delta_log`` that holds no commit (a creation killed before its first commit,
     found by the fault harness): Delta then takes the folder for a table it cannot read and
     refuses to create one there, forever. A creator still at work commits within milliseconds,
     so a log that stays empty for ``wait_seconds`` is left over. True if one was removed."""
-    log = log_dir(path)
-    if not log.is_dir() or _has_commit(log):
+    log = _log(path)
+    if not locations.is_dir(log) or _has_commit(log):
         return False
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
         time.sleep(0.25)
-        if not log.is_dir() or _has_commit(log):
+        if not locations.is_dir(log) or _has_commit(log):
             return False
-    aside = log.with_name(f".unborn-log-{uuid.uuid4().hex[:8]}")
+    if log.on_store:
+        # no rename on a store: the leftovers go key by key (a creator that starts now writes
+        # its first commit whole, by one put, and the next check sees it)
+        locations.delete_tree(log)
+        return True
+    aside = log.path.with_name(f".unborn-log-{uuid.uuid4().hex[:8]}")
     try:
-        log.rename(aside)  # one step: a creator racing us sees no log, not half of one
+        log.path.rename(aside)  # one step: a creator racing us sees no log, not half of one
     except OSError:
         return False
-    shutil.rmtree(aside, ignore_errors=True)
+    locations.delete_tree(aside)
     return True
 
 
 def ensure_table(
     spark: SparkSession,
-    path: Path,
+    path: Where,
     schema: T.StructType,
     properties: dict[str, str] | None = None,
     partition_by: list[str] | None = None,
@@ -83,7 +93,7 @@ def ensure_table(
     clear_unborn_log(path)
 
     for attempt in range(5):
-        builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+        builder = DeltaTable.createIfNotExists(spark).location(spark_path(path)).addColumns(schema)
         for key, value in (properties or {}).items():
             builder = builder.property(key, value)
         if partition_by:
@@ -106,32 +116,32 @@ def ensure_table(
             time.sleep(0.2 * (attempt + 1))
 
 
-def ensure_properties(spark: SparkSession, path: Path, properties: dict[str, str]) -> None:
+def ensure_properties(spark: SparkSession, path: Where, properties: dict[str, str]) -> None:
     """Set the table properties the table at ``path`` lacks or holds otherwise (one commit, none
     when every one is set)."""
     from delta.tables import DeltaTable
 
-    have = DeltaTable.forPath(spark, str(path)).detail().first()["properties"] or {}
+    have = DeltaTable.forPath(spark, spark_path(path)).detail().first()["properties"] or {}
     missing = {k: v for k, v in properties.items() if have.get(k) != v}
     if missing:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+        spark.sql(f"ALTER TABLE delta.`{spark_path(path)}` SET TBLPROPERTIES ({pairs})")
 
 
-def add_missing_columns(spark: SparkSession, path: Path, schema: T.StructType) -> list[str]:
+def add_missing_columns(spark: SparkSession, path: Where, schema: T.StructType) -> list[str]:
     """Add the columns of ``schema`` that the table at ``path`` lacks (a table made by an older
     tidemark); returns their names."""
     from delta.tables import DeltaTable
 
-    have = set(DeltaTable.forPath(spark, str(path)).toDF().columns)
+    have = set(DeltaTable.forPath(spark, spark_path(path)).toDF().columns)
     missing = [f for f in schema.fields if f.name not in have]
     if missing:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        spark.sql(f"ALTER TABLE delta.`{spark_path(path)}` ADD COLUMNS ({columns})")
     return [f.name for f in missing]
 
 
-def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
+def append_once(df: DataFrame, path: Where, app_id: str, version: int) -> None:
     """Append ``df`` unless this (app_id, version) was committed before: replays are no-ops.
 
     Used inside foreachBatch with the batch id as version, which makes a re-run batch after a
@@ -142,11 +152,13 @@ def append_once(df: DataFrame, path: Path, app_id: str, version: int) -> None:
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", version)
-        .save(str(path))
+        .save(spark_path(path))
     )
 
 
-def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, version: int) -> None:
+def merge_once(
+    df: DataFrame, path: Where, keys: tuple[str, ...], app_id: str, version: int
+) -> None:
     """Upsert ``df`` into the table on ``keys`` unless (app_id, version) was committed before.
 
     A micro-batch replayed after a crash then changes nothing twice, whatever the update does.
@@ -161,7 +173,7 @@ def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, ve
     session.conf.set("spark.databricks.delta.write.txnVersion", str(version))
     condition = " and ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     (
-        DeltaTable.forPath(session, str(path))
+        DeltaTable.forPath(session, spark_path(path))
         .alias("t")
         .merge(df.alias("s"), condition)
         .whenMatchedUpdateAll()
@@ -170,5 +182,5 @@ def merge_once(df: DataFrame, path: Path, keys: tuple[str, ...], app_id: str, ve
     )
 
 
-def read_table(spark: SparkSession, path: Path) -> DataFrame:
-    return spark.read.format("delta").load(str(path))
+def read_table(spark: SparkSession, path: Where) -> DataFrame:
+    return spark.read.format("delta").load(spark_path(path))

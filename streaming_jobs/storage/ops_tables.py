@@ -6,13 +6,16 @@ every run's progress flush, the failure recorder, the sensors. They are written 
 with delta-rs, in plain Python: a sensor tick or a progress flush never starts a JVM, and a
 small write is milliseconds, not a Spark job.
 
-Concurrency. Every commit to an ops table is taken under an OS lock on
-``lake/ops/<name>.lock`` (``flock``: the OS releases it however its holder exits). Delta's
-optimistic concurrency alone is not enough on a local file system: Spark's log store commits
-with check-then-rename, which two processes can both pass. Under the lock, commits on one host
-are strictly ordered; each commit is also retried on a conflict (a writer on another host, on
-a store with put-if-absent commits). Tables are created under the same lock, so two first
-writers never race to create one (Delta's ``DELTA_PROTOCOL_CHANGED``).
+Concurrency. Every commit to an ops table is taken under the table's writer lock,
+``lake/ops/<name>.lock`` (`leases.exclusive`): on a local disk an ``flock`` (the OS releases it
+however its holder exits); on an object store a lease, taken by conditional put and checked
+(its fencing token) right before each commit, across processes and machines. Delta's
+optimistic concurrency alone is not enough: on a local file system a log commit is
+check-then-rename, which two processes can both pass, and a writer's read-then-write (an upsert,
+a replace) must see every commit before its own. On a store, delta-rs also commits each log
+entry by conditional put (``If-None-Match: *``), and a conflict is retried. Tables are created
+under the same lock, so two first writers never race to create one (Delta's
+``DELTA_PROTOCOL_CHANGED``).
 
 Every 50 commits a table gets a log checkpoint, so readers (delta-rs, Spark, dbt) replay a
 short log however many small appends it took.
@@ -22,16 +25,19 @@ Spark (dbt, through the SQL endpoint or its session) only ever reads these table
 
 from __future__ import annotations
 
-import fcntl
+import os
+import socket
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.leases import exclusive
+from streaming_jobs.core.locations import Where
 
 # -- schemas (Spark types: dbt reads these tables through Spark) -----------------------------
 
@@ -209,21 +215,25 @@ def arrow_schema(name: str) -> pa.Schema:
     return to_arrow_schema(SCHEMAS[name], timezone="UTC")
 
 
-def path(cfg: TidemarkConfig, name: str) -> Path:
+def path(cfg: TidemarkConfig, name: str) -> Where:
     return cfg.paths.table("ops", name)
 
 
 def exists(cfg: TidemarkConfig, name: str) -> bool:
-    return (path(cfg, name) / "_delta_log").is_dir() and any(
-        (path(cfg, name) / "_delta_log").glob("*.json")
-    )
+    return locations.is_delta_table(path(cfg, name))
 
 
 def _create(cfg: TidemarkConfig, name: str) -> None:
-    from deltalake import write_deltalake
+    locations.delta_create(
+        path(cfg, name), pa.Table.from_pylist([], schema=arrow_schema(name)), mode="append"
+    )
 
-    write_deltalake(
-        str(path(cfg, name)), pa.Table.from_pylist([], schema=arrow_schema(name)), mode="append"
+
+def _lock(cfg: TidemarkConfig, name: str):
+    """The table's writer lock (`leases.exclusive`): an flock on a disk, a lease on a store."""
+    return exclusive(
+        locations.Location.of(path(cfg, name)).with_name(f"{name}.lock"),
+        f"ops table {name} writer (pid {os.getpid()} on {socket.gethostname()})",
     )
 
 
@@ -238,27 +248,29 @@ class Locked:
     """One ops table while its writer lock is held: every method is one commit (retried on a
     conflict), and reads see every commit made before."""
 
-    def __init__(self, cfg: TidemarkConfig, name: str) -> None:
-        self.cfg, self.name = cfg, name
+    def __init__(self, cfg: TidemarkConfig, name: str, held=None) -> None:
+        self.cfg, self.name, self.held = cfg, name, held
 
     def _commit(self, write) -> None:
-        from deltalake import DeltaTable
         from deltalake.exceptions import CommitFailedError, DeltaError
 
         where = path(self.cfg, self.name)
         for attempt in range(COMMIT_ATTEMPTS):
             try:
-                write(DeltaTable(str(where)))
+                if self.held is not None:
+                    self.held.check()  # a lease on a store: still ours (raises Fenced)
+                write(locations.delta_table(where))
                 break
             except (CommitFailedError, DeltaError, OSError) as exc:
                 retryable = isinstance(exc, CommitFailedError) or "conflict" in str(exc).lower()
                 if not retryable or attempt == COMMIT_ATTEMPTS - 1:
                     raise OpsTableError(
                         f"ops table {where}: the write failed ({exc}). If the disk is full or "
-                        "the folder is not writable, fix that and run again."
+                        "the folder is not writable (on a store: the bucket is out of reach or "
+                        "the keys may not write), fix that and run again."
                     ) from exc
                 time.sleep(0.05 * 2**attempt)
-        table = DeltaTable(str(where))
+        table = locations.delta_table(where)
         if table.version() % CHECKPOINT_EVERY == 0:
             table.create_checkpoint()
 
@@ -297,10 +309,8 @@ class Locked:
         one commit: a reader sees either all the old rows or all the new ones."""
         from deltalake import write_deltalake
 
-        from deltalake import DeltaTable
-
         data = _arrow(self.name, rows)
-        present = set(DeltaTable(str(path(self.cfg, self.name))).schema().to_arrow().names)
+        present = set(locations.delta_table(path(self.cfg, self.name)).schema().to_arrow().names)
         if not set(data.schema.names) <= present:
             # a table written by an older tidemark gains the newer columns first
             self._commit(
@@ -325,20 +335,15 @@ def locked(cfg: TidemarkConfig, name: str):
     """Hold the table's writer lock for the block (waiting while another writer holds it);
     yields a `Locked` handle for reads and writes made under it."""
     ensure(cfg, name)
-    lock = path(cfg, name).with_name(f"{name}.lock")
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield Locked(cfg, name)
+    with _lock(cfg, name) as held:
+        yield Locked(cfg, name, held)
 
 
 def ensure(cfg: TidemarkConfig, name: str) -> bool:
     """Create the table, empty, unless it exists; True if this call created it."""
     if exists(cfg, name):
         return False
-    lock = path(cfg, name).with_name(f"{name}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with _lock(cfg, name):
         if exists(cfg, name):
             return False
         _create(cfg, name)
@@ -355,10 +360,10 @@ def ensure_all(cfg: TidemarkConfig) -> list[str]:
 
 
 def _add_missing_columns(cfg: TidemarkConfig, name: str) -> None:
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     def present() -> set[str]:
-        return set(DeltaTable(str(path(cfg, name))).schema().to_arrow().names)
+        return set(locations.delta_table(path(cfg, name)).schema().to_arrow().names)
 
     if set(arrow_schema(name).names) <= present():
         return
@@ -400,9 +405,7 @@ def update(cfg: TidemarkConfig, name: str, new_values: dict, predicate: str) -> 
 def version(cfg: TidemarkConfig, name: str) -> int | None:
     if not exists(cfg, name):
         return None
-    from deltalake import DeltaTable
-
-    return DeltaTable(str(path(cfg, name))).version()
+    return locations.delta_table(path(cfg, name)).version()
 
 
 def literal(value) -> str:
@@ -428,9 +431,9 @@ def read(
     """
     if not exists(cfg, name):
         return []
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
 
-    table = DeltaTable(str(path(cfg, name)), version=as_of)
+    table = locations.delta_table(path(cfg, name), version=as_of)
     present = set(table.schema().to_arrow().names)
     wanted = columns or arrow_schema(name).names
     selected = [c for c in wanted if c in present]

@@ -242,7 +242,7 @@ def _dump_classes(archive: str) -> None:
     conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={archive}"
     spark = start_session(cfg, conf)
     spark.sql("show databases").collect()
-    table = str(cfg.data_root / "classes")
+    table = str(cfg.work_root / "classes")
     spark.range(10).selectExpr("id", "id % 3 as k").write.format("delta").save(table)
     spark.read.format("delta").load(table).groupBy("k").count().collect()
     gateway = SparkContext._gateway

@@ -87,3 +87,37 @@ def test_a_stateful_stream_runs_with_its_tables_and_checkpoint_on_the_store(spar
     assert secret not in str(query.lastProgress)
     plan = spark.read.format("delta").load(f"{root}/gold")._jdf.queryExecution().toString()
     assert secret not in plan and bucket in plan
+
+
+def test_lake_tables_are_made_and_written_once_on_the_store(spark, s3_bucket):
+    from pyspark.sql import types as T
+
+    from streaming_jobs.core import locations
+    from streaming_jobs.storage import lake
+
+    _, s3_cfg, _, bucket = s3_bucket
+    use_object_store(spark, s3_cfg)
+    table = s3_cfg.with_data_root(f"s3://{bucket}/root").paths.table("gold", "t")
+    schema = T.StructType([T.StructField("k", T.StringType()), T.StructField("n", T.LongType())])
+
+    # a creation killed before its first commit leaves keys under _delta_log and no commit
+    locations.write_bytes(table / "_delta_log" / "_commits" / ".leftover.tmp", b"")
+    assert not lake.table_exists(table)
+    assert lake.clear_unborn_log(table, wait_seconds=0.5)
+    assert not locations.exists(table / "_delta_log")
+
+    lake.ensure_table(spark, table, schema, properties=lake.ROW_TRACKING)
+    lake.ensure_table(spark, table, schema, properties=lake.ROW_TRACKING)  # there already
+    assert lake.table_exists(table) and locations.is_file(table / "_delta_log" / f"{0:020d}.json")
+
+    rows = spark.createDataFrame([("a", 1), ("b", 2)], schema)
+    for _ in range(2):  # a replayed batch: the second append of (app, 7) writes nothing
+        lake.append_once(rows, table, "app", 7)
+    changed = spark.createDataFrame([("a", 10), ("c", 3)], schema)
+    for _ in range(2):
+        lake.merge_once(changed, table, ("k",), "app", 8)
+    assert lake.add_missing_columns(spark, table, schema.add("note", T.StringType())) == ["note"]
+    got = {(r.k, r.n, r.note) for r in lake.read_table(spark, table).collect()}
+    assert got == {("a", 10, None), ("b", 2, None), ("c", 3, None)}
+    props = spark.sql(f"describe detail delta.`{table.spark}`").first()["properties"]
+    assert props.get("delta.enableRowTracking") == "true"

@@ -237,3 +237,38 @@ def test_object_store_keys_stay_out_of_reprs_and_the_own_server_is_recognised():
     assert not theirs.s3.own_server
     moved = TidemarkConfig.from_env({"TIDEMARK_S3_PORT": "9444"})
     assert moved.s3.own_server and moved.s3.endpoint == "http://127.0.0.1:9444"
+
+
+def test_a_data_root_on_a_store_puts_the_data_there_and_working_state_on_this_disk(tmp_path):
+    from streaming_jobs.core.locations import Location
+
+    local = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": str(tmp_path / "d")})
+    # a local root: data and working state in one folder, plain paths, as ever
+    assert local.paths.table("ops", "alerts") == tmp_path / "d" / "lake" / "ops" / "alerts"
+    assert local.paths.dbt == local.paths.logs.parent / "dbt" == tmp_path / "d" / "dbt"
+    assert not local.on_store and local.work_root == tmp_path / "d"
+
+    store = local.with_data_root("s3a://lake-bucket/teams/orders/")
+    assert store.on_store and store.data_root == Location("s3://lake-bucket/teams/orders")
+    table = store.paths.table("gold", "zone_revenue_hourly")
+    assert (table.url, table.spark) == (
+        "s3://lake-bucket/teams/orders/lake/gold/zone_revenue_hourly",
+        "s3a://lake-bucket/teams/orders/lake/gold/zone_revenue_hourly",
+    )
+    assert str(store.paths.checkpoint("q")) == "s3://lake-bucket/teams/orders/checkpoints/q"
+    assert str(store.paths.warehouse) == "s3://lake-bucket/teams/orders/dbt/warehouse"
+    # what only this machine needs stays on its disk, one folder per bucket and prefix
+    for local_place in (store.paths.dbt, store.paths.dagster_home, store.paths.logs):
+        assert isinstance(local_place, Path)
+        assert local_place.parent.parts[-3:] == ("work", "lake-bucket", "teams_orders")
+    assert store.with_data_root(tmp_path).paths.lake == tmp_path / "lake"
+
+
+def test_a_data_root_on_a_store_is_refused_by_name_until_every_part_runs_there(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": "s3://bucket/prefix"})
+    said = str(refused.value)
+    assert "not supported yet" in said and "ingestion" in said and "local folder" in said
+    for other in ("abfss://c@acct.dfs.core.windows.net/x", "gs://b/x", "s3://"):
+        with pytest.raises(ConfigError, match="TIDEMARK_DATA_ROOT"):
+            TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": other})
