@@ -211,6 +211,20 @@ class _Held:
             self.lease.check()
 
 
+# checkpoint url -> the lease this process holds on it (store checkpoints only), for the
+# sinks' check before each commit (`still_owned`)
+_HELD_HERE: dict[str, Lease] = {}
+
+
+def still_owned(checkpoint: Where) -> None:
+    """Before a sink commits a batch: raise `Fenced` when this process held ``checkpoint``'s
+    lease and lost it (its term ran out while paused, or another process took it over). A
+    checkpoint on a local disk, or not held here, passes: its flock cannot be lost."""
+    lease = _HELD_HERE.get(Location.of(checkpoint).url)
+    if lease is not None:
+        lease.check()
+
+
 def _refusal(checkpoint: Where, held: dict) -> CheckpointBusy:
     return CheckpointBusy(
         f"checkpoint {checkpoint} is owned by {held.get('holder', 'another run')} "
@@ -240,10 +254,12 @@ def checkpoint_lock(checkpoint: Where, holder: str, *, takes_savepoint_requests:
             lease.__enter__()
         except LeaseHeld:
             raise _refusal(place, owner(place) or {}) from None
+        _HELD_HERE[place.url] = lease
         try:
             clear_temp_files(place)  # a killed holder's half-written log files
             yield _Held(lease)
         finally:
+            _HELD_HERE.pop(place.url, None)
             lease.__exit__(None, None, None)
         return
     path = lock_path(place.path)

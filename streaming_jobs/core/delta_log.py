@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from streaming_jobs.core import locations
-from streaming_jobs.core.locations import Location
+from streaming_jobs.core.locations import Location, Where
 
 # how many of a table's newest commits are searched for its newest ingestion batch
 NEWEST_BATCH_LOOKBACK = 50
@@ -31,11 +31,11 @@ def log_dir(table: Path) -> Path:
     return Path(table) / "_delta_log"
 
 
-def _log(table: Path | Location) -> Location:
+def _log(table: Where) -> Location:
     return Location.of(table) / "_delta_log"
 
 
-def commit_versions(table: Path | Location) -> list[int]:
+def commit_versions(table: Where) -> list[int]:
     """The versions whose JSON commit file is present, ascending."""
     return sorted(
         int(name[: -len(".json")])
@@ -44,13 +44,13 @@ def commit_versions(table: Path | Location) -> list[int]:
     )
 
 
-def latest_version(table: Path) -> int | None:
+def latest_version(table: Where) -> int | None:
     """The table's newest version, or None when there is no table."""
     versions = commit_versions(table)
     return versions[-1] if versions else None
 
 
-def commit_actions(table: Path | Location, version: int) -> list[dict]:
+def commit_actions(table: Where, version: int) -> list[dict]:
     text = locations.read_text(_log(table) / f"{version:020d}.json")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -64,7 +64,7 @@ ROW_WRITES = {
 }
 
 
-def rows_written(table: Path, after: int) -> tuple[int, int]:
+def rows_written(table: Where, after: int) -> tuple[int, int]:
     """Rows appended or upserted by the commits after version ``after`` (their commitInfo's
     operation metrics: the Delta sink and foreachBatch report no row count), and the newest
     version read (``after`` when there is none)."""
@@ -83,7 +83,7 @@ def rows_written(table: Path, after: int) -> tuple[int, int]:
     return total, newest
 
 
-def changed_outside_its_writer(table: Path, since: dt.datetime) -> str | None:
+def changed_outside_its_writer(table: Where, since: dt.datetime) -> str | None:
     """The newest commit after ``since`` that changed the table's rows without a streaming
     writer's transaction marker (a DELETE, UPDATE, RESTORE or write by hand), described; None
     when there is none. A job's own commits (the Delta sink, its idempotent MERGE) carry a
@@ -111,7 +111,7 @@ def changed_outside_its_writer(table: Path, since: dt.datetime) -> str | None:
     return None
 
 
-def txn_of(table: Path, version: int, app_id: str) -> int | None:
+def txn_of(table: Where, version: int, app_id: str) -> int | None:
     """The batch id ``app_id`` recorded in commit ``version``, if that commit has its marker."""
     for action in commit_actions(table, version):
         txn = action.get("txn")
@@ -121,7 +121,7 @@ def txn_of(table: Path, version: int, app_id: str) -> int | None:
 
 
 def version_of_batch(
-    table: Path, app_id: str, batch_id: int, newer_than: int | None = None
+    table: Where, app_id: str, batch_id: int, newer_than: int | None = None
 ) -> int | None:
     """The newest table version holding everything ``app_id`` wrote up to ``batch_id``.
 
@@ -138,7 +138,7 @@ def version_of_batch(
     return None
 
 
-def version_as_of_batch(table: Path, app_id: str, batch_id: int, sink_version: int) -> int:
+def version_as_of_batch(table: Where, app_id: str, batch_id: int, sink_version: int) -> int:
     """The table as the stream left it at ``batch_id``, plus whatever others wrote since.
 
     ``sink_version`` holds the batch. Later commits are included up to (not including) the
@@ -164,7 +164,7 @@ class StatsUnknown(Exception):
     """What the log cannot tell: a version's commit is gone, or a file has no statistics."""
 
 
-def new_file_stats(table: Path, version: int):
+def new_file_stats(table: Where, version: int):
     """The statistics of each file bronze version ``version`` added with new rows. Files
     rewritten without new rows (OPTIMIZE: dataChange false) are not new. StatsUnknown when the
     version's log is gone."""
@@ -181,7 +181,9 @@ def new_file_stats(table: Path, version: int):
             yield version, stats
 
 
-def file_stat(stats: tuple[int, dict], kind: str, column: str, table: Path, no_nulls: bool = False):
+def file_stat(
+    stats: tuple[int, dict], kind: str, column: str, table: Where, no_nulls: bool = False
+):
     """One file's ``minValues`` or ``maxValues`` of ``column``; StatsUnknown when the file has
     none or (``no_nulls``) holds nulls in the column."""
     version, found = stats
@@ -194,7 +196,7 @@ def file_stat(stats: tuple[int, dict], kind: str, column: str, table: Path, no_n
 
 
 def new_file_minimum(
-    table: Path, after: int, upto: int, column: str, parse, no_nulls: bool = False
+    table: Where, after: int, upto: int, column: str, parse, no_nulls: bool = False
 ):
     """The least ``column`` value (``parse``d) in the files bronze versions (after, upto]
     added, from their statistics (no data is read); None when they added no rows."""
@@ -206,7 +208,7 @@ def new_file_minimum(
     return min(values, default=None)
 
 
-def new_file_maximum(table: Path, version: int, column: str) -> int | None:
+def new_file_maximum(table: Where, version: int, column: str) -> int | None:
     """The greatest ``column`` value (an integer) in the files version ``version`` added with
     new rows; None when it added none."""
     return max(
@@ -218,7 +220,7 @@ def new_file_maximum(table: Path, version: int, column: str) -> int | None:
     )
 
 
-def earliest_new_event(table: Path, after: int, upto: int, column: str) -> dt.datetime | None:
+def earliest_new_event(table: Where, after: int, upto: int, column: str) -> dt.datetime | None:
     """The earliest event time (``column``) among the rows bronze versions (after, upto] added."""
     return new_file_minimum(
         table,
@@ -229,7 +231,7 @@ def earliest_new_event(table: Path, after: int, upto: int, column: str) -> dt.da
     )
 
 
-def ingest_batch_floor(table: Path, after: int) -> int | None:
+def ingest_batch_floor(table: Where, after: int) -> int | None:
     """The least ``_ingest_batch_id`` among the rows bronze added after version ``after``
     (up to its latest version now), or None when that is unknown. Every row committed after
     ``after`` carries an ingestion batch id at least this, and bronze's files have statistics

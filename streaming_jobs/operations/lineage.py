@@ -39,6 +39,8 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from streaming_jobs.core import locations
+from streaming_jobs.storage.lake import spark_path
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
 
@@ -222,7 +224,7 @@ def _late_rows(spark, cfg: TidemarkConfig, fold: Fold, now: datetime) -> list[di
         reads = spec.reads if spec is not None and source == spec.source else None
         rows = (
             spark.read.format("delta")
-            .load(str(table))
+            .load(spark_path(table))
             .select(
                 F.col(event_time).alias("event_time"),
                 F.col("_metadata.row_commit_version").alias("bronze_version"),
@@ -269,7 +271,9 @@ def _savepoint_batches(cfg: TidemarkConfig) -> dict[str, int]:
 
     out = {}
     folder = cfg.paths.savepoints
-    for job in sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+    for job in locations.names(folder):
+        if not locations.is_dir(folder / job):
+            continue
         taken = savepoints(cfg, job)
         if taken:
             out[job] = min(s.batch_id for s in taken)

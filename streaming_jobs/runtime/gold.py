@@ -9,13 +9,19 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.core.checkpoints import query_id
+from streaming_jobs.core.checkpoints import query_id, still_owned
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import version_of_batch
 from streaming_jobs.storage.expectations import counts, guard, record, resolve, result_rows
 from streaming_jobs.core.interrupts import stoppable
 from streaming_jobs.spec import JobSpec
-from streaming_jobs.storage.lake import ensure_properties, ensure_table, merge_once, table_exists
+from streaming_jobs.storage.lake import (
+    ensure_properties,
+    ensure_table,
+    merge_once,
+    spark_path,
+    table_exists,
+)
 
 # A partitioned gold table's files go under short random folders, not Hive-style
 # <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
@@ -41,7 +47,7 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
         frames.append(
             spark.readStream.format("delta")
             .option("maxFilesPerTrigger", UNLIMITED_FILES)
-            .load(str(bronze))
+            .load(spark_path(bronze))
         )
     result = spec.apply(*frames)
     resolve(result, f"job {spec.name}", spec.expectations)
@@ -56,13 +62,13 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
     if spec.partition_by:
         ensure_properties(spark, target, RANDOM_PREFIXES)  # a table an older tidemark made
     writer = result.writeStream.queryName(spec.name).option(
-        "checkpointLocation", str(paths.checkpoint(spec.name))
+        "checkpointLocation", spark_path(paths.checkpoint(spec.name))
     )
     if spec.output_mode == "append":
         # The Delta sink commits each batch with the checkpoint's batch id: exactly-once.
         if spec.partition_by:
             writer = writer.partitionBy(*spec.partition_by)
-        return writer.format("delta").outputMode("append").option("path", str(target))
+        return writer.format("delta").outputMode("append").option("path", spark_path(target))
     return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
 
 
@@ -121,6 +127,7 @@ class UpsertBatch:
                             counts(batch, self.spec.expectations),
                         ),
                     )
+                still_owned(self.checkpoint)  # on a store: this run's lease, before the commit
                 merge_once(batch, self.target, self.keys, app_id, batch_id)
         finally:
             batch.unpersist()

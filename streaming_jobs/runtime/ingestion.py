@@ -22,11 +22,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.core.checkpoints import query_id, query_name
+from streaming_jobs.core.checkpoints import query_id, query_name, still_owned
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.expectations import record, resolve, result_rows, split
 from streaming_jobs.core.interrupts import stoppable
-from streaming_jobs.storage.lake import ROW_TRACKING, add_missing_columns, append_once, ensure_table
+from streaming_jobs.storage.lake import (
+    ROW_TRACKING,
+    add_missing_columns,
+    append_once,
+    ensure_table,
+    spark_path,
+)
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.core.validation import LINE, parse_lines
 
@@ -208,6 +214,7 @@ class BronzeBatchWriter:
             # A layer gets no commit for a batch with none of its rows: an empty commit costs a
             # Delta transaction, about what a small write costs (most batches of a continuous
             # run have no bad line). The batch's rows decide it, so a replay decides the same.
+            still_owned(self.checkpoint)  # on a store: this run's lease, before any commit
             if written[0]:
                 append_once(good.select(*columns), self.bronze, app_id, batch_id)
             if written[1]:
@@ -333,7 +340,7 @@ def bronze_writer(
     sink = BronzeBatchWriter(spark, cfg, schema)
     writer = (
         lines.writeStream.queryName(query_name(schema.name))
-        .option("checkpointLocation", str(cfg.paths.checkpoint(query_name(schema.name))))
+        .option("checkpointLocation", spark_path(cfg.paths.checkpoint(query_name(schema.name))))
         .foreachBatch(sink)
     )
     return writer, sink

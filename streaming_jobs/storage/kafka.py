@@ -22,8 +22,9 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location, Where
 from streaming_jobs.core.checkpoints import last_committed_batch, query_name
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.schemas import StreamSchema
@@ -175,7 +176,7 @@ def end_offsets(
             consumer.close()
 
 
-def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
+def committed_offsets(checkpoint: Where, topic: str) -> dict[int, int] | None:
     """partition -> the next offset after what the checkpoint's last committed batch read; None
     before the first commit. Read from the checkpoint's files (Spark's ``offsets/<batch>``)."""
 
@@ -183,7 +184,7 @@ def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
     if batch is None:
         return None
     try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        lines = locations.read_text(Location.of(checkpoint) / "offsets" / str(batch)).splitlines()
     except OSError:
         return None
     for line in lines[2:]:  # version, metadata, then one line per source
@@ -220,7 +221,7 @@ class Lag:
         }
 
 
-def consumer_lag(cfg: TidemarkConfig, checkpoint: Path, topic: str, timeout: float = 10.0) -> Lag:
+def consumer_lag(cfg: TidemarkConfig, checkpoint: Where, topic: str, timeout: float = 10.0) -> Lag:
     """Per partition, the broker's end offset against what ``checkpoint`` committed, and the
     age of the oldest record not read yet (so a stopped consumer shows both rows and time)."""
     from confluent_kafka import TopicPartition
@@ -272,7 +273,7 @@ def accounting(
     """For each partition: the offsets from ``start`` (default: the topic's earliest) to where the
     checkpoint committed must each be in exactly one row of bronze or quarantine."""
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
     from deltalake.exceptions import TableNotFoundError
 
     topic = topic_of(cfg, schema)
@@ -282,7 +283,7 @@ def accounting(
     builder, parts = QueryBuilder(), []
     for layer in ("bronze", "quarantine"):
         try:
-            builder.register(layer, DeltaTable(str(cfg.paths.table(layer, schema.name))))
+            builder.register(layer, locations.delta_table(cfg.paths.table(layer, schema.name)))
         except TableNotFoundError:
             continue
         parts.append(

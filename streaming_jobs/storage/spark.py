@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from streaming_jobs.core.locations import Location
 from streaming_jobs.core.checkpoints import STATE_MAINTENANCE_SECONDS
 from streaming_jobs.core.config import TidemarkConfig
 
@@ -315,7 +316,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
             f"-Dlog4j2.configurationFile={LOG4J2} -Dtidemark.logs={paths.logs}"
         ),
         "spark.driver.memory": "4g",
-        "spark.sql.warehouse.dir": str(paths.warehouse),
+        "spark.sql.warehouse.dir": Location.of(paths.warehouse).spark,
         # Late-event filtering and the dropped-row metric must be exact for reconciliation.
         "spark.sql.streaming.statefulOperator.allowMultiple": "true",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
@@ -509,6 +510,8 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        if cfg.on_store:
+            use_object_store(active, cfg)
         return active
     # TIDEMARK_SPARK_CONF may hold credentials: its values never reach the JVM's command line
     # (PySpark passes builder settings as --conf arguments, readable by every local user) but a
@@ -570,6 +573,8 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     if cached_jars(cfg) is None:
         _write_manifest(cfg, spark)
     spark.sparkContext.setLogLevel("WARN")
+    if cfg.on_store:
+        use_object_store(spark, cfg)
     return spark
 
 

@@ -99,3 +99,29 @@ def test_a_checkpoint_on_the_store_has_one_owner(s3_bucket):
     assert not is_running(checkpoint) and owner(checkpoint)["released"] is True
     with checkpoint_lock(checkpoint, "run-2"):
         assert owner(checkpoint)["holder"] == "run-2" and owner(checkpoint)["token"] == 2
+
+
+def test_a_sink_refuses_to_commit_once_its_checkpoint_lease_is_taken(s3_bucket, tmp_path):
+    import json
+
+    import obstore
+
+    from streaming_jobs.core.checkpoints import lease_location, still_owned
+    from streaming_jobs.core.leases import Fenced
+
+    _, s3_cfg, _, bucket = s3_bucket
+    checkpoint = Location.of(f"s3://{bucket}/checkpoints/orders", s3_cfg.s3)
+    with checkpoint_lock(checkpoint, "run-1"):
+        still_owned(checkpoint)  # held, and the record is this run's
+        # another machine takes the lease over (as it does once this run's term has run out
+        # without a renewal): a record with the next fencing token
+        lease = lease_location(checkpoint)
+        record = json.loads(locations.read_bytes(lease))
+        taken = {**record, "holder": "run-2", "token": record["token"] + 1, "pid": 1}
+        obstore.put(locations.store_of(lease), lease.key, json.dumps(taken).encode())
+        with pytest.raises(Fenced, match="run-2"):
+            still_owned(checkpoint)
+    # not held here any more (and a checkpoint on a local disk has an flock that cannot be lost)
+    still_owned(checkpoint)
+    with checkpoint_lock(tmp_path / "orders", "run-3"):
+        still_owned(tmp_path / "orders")
