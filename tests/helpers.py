@@ -71,12 +71,14 @@ def scopes(stderr: str) -> dict[str, str]:
 def land(
     cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions"
 ) -> Path:
-    """Write one landing file of events (dicts become JSON; strings are written as they are)."""
-    folder = cfg.paths.landing_dir(stream)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events))
-    return path
+    """Write one landing file of events (dicts become JSON; strings are written as they are),
+    on the data root's disk or store; returns its place (a Path on a disk)."""
+    from streaming_jobs.core import locations
+
+    place = locations.Location.of(cfg.paths.landing_dir(stream)) / name
+    text = "".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events)
+    locations.write_bytes(place, text.encode())
+    return place if place.on_store else place.path
 
 
 def txn(

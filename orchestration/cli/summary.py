@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.runtime.ingestion import landing_files
 from streaming_jobs.storage.kafka import accounting as kafka_accounting
@@ -74,10 +74,10 @@ def rows_from_removed_files(
 ) -> int:
     """Rows bronze and quarantine hold from landing files that are no longer there, neither in
     ``landing/`` nor in the archive (an archived file keeps its name)."""
-    landing = cfg.paths.landing_dir(stream).resolve()
-    present = {str(landing / f.name) for f in files}
+    landing = locations.canonical(cfg.paths.landing_dir(stream))
+    present = {f"{landing}/{f.name}" for f in files}
     return sum(
-        n for name, n in rows_by_file.items() if name and str(Path(name).resolve()) not in present
+        n for name, n in rows_by_file.items() if name and locations.canonical(name) not in present
     )
 
 
@@ -92,7 +92,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             # every file bronze reads, whatever its extension, and those retention archived
             files = landing_files(landing) + archived_files(cfg, stream)
             out.landing_lines[stream] = (
-                spark.read.text([str(f) for f in files]).count() if files else 0
+                spark.read.text([f.place.spark for f in files]).count() if files else 0
             )
             acct = account(cfg, stream)
             out.removed_lines[stream] = rows_from_removed_files(

@@ -108,6 +108,21 @@ class Entry:
     modified: float  # seconds since the epoch
 
 
+@dataclass(frozen=True)
+class Item:
+    """One entry directly in a folder (`items`): a file, a folder, a symbolic link (local disks
+    only) or something else (a socket, a device); its size and change time (a link's own)."""
+
+    place: Location
+    kind: str  # "file", "folder", "link" or "other"
+    size: int = 0
+    modified: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.place.name
+
+
 _clients: dict[tuple, object] = {}
 _clients_guard = threading.Lock()
 
@@ -128,6 +143,19 @@ def _prefix(where: Location) -> str | None:
     """The key prefix to list a folder by: object_store lists by whole path segments, so
     ``a/b`` lists ``a/b/...`` and not ``a/bc``."""
     return where.key.rstrip("/") or None
+
+
+def _without_markers(objects: list[dict], prefix: str | None) -> list[dict]:
+    """Listed objects but folder markers: Hadoop's S3A makes a ``folder/`` object for each
+    folder it creates (SeaweedFS lists its folders so too), and object_store names it
+    ``folder``, like a file. An empty object named like the folder listed, or like a folder
+    that holds other keys, is such a marker. (An empty folder's own marker, listed from its
+    parent, looks like an empty file: `copy_tree` skips it when it cannot be copied.)"""
+    folders = {prefix} if prefix else set()
+    for o in objects:
+        parts = o["path"].split("/")[:-1]
+        folders.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return [o for o in objects if not (int(o["size"]) == 0 and o["path"] in folders)]
 
 
 def _relative(where: Location, path: str) -> str:
@@ -218,7 +246,8 @@ def names(where: Where) -> list[str]:
     import obstore
 
     listed = obstore.list_with_delimiter(store_of(where), _prefix(where))
-    found = [o["path"].rsplit("/", 1)[-1] for o in listed["objects"]]
+    objects = _without_markers(listed["objects"], _prefix(where))
+    found = [o["path"].rsplit("/", 1)[-1] for o in objects]
     # a folder counts while a key is under it: some stores (SeaweedFS) keep listing a folder
     # emptied by deletes for a while
     found += [
@@ -227,6 +256,129 @@ def names(where: Where) -> list[str]:
         if is_dir(Location(f"s3://{where.bucket}/{folder.rstrip('/')}", where.s3))
     ]
     return sorted(set(found))
+
+
+def items(where: Where) -> list[Item]:
+    """What is directly in a folder, sorted by name; [] when it is not there. A link is a link
+    (never followed); on a store, a folder is a prefix with a key under it."""
+    where = Location.of(where)
+    if not where.on_store:
+        found = []
+        try:
+            with os.scandir(where.path) as listed:
+                for entry in listed:
+                    try:
+                        stat = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:  # removed meanwhile
+                        continue
+                    if entry.is_symlink():
+                        kind = "link"
+                    elif entry.is_dir(follow_symlinks=False):
+                        kind = "folder"
+                    elif entry.is_file(follow_symlinks=False):
+                        kind = "file"
+                    else:
+                        kind = "other"
+                    found.append(Item(where / entry.name, kind, stat.st_size, stat.st_mtime))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(found, key=lambda i: i.name)
+    import obstore
+
+    listed = obstore.list_with_delimiter(store_of(where), _prefix(where))
+    found = [
+        Item(
+            Location(f"s3://{where.bucket}/{o['path']}", where.s3),
+            "file",
+            int(o["size"]),
+            o["last_modified"].timestamp(),
+        )
+        for o in _without_markers(listed["objects"], _prefix(where))
+    ]
+    for folder in listed["common_prefixes"]:
+        place = Location(f"s3://{where.bucket}/{folder.rstrip('/')}", where.s3)
+        if is_dir(place):  # some stores keep listing a folder emptied by deletes
+            found.append(Item(place, "folder"))
+    return sorted(found, key=lambda i: i.name)
+
+
+def is_link(where: Where) -> bool:
+    """A symbolic link (local disks only: a store has none)."""
+    where = Location.of(where)
+    return not where.on_store and where.path.is_symlink()
+
+
+def canonical(where: Where) -> str:
+    """One name per file, as readers record it: the local path with every link resolved, or
+    ``s3://bucket/key``."""
+    where = Location.of(where)
+    return where.url if where.on_store else str(where.path.resolve())
+
+
+def from_spark_uri(uri: str) -> str:
+    """A file as Spark names it (``file:///...``, ``s3a://bucket/...``, URL-encoded), in
+    `canonical`'s form."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme in ("s3", "s3a"):
+        return f"s3://{parts.netloc}{unquote(parts.path)}"
+    return unquote(parts.path)
+
+
+def stat(where: Where) -> Entry | None:
+    """The file's size and change time (``relative`` is its name); None when it is not there."""
+    where = Location.of(where)
+    if not where.on_store:
+        try:
+            found = os.stat(where.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return Entry(where.name, found.st_size, found.st_mtime)
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        meta = obstore.head(store_of(where), where.key)
+    except (NotFoundError, FileNotFoundError):
+        return None
+    return Entry(where.name, int(meta["size"]), meta["last_modified"].timestamp())
+
+
+# The empty object that keeps a folder on a store (`make_folder`): its name starts with '_',
+# which Spark's file sources skip. (A ``key/`` marker is no use: object_store lists it as a
+# file named like the folder.)
+FOLDER_MARKER = "_tidemark_folder"
+
+
+def make_folder(where: Where) -> None:
+    """Make the folder (and its parents) unless it is there. On a store, a folder with no key
+    under it gets a `FOLDER_MARKER` so that Spark's S3A finds the path (a streaming file source
+    refuses a path that does not exist)."""
+    where = Location.of(where)
+    if not where.on_store:
+        where.path.mkdir(parents=True, exist_ok=True)
+        return
+    if not is_dir(where):
+        write_bytes(where / FOLDER_MARKER, b"")
+
+
+def move(source: Where, target: Where) -> None:
+    """Move one file (a link itself, on a disk): a rename on a disk, a server-side copy then a
+    delete on a store (a reader may see both for a moment, never neither)."""
+    source, target = Location.of(source), Location.of(target)
+    if source.on_store != target.on_store:
+        raise ValueError(f"move {source} to {target}: both must be on one store or one disk")
+    if not source.on_store:
+        target.path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(source.path), str(target.path))
+        return
+    import obstore
+
+    if source.bucket != target.bucket:
+        raise ValueError(f"move {source} to {target}: both must be in one bucket")
+    obstore.copy(store_of(source), source.key, target.key)
+    obstore.delete(store_of(source), source.key)
 
 
 def entries(where: Where) -> list[Entry]:
@@ -247,13 +399,11 @@ def entries(where: Where) -> list[Entry]:
         return sorted(found, key=lambda e: e.relative)
     import obstore
 
+    listed = [meta for batch in obstore.list(store_of(where), _prefix(where)) for meta in batch]
     found = []
-    for batch in obstore.list(store_of(where), _prefix(where)):
-        for meta in batch:
-            modified: datetime = meta["last_modified"]
-            found.append(
-                Entry(_relative(where, meta["path"]), int(meta["size"]), modified.timestamp())
-            )
+    for meta in _without_markers(listed, _prefix(where)):
+        modified: datetime = meta["last_modified"]
+        found.append(Entry(_relative(where, meta["path"]), int(meta["size"]), modified.timestamp()))
     return sorted(found, key=lambda e: e.relative)
 
 
@@ -307,10 +457,16 @@ def copy_tree(source: Where, target: Where, *, skip: tuple[str, ...] = ()) -> in
             continue
         if source.on_store:
             import obstore
+            from obstore.exceptions import NotFoundError
 
-            obstore.copy(
-                store_of(source), (source / entry.relative).key, (target / entry.relative).key
-            )
+            try:
+                obstore.copy(
+                    store_of(source), (source / entry.relative).key, (target / entry.relative).key
+                )
+            except (NotFoundError, FileNotFoundError):
+                if entry.size == 0:  # an empty folder's marker (`_without_markers`)
+                    continue
+                raise
         else:
             (target / entry.relative).path.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy((source / entry.relative).path, (target / entry.relative).path)

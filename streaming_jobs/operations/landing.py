@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
-
+from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.runtime.ingestion import REFUSED_DIR, landing_files, landing_refusal
+from streaming_jobs.core.locations import Entry, Item, Location, Where
+from streaming_jobs.runtime.ingestion import (
+    REFUSED_DIR,
+    hidden,
+    landing_files,
+    landing_key,
+    landing_refusal,
+)
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.health import WARNING, Finding
 
@@ -30,11 +35,13 @@ HIDDEN_GRACE_SECONDS = 3600
 DECOMPRESS = {".gz": "gzip", ".bz2": "bz2", ".deflate": "zlib"}
 
 
-def count_lines(path: Path) -> int:
+def count_lines(path: Where) -> int:
     """Lines as ingestion reads them: ended by '\n' only (a last line without one counts), in
     the file's decompressed bytes for a name Spark decompresses."""
-    data = path.read_bytes()
-    codec = DECOMPRESS.get(path.suffix.lower())
+    place = Location.of(path)
+    data = locations.read_bytes(place)
+    suffix = "." + place.name.rsplit(".", 1)[-1] if "." in place.name else ""
+    codec = DECOMPRESS.get(suffix.lower())
     if codec is not None:
         import importlib
 
@@ -43,27 +50,22 @@ def count_lines(path: Path) -> int:
             data = module.decompress(data)
         except Exception as exc:  # noqa: BLE001 - each codec raises its own error type
             raise ValueError(
-                f"{path}: its name says {path.suffix} but it does not decompress "
+                f"{path}: its name says {suffix} but it does not decompress "
                 f"({exc}); land it under its real name"
             ) from None
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-def rows_per_file(table: Path) -> dict[str, tuple[int, int | None]]:
-    """Per landing file: the rows the table holds from it and the newest ingestion batch."""
-    return {name: (n, batch) for name, (n, batch, _, _) in read_per_file(table).items()}
-
-
-def read_per_file(table: Path) -> dict[str, tuple]:
+def read_per_file(table: Where) -> dict[str, tuple]:
     """Per landing file: (rows the table holds from it, the newest ingestion batch, and the
     file's size and modification time when it was read; both None for rows ingested before
     tidemark recorded them)."""
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
     from deltalake.exceptions import TableNotFoundError
     import pyarrow as pa
 
     try:
-        handle = DeltaTable(str(table))
+        handle = locations.delta_table(table)
     except TableNotFoundError:
         return {}
     known = {f.name for f in handle.schema().fields}
@@ -81,24 +83,24 @@ def read_per_file(table: Path) -> dict[str, tuple]:
         )
     ).to_pylist()
     return {
-        unquote(urlsplit(r["f"]).path) if r["f"] else "": (r["n"], r["b"], r["s"], r["m"])
+        locations.from_spark_uri(r["f"]) if r["f"] else "": (r["n"], r["b"], r["s"], r["m"])
         for r in rows
     }
 
 
-def replaced(path: Path, size: int | None, modified) -> str | None:
-    """How the file differs from what ingestion read (size, modification time), or None."""
+def replaced(now: Entry | Item, size: int | None, modified) -> str | None:
+    """How the file (as it is ``now``) differs from what ingestion read (size, modification
+    time), or None."""
     if size is None or modified is None:
         return None
-    now = path.stat()
     then = modified.timestamp() if hasattr(modified, "timestamp") else modified / 1e6
-    if now.st_size == size and abs(now.st_mtime - then) < 1:
+    if now.size == size and abs(now.modified - then) < 1:
         return None
     return (
         f"it was replaced after it was read ({size:,} bytes modified "
         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(then))} UTC when read, "
-        f"{now.st_size:,} bytes modified "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now.st_mtime))} UTC now): its "
+        f"{now.size:,} bytes modified "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now.modified))} UTC now): its "
         "new content is not read; land it again under a new name"
     )
 
@@ -142,13 +144,13 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     # last commit may be half there. Files are listed when a batch is planned (its offsets
     # file): a file landed after the last committed batch was planned is for a later batch.
     in_flight = 0 if last is None else last + 1
-    planned = checkpoint / "offsets" / str(last)
-    read_until = planned.stat().st_mtime if last is not None and planned.exists() else None
+    planned = locations.stat(Location.of(checkpoint) / "offsets" / str(last))
+    read_until = planned.modified if last is not None and planned is not None else None
     findings, lines, got = [], 0, 0
     for path in landing_files(folder):
-        key = str(path.resolve())
+        key = landing_key(path.place)
         try:
-            n = count_lines(path)
+            n = count_lines(path.place)
         except ValueError as exc:
             findings.append(
                 Finding(
@@ -183,7 +185,7 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
                 "replaced or truncated after it was read; land every file under a unique "
                 "name"
             )
-        elif read_until is not None and path.stat().st_mtime < read_until - 5:
+        elif read_until is not None and path.modified < read_until - 5:
             problem = (
                 f"none of its {n:,} lines were ingested though ingestion ran after it "
                 "landed: its name was already read once (reuse of a name), or it is "
@@ -195,70 +197,67 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
             Finding("landing_unaccounted", WARNING, f"landing/{stream}/{path.name}: {problem}")
         )
     refused_lines = _refused(folder, stream, ingested, findings)
-    if folder.is_dir():
-        for path in sorted(folder.iterdir()):
-            if path.is_dir() and not path.is_symlink() and not path.name.startswith((".", "_")):
-                inside = [f for f in path.rglob("*") if f.is_file() and not f.is_symlink()]
-                findings.append(
-                    Finding(
-                        "landing_unaccounted",
-                        WARNING,
-                        f"landing/{stream}/{path.name}/: a folder, and ingestion reads only the files "
-                        f"directly in landing/{stream}/: its {len(inside)} files "
-                        f"({sum(_lines_or_zero(f) for f in inside):,} lines) are not read; move each "
-                        f"up into landing/{stream}/ under a new name",
-                    )
+    for path in locations.items(folder):
+        if path.kind == "folder" and not hidden(path.name):
+            inside = [
+                path.place / f.relative
+                for f in locations.entries(path.place)
+                if not locations.is_link(path.place / f.relative)
+            ]
+            findings.append(
+                Finding(
+                    "landing_unaccounted",
+                    WARNING,
+                    f"landing/{stream}/{path.name}/: a folder, and ingestion reads only the files "
+                    f"directly in landing/{stream}/: its {len(inside)} files "
+                    f"({sum(_lines_or_zero(f) for f in inside):,} lines) are not read; move each "
+                    f"up into landing/{stream}/ under a new name",
                 )
-            if (
-                path.is_file()
-                and path.name.startswith((".", "_"))
-                and now - path.stat().st_mtime > HIDDEN_GRACE_SECONDS
-            ):
-                findings.append(
-                    Finding(
-                        "landing_unaccounted",
-                        WARNING,
-                        f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
-                        f"read, and this file is {(now - path.stat().st_mtime) / 3600:.1f} h old: "
-                        "rename it when it is complete",
-                    )
+            )
+        if (
+            path.kind == "file"
+            and hidden(path.name)
+            and path.name != locations.FOLDER_MARKER
+            and now - path.modified > HIDDEN_GRACE_SECONDS
+        ):
+            findings.append(
+                Finding(
+                    "landing_unaccounted",
+                    WARNING,
+                    f"landing/{stream}/{path.name}: a name starting with '.' or '_' is never "
+                    f"read, and this file is {(now - path.modified) / 3600:.1f} h old: "
+                    "rename it when it is complete",
                 )
+            )
     return Accounting(stream, lines, got, findings, ingested, refused_lines)
 
 
-def _lines_or_zero(path: Path) -> int:
+def _lines_or_zero(path: Where) -> int:
     try:
         return count_lines(path)
     except (ValueError, OSError):
         return 0
 
 
-def _refused(folder: Path, stream: str, ingested: dict[str, int], findings: list) -> int:
+def _refused(folder: Where, stream: str, ingested: dict[str, int], findings: list) -> int:
     """Name each entry ingestion refused (moved aside, or still waiting for the next screen);
     returns the lines of the refused files."""
-    if not folder.is_dir():
-        return 0
-    aside = folder / REFUSED_DIR
-    entries = (
-        [(p, f"{REFUSED_DIR}/{p.name}") for p in sorted(aside.iterdir())] if aside.is_dir() else []
-    )
+    aside = Location.of(folder) / REFUSED_DIR
+    entries = [(e, f"{REFUSED_DIR}/{e.name}") for e in locations.items(aside)]
     entries += [
-        (p, p.name)
-        for p in sorted(folder.iterdir())
-        if not p.name.startswith((".", "_")) and landing_refusal(p) is not None
+        (e, e.name)
+        for e in locations.items(folder)
+        if not hidden(e.name) and e.kind != "folder" and landing_refusal(e) is not None
     ]
+    landed_as = locations.canonical(folder)
     total = 0
     for path, shown in entries:
         why = landing_refusal(path) or "moved aside by hand"
-        lines = 0 if path.is_symlink() else _lines_or_zero(path)
+        lines = _lines_or_zero(path.place) if path.kind == "file" else 0
         total += lines
         # rows read from its name before it was moved aside (a continuous run lists the
         # folder by itself, between two screens)
-        read = (
-            ingested.get(str((folder / path.name).resolve()), 0)
-            if path.parent == aside
-            else ingested.get(str(folder.resolve() / path.name), 0)
-        )
+        read = ingested.get(f"{landed_as}/{path.name}", 0)
         advice = (
             f"; {read:,} of its rows were ingested before it was refused: do not land it again"
             if read

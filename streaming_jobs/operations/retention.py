@@ -51,8 +51,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
 from streaming_jobs.core.config import TidemarkConfig
@@ -371,42 +372,45 @@ def _guarded(out: Maintenance, target: str, action, *args) -> None:
         step.seconds = (time.monotonic() - started) / len(added)
 
 
-def _ingested_files(cfg: TidemarkConfig, stream: str) -> dict[str, int]:
-    """Rows per source file in bronze and quarantine, read with delta-rs."""
-    from streaming_jobs.operations.landing import rows_per_file
+def _ingested_files(cfg: TidemarkConfig, stream: str) -> dict[str, tuple[int, tuple]]:
+    """Per source file: the rows bronze and quarantine hold from it, and its (size, change
+    time) when it was read (None, None before tidemark recorded them); read with delta-rs."""
+    from streaming_jobs.operations.landing import read_per_file
 
-    rows: dict[str, int] = {}
+    rows: dict[str, tuple[int, tuple]] = {}
     for layer in ("bronze", "quarantine"):
-        for name, (n, _) in rows_per_file(cfg.paths.table(layer, stream)).items():
-            rows[name] = rows.get(name, 0) + n
+        for name, (n, _, size, modified) in read_per_file(cfg.paths.table(layer, stream)).items():
+            had, read_as = rows.get(name, (0, (None, None)))
+            rows[name] = (had + n, (size, modified) if size is not None else read_as)
     return rows
 
 
-def _committed_files(checkpoint: Path) -> set[str]:
-    """The files a file-source checkpoint read in its committed batches."""
+def _committed_files(checkpoint: Where) -> set[str]:
+    """The files a file-source checkpoint read in its committed batches (`landing_key`'s
+    names)."""
     batch = last_committed_batch(checkpoint)
     seen: set[str] = set()
-    log = checkpoint / "sources" / "0"
-    if batch is None or not log.is_dir():
+    log = Location.of(checkpoint) / "sources" / "0"
+    if batch is None:
         return seen
-    for entry in sorted(log.iterdir()):
+    for entry in locations.items(log):
         number = entry.name.split(".")[0]
-        if not number.isdigit() or int(number) > batch:
+        if entry.kind != "file" or not number.isdigit() or int(number) > batch:
             continue
-        for line in entry.read_text().splitlines()[1:]:
+        for line in locations.read_text(entry.place).splitlines()[1:]:
             try:
                 info = json.loads(line)
             except ValueError:
                 continue
             if int(info.get("batchId", batch + 1)) <= batch:
-                seen.add(unquote(urlsplit(info["path"]).path))
+                seen.add(locations.from_spark_uri(info["path"]))
     return seen
 
 
 def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) -> None:
-    from streaming_jobs.runtime.ingestion import landing_files
+    from streaming_jobs.runtime.ingestion import landing_files, landing_key
     from streaming_jobs.core.checkpoints import query_name
-    from streaming_jobs.operations.landing import count_lines
+    from streaming_jobs.operations.landing import count_lines, replaced
 
     policy = cfg.ops.landing_retention
     if policy == "keep":
@@ -420,21 +424,22 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
     archive = archive_dir(cfg, stream)
     moved = freed = 0
     for path in files:
-        key = str(path.resolve())
+        key = landing_key(path.place)
         if key not in committed:
             continue  # not read yet
+        rows, read_as = ingested.get(key, (0, (None, None)))
+        if replaced(path, *read_as):
+            continue  # replaced after it was read: the accounting names it
         try:
-            if ingested.get(key, 0) != count_lines(path):
+            if rows != count_lines(path.place):
                 continue  # it does not balance (the accounting names it)
         except ValueError:
             continue  # a name that says compressed, bytes that are not (named as well)
-        size = path.stat().st_size
         if policy == "delete":
-            path.unlink()
-            freed += size
+            locations.delete(path.place)
+            freed += path.size
         else:
-            archive.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path), archive / path.name)
+            locations.move(path.place, archive / path.name)
         moved += 1
     out.steps.append(
         Step(
@@ -448,21 +453,20 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
     )
 
 
-def archive_dir(cfg: TidemarkConfig, stream: str) -> Path:
+def archive_dir(cfg: TidemarkConfig, stream: str) -> Where:
     return cfg.data_root / "archive" / "landing" / stream
 
 
-def archived_files(cfg: TidemarkConfig, stream: str) -> list[Path]:
+def archived_files(cfg: TidemarkConfig, stream: str) -> list[Item]:
     """The landing files of ``stream`` that retention archived (fully ingested)."""
-    folder = archive_dir(cfg, stream)
-    return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    return [e for e in locations.items(archive_dir(cfg, stream)) if e.kind == "file"]
 
 
-def _archive(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
-    old = [p for p in folder.iterdir() if p.is_file() and p.stat().st_mtime < cutoff]
-    freed = sum(p.stat().st_size for p in old)
-    for p in old:
-        p.unlink()
+def _archive(out: Maintenance, target: str, folder: Where, cutoff: float) -> None:
+    old = [e for e in locations.items(folder) if e.kind == "file" and e.modified < cutoff]
+    freed = sum(e.size for e in old)
+    for e in old:
+        locations.delete(e.place)
     if old:
         out.steps.append(
             Step(
@@ -783,7 +787,7 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
     for stream in streams:
         _guarded(out, f"landing/{stream}", _landing, cfg, stream)
         folder = archive_dir(cfg, stream)
-        if folder.is_dir():
+        if locations.is_dir(folder):
             _guarded(out, f"archive/landing/{stream}", _archive, folder, cutoff.timestamp())
     merged = _update_mode_gold(cfg)
     for layer in LAYERS:

@@ -15,15 +15,15 @@ Bronze keeps duplicates and late events as they arrived; the jobs decide what th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.core.checkpoints import query_id, query_name, still_owned
+from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage.expectations import record, resolve, result_rows, split
 from streaming_jobs.core.interrupts import stoppable
 from streaming_jobs.storage.lake import (
@@ -75,21 +75,21 @@ REFUSED_DIR = "_refused"
 PATTERN_CHARS = frozenset("?*[]{}\\")
 
 
-def landing_refusal(path: Path) -> str | None:
+def landing_refusal(entry: Item) -> str | None:
     """Why ingestion must not read this landing entry, or None."""
-    if path.is_symlink():
+    if entry.kind == "link":
         return (
             "a symbolic link: ingestion reads only files inside the landing folder, never "
             "what a link points to; copy the file in instead"
         )
     try:
-        path.name.encode("utf-8")
+        entry.name.encode("utf-8")
     except UnicodeEncodeError:
         return (
             "its name is not valid UTF-8, which Spark's file source cannot list; land it "
             "again under a UTF-8 name"
         )
-    chars = sorted(PATTERN_CHARS & set(path.name))
+    chars = sorted(PATTERN_CHARS & set(entry.name))
     if chars:
         return (
             f"its name holds {' '.join(chars)}, which Spark's file source reads as a "
@@ -98,21 +98,29 @@ def landing_refusal(path: Path) -> str | None:
     return None
 
 
-def landing_files(folder: Path) -> list[Path]:
+def hidden(name: str) -> bool:
+    """Spark's file source skips names starting with ``.`` or ``_``: the landing contract
+    writes a file under such a name, then renames it (on a store, one put needs neither)."""
+    return name.startswith((".", "_"))
+
+
+def landing_files(folder: Where) -> list[Item]:
     """The files of a landing folder that bronze ingestion reads: every regular file whose name
-    does not start with ``.`` or ``_`` (Spark's file source skips those: write a file under
-    such a name, then rename it), whatever its extension, unless it is refused
-    (`landing_refusal`)."""
-    if not folder.is_dir():
-        return []
-    return sorted(
-        f
-        for f in folder.iterdir()
-        if not f.name.startswith((".", "_")) and landing_refusal(f) is None and f.is_file()
-    )
+    is not `hidden`, whatever its extension, unless it is refused (`landing_refusal`)."""
+    return [
+        e
+        for e in locations.items(folder)
+        if e.kind == "file" and not hidden(e.name) and landing_refusal(e) is None
+    ]
 
 
-def screen_landing(folder: Path) -> list[tuple[Path, str]]:
+def landing_key(place: Where) -> str:
+    """A landing file as bronze's ``_source_file`` names it, once read back with
+    `locations.from_spark_uri`: its resolved local path, or ``s3://bucket/key``."""
+    return locations.canonical(place)
+
+
+def screen_landing(folder: Where) -> list[tuple[Location, str]]:
     """Move each entry of ``folder`` that ingestion must not read into ``folder/_refused/``,
     under its own name (a suffix when it is taken); returns (where it went, why) for each.
 
@@ -120,21 +128,18 @@ def screen_landing(folder: Path) -> list[tuple[Path, str]]:
     lists the folder by itself, so an entry landed between two screens may be listed first
     (the landing accounting then names its rows)."""
     moved = []
-    if not folder.is_dir():
-        return moved
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith((".", "_")):
+    refused = Location.of(folder) / REFUSED_DIR
+    for entry in locations.items(folder):
+        if hidden(entry.name) or entry.kind == "folder":
             continue
         why = landing_refusal(entry)
         if why is None:
             continue
-        refused = folder / REFUSED_DIR
-        refused.mkdir(exist_ok=True)
         target, n = refused / entry.name, 1
-        while target.exists() or target.is_symlink():
+        while locations.exists(target) or locations.is_link(target):
             target, n = refused / f"{entry.name}.{n}", n + 1
         try:
-            entry.rename(target)  # the link itself, never what it points to
+            locations.move(entry.place, target)  # a link itself, never what it points to
         except FileNotFoundError:
             continue  # moved by another screen at the same moment
         moved.append((target, why))
@@ -282,21 +287,22 @@ def landing_lines(
     max_files_per_trigger: int | None = None,
 ) -> DataFrame:
     landing = cfg.paths.landing_dir(schema.name)
-    landing.mkdir(parents=True, exist_ok=True)
+    locations.make_folder(landing)
     screen_landing(landing)
     # A line ends at '\n' only, as the landing accounting counts it: a CR is a byte of its line
     # (Spark's default also ends one at a lone '\r', splitting a line and dropping the byte)
-    reader = (
-        spark.readStream.format("text")
-        .option("lineSep", "\n")
+    reader = spark.readStream.format("text").option("lineSep", "\n")
+    if not Location.of(landing).on_store:
         # the local file system without checksum files: Hadoop's checksum layer names a
-        # file's .crc by parsing its name as a URI, and a ':' in it failed the batch
-        .option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
-        .option("fs.file.impl.disable.cache", "true")
-    )
+        # file's .crc by parsing its name as a URI, and a ':' in it failed the batch. (Not for
+        # a store: S3A, made with these options, takes Hadoop's local file system for its
+        # buffers, and a raw one failed its writes.)
+        reader = reader.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem").option(
+            "fs.file.impl.disable.cache", "true"
+        )
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    return reader.load(str(landing)).select(
+    return reader.load(spark_path(landing)).select(
         F.col("value").alias(LINE),
         F.col("_metadata.file_path").alias("_source_file"),
         F.lit(None).cast("int").alias("_source_partition"),

@@ -27,8 +27,9 @@ import os
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location, Where
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.registry import stream_schema
 
@@ -340,14 +341,23 @@ def file_name(cfg: GeneratorConfig, number: int) -> str:
 
 
 def write_files(
-    target: Path, cfg: GeneratorConfig, files: list[list[str]], only: range | None = None
-) -> list[Path]:
-    """Write files ``only`` (default all) into ``target`` atomically; returns their paths."""
+    target: Where, cfg: GeneratorConfig, files: list[list[str]], only: range | None = None
+) -> list[Where]:
+    """Write files ``only`` (default all) into ``target`` atomically; returns their places."""
+    numbers = only if only is not None else range(len(files))
+    if Location.of(target).on_store:  # one put per file: whole or absent, no rename needed
+        written = []
+        for number in numbers:
+            final = Location.of(target) / file_name(cfg, number)
+            locations.write_bytes(final, "".join(line + "\n" for line in files[number]).encode())
+            written.append(final)
+        return written
+    target = Location.of(target).path
     target.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.staging"
     staging.mkdir(parents=True, exist_ok=True)
     written = []
-    for number in only if only is not None else range(len(files)):
+    for number in numbers:
         final = target / file_name(cfg, number)
         tmp = staging / final.name
         tmp.write_text("".join(line + "\n" for line in files[number]))
