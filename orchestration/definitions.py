@@ -23,12 +23,19 @@ def build_definitions() -> dg.Definitions:
     ``setting`` alert naming it.
     """
     from streaming_jobs.runtime.analysis import checked
-    from streaming_jobs.core.config import TidemarkConfig, setting_problems, tolerate_bad_settings
+    from streaming_jobs.core.config import (
+        TidemarkConfig,
+        refuse_store_root,
+        setting_problems,
+        tolerate_bad_settings,
+    )
     from streaming_jobs.storage.registry import load_problems
 
     # a malformed setting takes its default here and is alerted on (platform_health_sensor)
     tolerate_bad_settings()
-    checked(TidemarkConfig.from_env())
+    cfg = TidemarkConfig.from_env()
+    refuse_store_root(cfg, "the Dagster code location")
+    checked(cfg)
     for variable, problem in setting_problems().items():
         LOG.warning("tidemark: %s uses its default: %s", variable, problem)
     for problem in load_problems():

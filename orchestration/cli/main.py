@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 
 from streaming_jobs.core.checkpoints import CheckpointBusy
-from streaming_jobs.core.config import ConfigError, TidemarkConfig
+from streaming_jobs.core.config import ConfigError, TidemarkConfig, refuse_store_root
 from streaming_jobs.storage.generator import GeneratorConfig, deliver, generate
 from streaming_jobs.storage.spark import SparkStartupError, build_class_archive, get_spark
 from streaming_jobs.runtime.runner import StreamRunError
@@ -473,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         cfg = TidemarkConfig.from_env()
+        if args.command not in ("s3", "settings"):  # the store's own server, the reference
+            refuse_store_root(cfg, f"tidemark {args.command}")
         if args.command == "setup":
             setup(cfg)
             return 0

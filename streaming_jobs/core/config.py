@@ -81,12 +81,14 @@ def default_results(name: str) -> Path:
 
 
 DEFAULT_HOME = CHECKOUT / ".tidemark"
-# What does not yet run on a data root on an object store (issue 53, in progress): until this
-# is empty, TIDEMARK_DATA_ROOT=s3://... is refused by name, not half-run.
-STORE_ROOT_MISSING = (
-    "ingestion, the streaming runs and their progress, landing accounting, retention, rebuild, "
-    "rescale, the generator and dbt's warehouse"
+# What does not yet run on a data root on an object store (issue 53, in progress): until it
+# all does, the commands and the Dagster code location refuse TIDEMARK_DATA_ROOT=s3://... by
+# name (`refuse_store_root`) rather than half-run.
+STORE_ROOT_WORKS = (
+    "Kafka and landing ingestion into bronze, the streaming jobs, their checkpoints, leases, "
+    "savepoints and restores, the ops tables, landing accounting and its archive"
 )
+STORE_ROOT_MISSING = "retention of the lake, rebuild, rescale, dbt's reconciliation and the CLI"
 STORE_ROOT_READY = False
 
 
@@ -531,6 +533,17 @@ def data_root_of(raw: str | Path | Location, s3: ObjectStoreSettings) -> Where:
     return Path(text).resolve()
 
 
+def refuse_store_root(cfg: TidemarkConfig, what: str) -> None:
+    """Raise `ConfigError` for ``what`` (a command, the code location) with the data root on
+    an object store while a part of tidemark does not run there yet."""
+    if cfg.on_store and not STORE_ROOT_READY:
+        raise ConfigError(
+            f"TIDEMARK_DATA_ROOT={cfg.data_root}: {what} does not run with the data root on an "
+            f"object store yet. What does: {STORE_ROOT_WORKS}; what does not: "
+            f"{STORE_ROOT_MISSING} (docs/running-at-scale.md). Use a local folder."
+        )
+
+
 @dataclass(frozen=True)
 class TidemarkConfig:
     # a local folder (`Path`), or ``s3://bucket/prefix`` (a `Location`)
@@ -611,12 +624,6 @@ class TidemarkConfig:
         )
         s3 = _object_store_settings(env)
         root = data_root_of(env.get("TIDEMARK_DATA_ROOT") or str(DEFAULT_HOME / "data"), s3)
-        if isinstance(root, Location) and not STORE_ROOT_READY:
-            raise ConfigError(
-                f"TIDEMARK_DATA_ROOT={root}: a data root on an object store is not supported "
-                "yet. Checkpoints, savepoints, restores, leases and the ops tables work on one "
-                f"(docs/running-at-scale.md); {STORE_ROOT_MISSING} do not. Use a local folder."
-            )
         work = env.get("TIDEMARK_WORK_DIR")
         jobs_path = tuple(Path(p) for p in env.get("TIDEMARK_JOBS_PATH", "").split(os.pathsep) if p)
         unbounded = env.get("TIDEMARK_UNBOUNDED_STATE", "refuse")

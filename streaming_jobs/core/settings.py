@@ -41,8 +41,8 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TIDEMARK_DATA_ROOT",
-        "where every run writes (see below): a local folder, or `s3://bucket/prefix` (not yet "
-        "accepted: see docs/running-at-scale.md)",
+        "where every run writes (see below): a local folder, or `s3://bucket/prefix` (the "
+        "commands refuse a store until every part runs there: docs/running-at-scale.md)",
         shown="`.tidemark/data` in the checkout",
     ),
     Setting(

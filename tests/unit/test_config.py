@@ -265,10 +265,15 @@ def test_a_data_root_on_a_store_puts_the_data_there_and_working_state_on_this_di
 
 
 def test_a_data_root_on_a_store_is_refused_by_name_until_every_part_runs_there(tmp_path):
+    from streaming_jobs.core.config import refuse_store_root
+
+    store = TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": "s3://bucket/prefix"})
+    assert store.on_store and str(store.data_root) == "s3://bucket/prefix"
     with pytest.raises(ConfigError) as refused:
-        TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": "s3://bucket/prefix"})
+        refuse_store_root(store, "tidemark run")
     said = str(refused.value)
-    assert "not supported yet" in said and "ingestion" in said and "local folder" in said
+    assert "tidemark run does not run" in said and "retention" in said and "local folder" in said
+    refuse_store_root(store.with_data_root(tmp_path), "tidemark run")  # a local root: nothing
     for other in ("abfss://c@acct.dfs.core.windows.net/x", "gs://b/x", "s3://"):
         with pytest.raises(ConfigError, match="TIDEMARK_DATA_ROOT"):
             TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": other})
