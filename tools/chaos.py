@@ -96,6 +96,10 @@ def worker(root: str, step: str, spark=None) -> int:
     cfg = TidemarkConfig.from_env().with_data_root(root)
     if step in NEEDS_SPARK:
         spark = spark or get_spark(cfg)
+        if cfg.on_store:
+            from streaming_jobs.storage.spark import use_object_store
+
+            use_object_store(spark, cfg)  # the harness's shared session, on a store root
     print("WORKER STARTED", flush=True)
     started = time.monotonic()
     if step in ("run", "run+savepoint", "continuous", "ingest"):
@@ -194,16 +198,16 @@ def kill_group(proc: subprocess.Popen) -> None:
 # -- what a data root holds, independently of tidemark's own counters ----------------------------
 
 
-def delta_rows(table: Path, columns: list[str]) -> Counter:
-    from deltalake import DeltaTable
+def delta_rows(table, columns: list[str]) -> Counter:
+    from streaming_jobs.core import locations
 
-    if not (table / "_delta_log").is_dir():
+    if not locations.is_delta_table(table):
         return Counter()
-    data = DeltaTable(str(table)).to_pyarrow_table(columns=columns).to_pylist()
+    data = locations.delta_table(table).to_pyarrow_table(columns=columns).to_pylist()
     return Counter(tuple(str(r[c]) for c in columns) for r in data)
 
 
-def snapshot(root: Path) -> dict:
+def snapshot(root) -> dict:
     """Bronze rows (with their lineage: a line ingested twice is two rows) and gold rows."""
     lake = root / "lake"
     return {
@@ -323,11 +327,24 @@ class Bench:
             raise RuntimeError(f"chaos: the uninterrupted reference run failed:\n{out}")
         self.run_seconds, self.reference = seconds, snapshot(root)
 
-    def fresh_root(self, name: str) -> Path:
-        root = self.work / "trials" / name
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(self.landing, root / "landing")
+    def fresh_root(self, name: str):
+        root = trial_root(self, name)
+        land(root, sorted((self.landing / "transactions").iterdir()), fresh=True)
         return root
+
+
+# With --store: the trials' data roots are under this s3:// prefix on the project's own
+# S3-compatible server (the events and the results stay in --work)
+STORE_ROOT: str | None = None
+
+
+def trial_root(bench: Bench, name: str):
+    """A trial's data root: under ``--work``, or under `STORE_ROOT` on the store."""
+    if STORE_ROOT is None:
+        return bench.work / "trials" / name
+    from streaming_jobs.core.config import TidemarkConfig
+
+    return TidemarkConfig.from_env().with_data_root(f"{STORE_ROOT}/trials/{name}").data_root
 
 
 def judge(trial: Trial, want: dict, root: Path) -> Trial:
@@ -400,7 +417,7 @@ def continuous_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
 def savepoint_trial(bench: Bench, number: int, rng: random.Random, want: dict) -> Trial:
     """Half the events run; a take killed anywhere; then a take and a restore of it must
     work, and the rest of the events give what an uninterrupted run gives (``want``)."""
-    root = bench.work / "trials" / f"savepoint-{number}"
+    root = trial_root(bench, f"savepoint-{number}")
     files = half_landed(bench, root)
     ok, _, out = run_worker(root, "run")
     if not ok:
@@ -420,18 +437,14 @@ def savepoint_trial(bench: Bench, number: int, rng: random.Random, want: dict) -
     return recover(trial, root, "run", want)
 
 
-def half_landed(bench: Bench, root: Path) -> list[Path]:
+def half_landed(bench: Bench, root) -> list[Path]:
     """A root with the first half of the event files landed; returns all the files."""
-    shutil.rmtree(root, ignore_errors=True)
     files = sorted((bench.landing / "transactions").iterdir())
-    target = root / "landing" / "transactions"
-    target.mkdir(parents=True)
-    for f in files[: len(files) // 2]:
-        shutil.copy(f, target / f.name)
+    land(root, files[: len(files) // 2], fresh=True)
     return files
 
 
-def land_rest(root: Path, files: list[Path]) -> None:
+def land_rest(root, files: list[Path]) -> None:
     land(root, files[len(files) // 2 :])
 
 
@@ -558,11 +571,21 @@ def landed_in_waves(bench: Bench, root: Path) -> list[list[Path]]:
     return waves
 
 
-def land(root: Path, files: list[Path]) -> None:
+def land(root, files: list[Path], fresh: bool = False) -> None:
+    """Land ``files`` in the root's landing folder whole, as a lander does (a hidden name then
+    a rename on a disk, one put on a store); ``fresh``: the root emptied first."""
+    from streaming_jobs.core import locations
+
+    if fresh:
+        locations.delete_tree(root)
     target = root / "landing" / "transactions"
     for f in files:
+        if locations.Location.of(target).on_store:
+            locations.write_bytes(target / f.name, f.read_bytes())
+            continue
+        target.mkdir(parents=True, exist_ok=True)
         shutil.copy(f, target / f".{f.name}")
-        (target / f".{f.name}").rename(target / f.name)  # whole, as a lander does
+        (target / f".{f.name}").rename(target / f.name)
 
 
 def maintenance_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
@@ -735,7 +758,7 @@ def restore_trial(stage: str, number: int, root: Path, want: dict) -> Trial:
 
 def restore_root(bench: Bench) -> tuple[Path, dict]:
     """A root where the job ran on half the files, took a savepoint, then ran on the rest."""
-    root = bench.work / "trials" / "restore"
+    root = trial_root(bench, "restore")
     files = half_landed(bench, root)
     ok, _, out = run_worker(root, "run+savepoint")
     if not ok:
@@ -829,6 +852,26 @@ def merge(sources: list[Path], out: Path) -> list[dict]:
     return table
 
 
+STORE_POINTS = ("incremental", "continuous", "savepoint", *(f"restore.{s}" for s in STAGES))
+
+
+def start_store(work: Path):
+    """The project's S3-compatible server for this run (its files in ``work``/s3, a free
+    port; the workers inherit the settings), a bucket, and `STORE_ROOT` under it."""
+    global STORE_ROOT
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.core.stores import ensure_bucket
+    from streaming_jobs.services import object_store
+
+    os.environ["TIDEMARK_S3_HOME"] = str((work / "s3").resolve())
+    os.environ["TIDEMARK_S3_PORT"] = str(object_store.paired_port())
+    cfg = TidemarkConfig.from_env()
+    server = object_store.start(cfg)
+    ensure_bucket(cfg, "tidemark-chaos")
+    STORE_ROOT = f"s3://tidemark-chaos/{time.strftime('%Y%m%dT%H%M%S')}"
+    return server
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
@@ -851,6 +894,13 @@ def main(argv: list[str] | None = None) -> int:
         "committed evidence: results/chaos.json, named explicitly)",
     )
     parser.add_argument(
+        "--store",
+        action="store_true",
+        help="the trials' data roots on the project's own S3-compatible server (started and "
+        "stopped here; its files in --work): points incremental, continuous, savepoint and "
+        "restore.*",
+    )
+    parser.add_argument(
         "--separate-processes",
         action="store_true",
         help="every run in a process (and JVM) of its own, not only the killed",
@@ -861,6 +911,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in points if p not in POINTS]
     if unknown:
         parser.error(f"unknown fault point(s) {', '.join(unknown)}; known: {', '.join(POINTS)}")
+    server = None
+    if args.store:
+        on_disk_only = [p for p in points if p not in STORE_POINTS]
+        if on_disk_only:
+            parser.error(f"--store: {', '.join(on_disk_only)} run on a local data root only")
+        server = start_store(Path(args.work))
     spark = None
     if not args.separate_processes:
         from streaming_jobs.core.config import TidemarkConfig
@@ -881,16 +937,23 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
-    results = run_trials(
-        points,
-        args.trials,
-        args.seed,
-        Path(args.work),
-        args.events,
-        args.budget_minutes * 60 if args.budget_minutes else None,
-        spark=spark,
-        on_trial=save,
-    )
+    try:
+        results = run_trials(
+            points,
+            args.trials,
+            args.seed,
+            Path(args.work),
+            args.events,
+            args.budget_minutes * 60 if args.budget_minutes else None,
+            spark=spark,
+            on_trial=save,
+        )
+    finally:
+        if server is not None:
+            from streaming_jobs.core.config import TidemarkConfig
+            from streaming_jobs.services import object_store
+
+            object_store.stop(TidemarkConfig.from_env())
     table = summarize(results)
     print(
         "| fault point | trials | events lost | duplicated | gold rows lost | doubled | "

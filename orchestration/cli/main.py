@@ -85,6 +85,11 @@ def _materialized(result) -> dict[str, dict]:
     return out
 
 
+# What runs with the data root on an object store already (`refuse_store_root` stops the rest):
+# the store's own server, the settings reference, and taking and restoring savepoints
+STORE_READY_COMMANDS = ("s3", "settings", "savepoint", "restore")
+
+
 def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) -> int:
     """Generate a sample in waves, stream each wave through Dagster, then the whole graph.
 
@@ -473,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         cfg = TidemarkConfig.from_env()
-        if args.command not in ("s3", "settings"):  # the store's own server, the reference
+        if args.command not in STORE_READY_COMMANDS:
             refuse_store_root(cfg, f"tidemark {args.command}")
         if args.command == "setup":
             setup(cfg)

@@ -59,14 +59,15 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from streaming_jobs.core.locations import Location, Where
-from streaming_jobs.core.store_settings import ObjectStoreSettings
+from streaming_jobs.core.parsing import ConfigError
+from streaming_jobs.core.parsing import number as _number
+from streaming_jobs.core.store_settings import ObjectStoreSettings, _object_store_settings
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -90,10 +91,6 @@ STORE_ROOT_WORKS = (
 )
 STORE_ROOT_MISSING = "retention of the lake, rebuild, rescale, dbt's reconciliation and the CLI"
 STORE_ROOT_READY = False
-
-
-class ConfigError(ValueError):
-    """A setting is malformed; the message names the variable and the fix."""
 
 
 _VARIABLE = re.compile(r"^(TIDEMARK_[A-Z_]+)")
@@ -253,24 +250,6 @@ class OpsSettings:
     log_retain_hours: float = 168.0  # Delta log entries (time travel) kept, at least
     ops_retention_days: float = 30.0  # ops rows, archived landing files, replaced checkpoints
     landing_retention: str = "archive"  # ingested landing files: archive, delete or keep
-
-
-def _number(env: dict, name: str, default, kind=float, minimum: float = 0):
-    """A finite number of at least ``minimum`` (nan, inf and words are refused by name)."""
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-        if not math.isfinite(value) or value < minimum:
-            raise ValueError
-    except ValueError:
-        raise ConfigError(
-            f"{name}={raw!r} is not a "
-            f"{'whole number' if kind is int else 'finite number'} of at least "
-            f"{minimum:g}"
-        ) from None
-    return value
 
 
 def _fraction(env: dict, name: str, default: float) -> float:
@@ -443,40 +422,6 @@ def _kafka_settings(env: dict) -> KafkaSettings:
         client_options=_parse_spark_conf(
             env.get("TIDEMARK_KAFKA_CLIENT_CONF", ""), "TIDEMARK_KAFKA_CLIENT_CONF"
         ),
-    )
-
-
-def _object_store_settings(env: dict) -> ObjectStoreSettings:
-    d = ObjectStoreSettings()
-    port = _number(env, "TIDEMARK_S3_PORT", d.port, int, 1)
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"TIDEMARK_S3_PORT={port} is not a TCP port (1-65535)")
-    endpoint = env.get("TIDEMARK_S3_ENDPOINT") or f"http://127.0.0.1:{port}"
-    if not re.fullmatch(r"https?://[^/\s]+/?", endpoint):
-        raise ConfigError(
-            f"TIDEMARK_S3_ENDPOINT={endpoint!r} is not http(s)://host[:port] (e.g. "
-            "https://s3.eu-west-1.amazonaws.com)"
-        )
-    path_style = env.get("TIDEMARK_S3_PATH_STYLE", "1")
-    if path_style not in ("0", "1"):
-        raise ConfigError(f"TIDEMARK_S3_PATH_STYLE={path_style!r}: use 1 (path style) or 0")
-    key = env.get("TIDEMARK_S3_ACCESS_KEY_ID") or None
-    secret = env.get("TIDEMARK_S3_SECRET_ACCESS_KEY") or None
-    if (key is None) != (secret is None):
-        raise ConfigError(
-            "TIDEMARK_S3_ACCESS_KEY_ID and TIDEMARK_S3_SECRET_ACCESS_KEY go together: set both, "
-            "or neither (the project's own server's keys)"
-        )
-    cache = env.get("TIDEMARK_CACHE")
-    return ObjectStoreSettings(
-        port=port,
-        endpoint=endpoint,
-        region=env.get("TIDEMARK_S3_REGION", d.region),
-        path_style=path_style == "1",
-        access_key_id=key,
-        secret_access_key=secret,
-        home=Path(env["TIDEMARK_S3_HOME"]).resolve() if env.get("TIDEMARK_S3_HOME") else d.home,
-        server_cache=Path(cache).resolve() if cache else d.server_cache,
     )
 
 

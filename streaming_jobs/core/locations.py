@@ -25,7 +25,11 @@ from streaming_jobs.core.store_settings import ObjectStoreSettings
 
 
 def _default_settings() -> ObjectStoreSettings:
-    return ObjectStoreSettings()
+    """A place named by its URL alone (read back from a record) reaches the store the
+    environment names (TIDEMARK_S3_*), as every tidemark process does."""
+    from streaming_jobs.core.store_settings import _object_store_settings
+
+    return _object_store_settings(os.environ)
 
 
 STORE_SCHEMES = ("s3://", "s3a://")

@@ -5,8 +5,12 @@ carry them), so neither imports the other's dependents."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from streaming_jobs.core.parsing import ConfigError
+from streaming_jobs.core.parsing import number as _number
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -31,3 +35,37 @@ class ObjectStoreSettings:
     def own_server(self) -> bool:
         """The endpoint is the project's own server (which tidemark may start)."""
         return self.endpoint.rstrip("/") == f"http://127.0.0.1:{self.port}"
+
+
+def _object_store_settings(env: dict) -> ObjectStoreSettings:
+    d = ObjectStoreSettings()
+    port = _number(env, "TIDEMARK_S3_PORT", d.port, int, 1)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"TIDEMARK_S3_PORT={port} is not a TCP port (1-65535)")
+    endpoint = env.get("TIDEMARK_S3_ENDPOINT") or f"http://127.0.0.1:{port}"
+    if not re.fullmatch(r"https?://[^/\s]+/?", endpoint):
+        raise ConfigError(
+            f"TIDEMARK_S3_ENDPOINT={endpoint!r} is not http(s)://host[:port] (e.g. "
+            "https://s3.eu-west-1.amazonaws.com)"
+        )
+    path_style = env.get("TIDEMARK_S3_PATH_STYLE", "1")
+    if path_style not in ("0", "1"):
+        raise ConfigError(f"TIDEMARK_S3_PATH_STYLE={path_style!r}: use 1 (path style) or 0")
+    key = env.get("TIDEMARK_S3_ACCESS_KEY_ID") or None
+    secret = env.get("TIDEMARK_S3_SECRET_ACCESS_KEY") or None
+    if (key is None) != (secret is None):
+        raise ConfigError(
+            "TIDEMARK_S3_ACCESS_KEY_ID and TIDEMARK_S3_SECRET_ACCESS_KEY go together: set both, "
+            "or neither (the project's own server's keys)"
+        )
+    cache = env.get("TIDEMARK_CACHE")
+    return ObjectStoreSettings(
+        port=port,
+        endpoint=endpoint,
+        region=env.get("TIDEMARK_S3_REGION", d.region),
+        path_style=path_style == "1",
+        access_key_id=key,
+        secret_access_key=secret,
+        home=Path(env["TIDEMARK_S3_HOME"]).resolve() if env.get("TIDEMARK_S3_HOME") else d.home,
+        server_cache=Path(cache).resolve() if cache else d.server_cache,
+    )

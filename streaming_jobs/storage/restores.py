@@ -95,7 +95,7 @@ def finish(spark, cfg: TidemarkConfig, steps: dict) -> None:
         and current > version
         and query_id(checkpoint) != steps["new_id"]
     ):
-        spark.sql(f"RESTORE TABLE delta.`{gold}` TO VERSION AS OF {version}")
+        spark.sql(f"RESTORE TABLE delta.`{Location.of(gold).spark}` TO VERSION AS OF {version}")
     fault_point("restore.gold")
     if query_id(checkpoint) != steps["new_id"]:
         _copy_in(cfg, steps, Location.of(checkpoint))
