@@ -43,21 +43,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
-import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
+from streaming_jobs.storage.lake import spark_path
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.core.delta_log import commit_actions, commit_versions, latest_version, log_dir
+from streaming_jobs.core.delta_log import commit_actions, commit_versions, latest_version
 
 LOG = logging.getLogger("tidemark.retention")
 LAYERS = ("bronze", "quarantine", "gold")
@@ -110,23 +108,23 @@ class Maintenance:
         return sum(getattr(s, attribute) or 0 for s in self.steps)
 
 
-def _disk(path: Path) -> tuple[int, int]:
+def _disk(path: Where) -> tuple[int, int]:
     """(data files, bytes) under a table's folder, its log left out."""
-    files = size = 0
-    for dirpath, dirnames, filenames in os.walk(path):
-        dirnames[:] = [d for d in dirnames if d != "_delta_log"]
-        for name in filenames:
-            if name.endswith(".parquet"):
-                files += 1
-                size += (Path(dirpath) / name).stat().st_size
-    return files, size
+    files = [
+        e
+        for e in locations.entries(path)
+        if e.relative.endswith(".parquet") and "_delta_log" not in e.relative.split("/")
+    ]
+    return len(files), sum(e.size for e in files)
 
 
-def delta_tables(folder: Path) -> list[Path]:
+def delta_tables(folder: Where) -> list[Where]:
     """The Delta tables directly under ``folder``."""
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if (p / "_delta_log").is_dir())
+    return [
+        e.place
+        for e in locations.items(folder)
+        if e.kind == "folder" and locations.is_dir(e.place / "_delta_log")
+    ]
 
 
 # -- how long VACUUM must keep files ---------------------------------------------------------
@@ -135,18 +133,23 @@ def delta_tables(folder: Path) -> list[Path]:
 NO_DATA = ("OPTIMIZE", "VACUUM START", "VACUUM END")
 
 
-def _commit(table: Path, version: int) -> dict | None:
+def _commit(table: Where, version: int) -> dict | None:
     """The commitInfo of a version (None once the log entry has expired)."""
     try:
         for action in commit_actions(table, version):
             if action.get("commitInfo"):
                 return action["commitInfo"]
-        return {"timestamp": (log_dir(table) / f"{version:020d}.json").stat().st_mtime * 1000}
+        found = locations.stat(_log_of(table) / f"{version:020d}.json")
+        return {"timestamp": found.modified * 1000} if found else None
     except (OSError, ValueError):
         return None
 
 
-def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
+def _log_of(table: Where) -> Location:
+    return Location.of(table) / "_delta_log"
+
+
+def _oldest_unread(cfg: TidemarkConfig, table: Where) -> float | None:
     """When the oldest version of ``table`` that some checkpoint has not read yet was
     committed (None if every checkpoint reading it is caught up).
 
@@ -160,10 +163,10 @@ def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
 
     table_id, latest = _table_id(table), latest_version(table)
     oldest = None
-    folder = cfg.paths.checkpoints
-    for checkpoint in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if checkpoint.name.startswith(".") or not checkpoint.is_dir():
+    for entry in locations.items(cfg.paths.checkpoints):
+        if entry.name.startswith(".") or entry.kind != "folder":
             continue
+        checkpoint = entry.place
         committed, planned = last_committed_batch(checkpoint), last_planned_batch(checkpoint)
         batch = committed if committed is not None else planned
         if batch is None:
@@ -183,11 +186,11 @@ def _oldest_unread(cfg: TidemarkConfig, table: Path) -> float | None:
     return oldest
 
 
-def _delta_offsets(checkpoint: Path, batch: int) -> list[dict]:
+def _delta_offsets(checkpoint: Where, batch: int) -> list[dict]:
     """The Delta source offsets of a batch (``offsets/N``: a version line, the batch's
     metadata, then one line per source)."""
     try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        lines = locations.read_text(Location.of(checkpoint) / "offsets" / str(batch)).splitlines()
     except OSError:
         return []
     out = []
@@ -201,17 +204,15 @@ def _delta_offsets(checkpoint: Path, batch: int) -> list[dict]:
     return out
 
 
-def _table_id(table: Path) -> str | None:
+def _table_id(table: Where) -> str | None:
     try:  # the first commit holds it (a table's id never changes)
         for action in commit_actions(table, 0):
             if action.get("metaData"):
                 return action["metaData"].get("id")
     except (OSError, ValueError):
         pass
-    from deltalake import DeltaTable  # the first commits expired (`expire_log`): ask the table
-
-    try:
-        return DeltaTable(str(table)).metadata().id
+    try:  # the first commits expired (`expire_log`): ask the table
+        return locations.delta_table(table).metadata().id
     except Exception:  # noqa: BLE001 - not a table any more
         return None
 
@@ -219,9 +220,10 @@ def _table_id(table: Path) -> str | None:
 def _oldest_savepoint(cfg: TidemarkConfig) -> float | None:
     from streaming_jobs.operations.savepoints import savepoints
 
-    folder = cfg.paths.savepoints
     taken = []
-    for job in sorted(folder.iterdir()) if folder.is_dir() else []:
+    for job in locations.items(cfg.paths.savepoints):
+        if job.kind != "folder" or job.name.startswith("."):
+            continue
         for point in savepoints(cfg, job.name):
             stamp = datetime.strptime(point.taken_at, "%Y%m%dT%H%M%S%fZ")
             taken.append(stamp.replace(tzinfo=timezone.utc).timestamp())
@@ -233,7 +235,7 @@ MARGIN_HOURS = 5 / 60  # beyond what a savepoint or a lagging reader needs (cloc
 
 def retain_hours(
     cfg: TidemarkConfig,
-    table: Path,
+    table: Where,
     now: float | None = None,
     at_least: tuple[float, str] | None = None,
 ) -> tuple[float, str]:
@@ -265,13 +267,12 @@ CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 COMPACTED_FILE = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
 
 
-def log_files(table: Path) -> int:
+def log_files(table: Where) -> int:
     """How many files the table's ``_delta_log`` holds (its folders left out)."""
-    folder = log_dir(table)
-    return sum(1 for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
+    return sum(1 for e in locations.items(_log_of(table)) if e.kind == "file")
 
 
-def expire_log(table: Path, keep_since: float) -> tuple[int, int | None]:
+def expire_log(table: Where, keep_since: float) -> tuple[int, int | None]:
     """Delete the log entries of ``table`` that no snapshot committed at or after
     ``keep_since`` (a Unix time) needs; returns (files deleted, the first version kept).
 
@@ -283,21 +284,19 @@ def expire_log(table: Path, keep_since: float) -> tuple[int, int | None]:
     which the next run finishes. No table property is set: a metadata commit would fail every
     stream writing the table at that moment (Delta's ``MetadataChangedException``).
     """
-    folder = log_dir(table)
-    if not folder.is_dir():
-        return 0, None
-    names = [p.name for p in folder.iterdir()]
+    folder = _log_of(table)
+    files = {e.name: e for e in locations.items(folder) if e.kind == "file"}
+    names = list(files)
     floor = None
     for name in sorted(names):
         match = CHECKPOINT_FILE.match(name)
         if not match:
             continue
         version = int(match.group(1))
-        try:
-            committed = (folder / f"{version:020d}.json").stat().st_mtime
-        except OSError:
+        commit = files.get(f"{version:020d}.json")
+        if commit is None:
             continue  # its commit already expired: an older floor, never a newer one
-        if committed <= keep_since and (folder / name).stat().st_size > 0:
+        if commit.modified <= keep_since and files[name].size > 0:
             floor = version if floor is None else max(floor, version)
     if floor is None:
         return 0, None
@@ -312,12 +311,12 @@ def expire_log(table: Path, keep_since: float) -> tuple[int, int | None]:
         elif compacted and int(compacted.group(2)) < floor:
             doomed.append((int(compacted.group(2)), name))
     for _, name in sorted(doomed):
-        (folder / name).unlink(missing_ok=True)
+        locations.delete(folder / name)
     return len(doomed), floor
 
 
 def log_retain_hours(
-    cfg: TidemarkConfig, table: Path, layer: str, now: float | None = None
+    cfg: TidemarkConfig, table: Where, layer: str, now: float | None = None
 ) -> tuple[float, str]:
     """How many hours of log entries ``table`` keeps, and why: ``TIDEMARK_LOG_RETAIN_HOURS``,
     longer while a savepoint or a lagging checkpoint needs older versions (`retain_hours`);
@@ -340,7 +339,7 @@ def log_retain_hours(
     return hours, why
 
 
-def _log(out: Maintenance, target: str, cfg: TidemarkConfig, table: Path, layer: str) -> None:
+def _log(out: Maintenance, target: str, cfg: TidemarkConfig, table: Where, layer: str) -> None:
     hours, why = log_retain_hours(cfg, table, layer)
     before = log_files(table)
     deleted, floor = expire_log(table, time.time() - hours * 3600)
@@ -485,10 +484,8 @@ def _update_mode_gold(cfg: TidemarkConfig) -> set[str]:
     return {name for name, spec in catalogue().jobs.items() if spec.output_mode == "update"}
 
 
-def _active_files(table: Path) -> int:
-    from deltalake import DeltaTable
-
-    return len(DeltaTable(str(table)).file_uris())
+def _active_files(table: Where) -> int:
+    return len(locations.delta_table(table).file_uris())
 
 
 def _lake_table(
@@ -496,7 +493,7 @@ def _lake_table(
     target: str,
     spark,
     cfg: TidemarkConfig,
-    table: Path,
+    table: Where,
     compact: bool,
     merged_by: str | None,
 ) -> None:
@@ -504,7 +501,7 @@ def _lake_table(
 
     files_before, bytes_before = _disk(table)
     if compact and _active_files(table) > 1:  # one file or none: nothing to bin-pack
-        handle = DeltaTable.forPath(spark, str(table))
+        handle = DeltaTable.forPath(spark, spark_path(table))
         try:
             with (
                 checkpoint_lock(cfg.paths.checkpoint(merged_by), "maintenance (OPTIMIZE)")
@@ -551,6 +548,29 @@ def _lake_table(
     )
 
 
+def _owned_lake_table(
+    out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Where, layer: str
+) -> None:
+    """A lake table on an object store, maintained under its writer's lease (the query that
+    writes it: a stream's ingestion for bronze and quarantine, the job for gold), so that
+    OPTIMIZE's and VACUUM's commits never race the writer's; skipped while that writer runs."""
+    from streaming_jobs.core.checkpoints import query_name
+
+    owner = table.name if layer == "gold" else query_name(table.name)
+    try:
+        with checkpoint_lock(cfg.paths.checkpoint(owner), f"maintenance of {target}"):
+            _lake_table(out, target, spark, cfg, table, True, None)
+    except CheckpointBusy:
+        out.steps.append(
+            Step(
+                target,
+                "skipped",
+                f"not maintained: {owner} is running, and on an object store a table has one "
+                "writer at a time; the next maintenance run between its runs does it",
+            )
+        )
+
+
 class ConcurrentCompaction(Exception):
     """OPTIMIZE kept losing to a concurrent commit (e.g. the job's own auto compaction)."""
 
@@ -580,11 +600,9 @@ def retry_conflicts(action, attempts: int = CONFLICT_ATTEMPTS, pause: float = 2.
     return attempts
 
 
-def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Path) -> None:
+def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table: Where) -> None:
     """dbt rewrites its tables whole and no stream reads them: ``VACUUM`` with delta-rs
     (milliseconds, whole hours only), or Spark's when delta-rs cannot write the table."""
-    from deltalake import DeltaTable
-
     files_before, bytes_before = _disk(table)
     hours = math.ceil(cfg.ops.vacuum_retain_hours)
     anew = Step(
@@ -595,7 +613,7 @@ def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table:
         files_before,
     )
     try:
-        DeltaTable(str(table)).vacuum(
+        locations.delta_table(table).vacuum(
             retention_hours=hours, enforce_retention_duration=False, dry_run=False
         )
     except Exception:  # noqa: BLE001 - a table feature delta-rs lacks: Spark's own VACUUM
@@ -625,7 +643,7 @@ def _dbt_table(out: Maintenance, target: str, spark, cfg: TidemarkConfig, table:
     _log(out, target, cfg, table, "dbt")
 
 
-def _vacuum(spark, table: Path, hours: int) -> None:
+def _vacuum(spark, table: Where, hours: int) -> None:
     """``VACUUM ... LITE`` keeping ``hours``: the files to delete come from the log's removes,
     not from listing the table's folder (a full listing is a Spark job of its own: a minute
     here for a table of ten files); ``FULL`` when the log no longer reaches back that far.
@@ -646,11 +664,11 @@ def _vacuum(spark, table: Path, hours: int) -> None:
     kind = "" if _log_starts_after(table, time.time() - hours * 3600) else "LITE"
     try:
         try:
-            spark.sql(f"VACUUM delta.`{table}` {kind} RETAIN {hours} HOURS").collect()
+            spark.sql(f"VACUUM delta.`{spark_path(table)}` {kind} RETAIN {hours} HOURS").collect()
         except Exception as exc:  # noqa: BLE001 - only the log-too-short case is retried
             if "LITE" not in str(exc) and "FULL" not in str(exc):
                 raise
-            spark.sql(f"VACUUM delta.`{table}` RETAIN {hours} HOURS").collect()
+            spark.sql(f"VACUUM delta.`{spark_path(table)}` RETAIN {hours} HOURS").collect()
     finally:
         for key, value in previous.items():
             if value is None:
@@ -659,23 +677,19 @@ def _vacuum(spark, table: Path, hours: int) -> None:
                 spark.conf.set(key, value)
 
 
-def _log_starts_after(table: Path, since: float) -> bool:
+def _log_starts_after(table: Where, since: float) -> bool:
     """Whether ``table``'s log no longer holds its first commit and its oldest commit left was
     made after ``since`` (a Unix time)."""
     versions = commit_versions(table)
     if not versions or versions[0] == 0:
         return False
-    try:
-        return (log_dir(table) / f"{versions[0]:020d}.json").stat().st_mtime > since
-    except OSError:
-        return True  # expired meanwhile: the log starts later still
+    found = locations.stat(_log_of(table) / f"{versions[0]:020d}.json")
+    return found is None or found.modified > since  # gone meanwhile: it starts later still
 
 
 def _ops_table(
     out: Maintenance, target: str, cfg: TidemarkConfig, name: str, cutoff: datetime
 ) -> None:
-    from deltalake import DeltaTable
-
     removed = 0
     with ops_tables.locked(cfg, name) as locked:
         if name in PRUNED:
@@ -720,7 +734,7 @@ def _ops_table(
                 locked.update_sql({"progress_json": "NULL"}, predicate)
         path = ops_tables.path(cfg, name)
         files_before, bytes_before = _disk(path)
-        table = DeltaTable(str(path))
+        table = locations.delta_table(path)
         table.optimize.compact()
         # readers of ops tables hold a snapshot for milliseconds: an hour is ample
         hours = max(1, int(min(cfg.ops.vacuum_retain_hours, 168)))
@@ -767,12 +781,28 @@ def _fold_progress(
         )
 
 
-def _replaced(out: Maintenance, target: str, folder: Path, cutoff: float) -> None:
-    old = [p for p in folder.iterdir() if p.is_dir() and p.stat().st_mtime < cutoff]
-    for p in old:
-        shutil.rmtree(p)
+def _replaced(out: Maintenance, target: str, folder: Where, cutoff: float) -> None:
+    old = [
+        e.place for e in locations.items(folder) if e.kind == "folder" and _set_aside_at(e) < cutoff
+    ]
+    for place in old:
+        locations.delete_tree(place)
     if old:
         out.steps.append(Step(target, "remove", f"{len(old)} checkpoints set aside by restores"))
+
+
+def _set_aside_at(entry: Item) -> float:
+    """When a restore set a checkpoint aside: the stamp in its name (``<job>-<stamp>``,
+    `restores`), else the folder's own time (a store keeps none for a folder: its newest
+    file's)."""
+    try:
+        stamp = datetime.strptime(entry.name.rsplit("-", 1)[-1], "%Y%m%dT%H%M%S%fZ")
+        return stamp.replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        pass
+    if entry.modified:
+        return entry.modified
+    return max((e.modified for e in locations.entries(entry.place)), default=time.time())
 
 
 def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Maintenance:
@@ -793,10 +823,19 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
     for layer in LAYERS:
         for table in delta_tables(cfg.paths.table(layer, "")):
             merged_by = table.name if layer == "gold" and table.name in merged else None
+            if cfg.on_store:
+                # one writing process per table on a store (Delta's S3 log store is safe for
+                # no more): its maintenance only while its writer's lease is free, and held
+                _guarded(out, f"{layer}/{table.name}", _owned_lake_table, spark, cfg, table, layer)
+                continue
             _guarded(out, f"{layer}/{table.name}", _lake_table, spark, cfg, table, True, merged_by)
-    for schema in sorted(cfg.paths.warehouse.glob("*.db")) if cfg.paths.warehouse.is_dir() else []:
-        for table in delta_tables(schema):
-            _guarded(out, f"dbt/{schema.stem}.{table.name}", _dbt_table, spark, cfg, table)
+    for schema in locations.items(cfg.paths.warehouse):
+        if schema.kind != "folder" or not schema.name.endswith(".db"):
+            continue
+        for table in delta_tables(schema.place):
+            _guarded(
+                out, f"dbt/{schema.name[: -len('.db')]}.{table.name}", _dbt_table, spark, cfg, table
+            )
     _guarded(out, "ops/stream_progress", _fold_progress, spark, cfg, cutoff)
     for layer in LAYERS:  # after the fold, which reads bronze's commits
         for table in delta_tables(cfg.paths.table(layer, "")):
@@ -804,8 +843,8 @@ def maintain(spark, cfg: TidemarkConfig, now: datetime | None = None) -> Mainten
     for name in ops_tables.SCHEMAS:
         if ops_tables.exists(cfg, name):
             _guarded(out, f"ops/{name}", _ops_table, cfg, name, cutoff)
-    replaced = cfg.paths.checkpoints / ".replaced"
-    if replaced.is_dir():
+    replaced = Location.of(cfg.paths.checkpoints) / ".replaced"
+    if locations.is_dir(replaced):
         _guarded(out, "checkpoints/.replaced", _replaced, replaced, cutoff.timestamp())
     out.seconds = time.monotonic() - started
     return out
