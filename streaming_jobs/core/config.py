@@ -87,9 +87,12 @@ DEFAULT_HOME = CHECKOUT / ".tidemark"
 # name (`refuse_store_root`) rather than half-run.
 STORE_ROOT_WORKS = (
     "Kafka and landing ingestion into bronze, the streaming jobs, their checkpoints, leases, "
-    "savepoints and restores, the ops tables, landing accounting and its archive"
+    "savepoints and restores, the ops tables, landing accounting and retention"
 )
-STORE_ROOT_MISSING = "retention of the lake, rebuild, rescale, dbt's reconciliation and the CLI"
+STORE_ROOT_MISSING = (
+    "rebuild, rescale, dbt's reconciliation, the Dagster code location and the commands but "
+    "savepoint and restore"
+)
 STORE_ROOT_READY = False
 
 
