@@ -14,8 +14,7 @@ would read the same rows and fail again, with its gold table gone. ``--force`` o
 
 from __future__ import annotations
 
-import shutil
-
+from streaming_jobs.core import locations
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import checkpoint_lock
 from streaming_jobs.core.config import TidemarkConfig
@@ -87,14 +86,16 @@ def rebuild(
                     if table == "stream_progress":
                         removed["progress_rows"] = rows
         savepoints = paths.savepoints / job
-        if savepoints.exists():
-            removed["savepoints"] = sum(1 for p in savepoints.iterdir() if p.is_dir())
-            shutil.rmtree(savepoints)
+        if locations.exists(savepoints):
+            removed["savepoints"] = sum(
+                1 for e in locations.items(savepoints) if e.kind == "folder"
+            )
+            locations.delete_tree(savepoints)
         gold = paths.table("gold", job)
-        if gold.exists():
-            shutil.rmtree(gold)
+        if locations.exists(gold):
+            locations.delete_tree(gold)
             removed["gold"] = True
-        if checkpoint.exists():  # its lock file lives beside it
-            shutil.rmtree(checkpoint)
+        if locations.exists(checkpoint):  # its lock (or lease) lives beside it
+            locations.delete_tree(checkpoint)
             removed["checkpoint"] = True
     return removed

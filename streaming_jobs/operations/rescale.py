@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.locations import Location
+from streaming_jobs.storage.lake import spark_path
 from streaming_jobs.operations import savepoints
 from streaming_jobs.core.checkpoints import checkpoint_lock
 
@@ -31,12 +34,12 @@ class RescaleError(RuntimeError):
 
 def state_partitions(spark: SparkSession, cfg: TidemarkConfig, job: str) -> set[int]:
     checkpoint = cfg.paths.checkpoint(job)
-    if not (checkpoint / "state").is_dir():
+    if not locations.is_dir(Location.of(checkpoint) / "state"):
         return set()
     return {
         r.numPartitions
         for r in spark.read.format("state-metadata")
-        .load(str(checkpoint))
+        .load(spark_path(checkpoint))
         .select("numPartitions")
         .collect()
     }
@@ -60,7 +63,7 @@ def rescale(
     with checkpoint_lock(cfg.paths.checkpoint(job), holder):
         try:
             spark._streamingCheckpointManager.repartition(  # noqa: SLF001 - Spark 4.2's API
-                str(cfg.paths.checkpoint(job)), partitions
+                spark_path(cfg.paths.checkpoint(job)), partitions
             )
         except Exception as exc:  # noqa: BLE001 - re-raised with what to do
             raise RescaleError(

@@ -12,6 +12,7 @@ from helpers import is_valid_transaction
 
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import query_name
+from streaming_jobs.operations.rebuild import rebuild
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.generator import GeneratorConfig, generate, publish_files
@@ -69,3 +70,12 @@ def test_kafka_into_bronze_and_gold_on_the_store_as_on_disk(spark, kafka_cfg, s3
     assert (
         not (store.work_root / "lake").exists() and not (store.work_root / "checkpoints").exists()
     )
+
+    # a rebuild on the store removes the job's checkpoint, gold table and rows of progress,
+    # and the job streams bronze again into the same gold
+    removed = rebuild(store, JOB)
+    assert removed["gold"] and removed["checkpoint"] and removed["progress_rows"] > 0
+    assert not locations.exists(store.paths.table("gold", JOB))
+    assert not locations.exists(store.paths.checkpoint(JOB))
+    run_job(spark, store, get_job(JOB))
+    assert _rows(spark, store.paths.table("gold", JOB)) == gold
