@@ -46,7 +46,11 @@ from orchestration.cli.demo import DEMO_RATES, DEMO_STREAMS, reset_demo_root
 from orchestration.lib.instance import prepare_dagster_home
 from orchestration.cli.operate import OPERATIONS, OperationError
 from orchestration.recon.recon_partitions import incremental_tags
-from orchestration.cli.services import start_cluster_if_used, start_kafka_if_used
+from orchestration.cli.services import (
+    start_cluster_if_used,
+    start_kafka_if_used,
+    start_store_if_used,
+)
 
 
 def setup(cfg: TidemarkConfig) -> None:
@@ -87,7 +91,7 @@ def _materialized(result) -> dict[str, dict]:
 
 # What runs with the data root on an object store already (`refuse_store_root` stops the rest):
 # the store's own server, the settings reference, and taking and restoring savepoints
-STORE_READY_COMMANDS = ("s3", "settings", "savepoint", "restore")
+STORE_READY_COMMANDS = ("s3", "settings", "savepoint", "restore", "rebuild", "run", "summary")
 
 
 def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) -> int:
@@ -102,6 +106,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
 
     from orchestration.cli.terminal import Console
 
+    store = start_store_if_used(cfg)  # before --fresh clears what is on it
     if fresh:
         from streaming_jobs.services import kafka_broker
 
@@ -113,6 +118,8 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
             f"{waves} waves, data root {cfg.data_root}"
         )
         console.line(f"  full log: {console.log_path}")
+        if store:
+            console.line(f"  data: {store}")
         spark_on = start_cluster_if_used(cfg)
         if spark_on:
             console.line(f"  Spark: {spark_on}")
@@ -126,7 +133,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
 
         prepare_dagster_home(cfg)
         os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)  # the definitions' data root
-        defs = build_definitions()
+        defs = build_definitions(for_command="tidemark run")
         instance = DagsterInstance.get()
         samples = [
             (gen, generate(gen))

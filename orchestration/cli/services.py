@@ -54,6 +54,27 @@ def start_kafka_if_used(cfg: TidemarkConfig) -> str | None:
     return f"the project's broker on {broker.bootstrap} (log {cfg.paths.logs / 'kafka.log'})"
 
 
+def start_store_if_used(cfg: TidemarkConfig) -> str | None:
+    """With the data root on an object store: start the project's own server when it is the
+    endpoint and does not run (it stops when this process ends), and make the bucket unless it
+    is there; say where the data goes, or None for a local data root."""
+    from streaming_jobs.core.stores import ensure_bucket
+    from streaming_jobs.services import object_store
+
+    if not cfg.on_store:
+        return None
+    server = None
+    if cfg.s3.own_server:
+        server = object_store.discover(cfg) or object_store.start(cfg)
+    ensure_bucket(cfg, cfg.data_root.bucket)
+    where = (
+        f"the project's S3 server on {server.endpoint} (files {cfg.s3.home})"
+        if server
+        else cfg.s3.endpoint
+    )
+    return f"{cfg.data_root} on {where}; working state in {cfg.work_root}"
+
+
 def start_cluster_if_used(cfg: TidemarkConfig) -> str | None:
     """When TIDEMARK_SPARK_MASTER names the project's own cluster (spark://127.0.0.1:<its
     port>) and it does not run, start it for this process (it stops when the process ends);

@@ -42,6 +42,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
+from streaming_jobs.core.locations import Location
 from streaming_jobs.core.config import TidemarkConfig
 
 from orchestration.recon.dbt_vars import dbt_vars
@@ -231,7 +232,9 @@ class SessionWarmup:
             spark = get_spark(self.cfg, hive_metastore=True)
             spark.sql("show databases").collect()  # the metastore client and Derby
             # Delta's first snapshot in this JVM; every model reads the progress table
-            spark.read.format("delta").load(str(self.cfg.paths.table("ops", "stream_progress")))
+            spark.read.format("delta").load(
+                Location.of(self.cfg.paths.table("ops", "stream_progress")).spark
+            )
         except BaseException as error:  # noqa: BLE001 - handed to join()
             self.error = error
 
@@ -260,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     own, args = split_own_options(list(sys.argv[1:] if argv is None else argv))
     os.environ.update(own)  # this process's own environment, and dbt's
     cfg = TidemarkConfig.from_env()
-    os.environ.setdefault("TIDEMARK_DATA_ROOT", str(cfg.data_root))
+    # as Spark addresses it (s3a://... on a store): dbt's SQL names lake tables by path
+    os.environ["TIDEMARK_DATA_ROOT"] = Location.of(cfg.data_root).spark
     from orchestration.recon.project import run_project_dir
 
     os.environ.setdefault("DBT_PROFILES_DIR", str(run_project_dir(cfg)))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from streaming_jobs.core.locations import Location
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.registry import registry, streams
 from streaming_jobs.schemas import STREAMS, StreamSchema
@@ -435,7 +436,8 @@ def ensure_manifest(cfg: TidemarkConfig) -> Path:
 def _dbt_env(cfg: TidemarkConfig, target: Path) -> dict[str, str]:
     return {
         **os.environ,
-        "TIDEMARK_DATA_ROOT": str(cfg.data_root),
+        # as Spark addresses it (s3a://... on a store): dbt's SQL names lake tables by path
+        "TIDEMARK_DATA_ROOT": Location.of(cfg.data_root).spark,
         "DBT_PROFILES_DIR": str(run_project_dir(cfg)),
         "DBT_PROJECT_DIR": str(run_project_dir(cfg)),
         "DBT_TARGET_PATH": str(target),

@@ -14,6 +14,7 @@ them for dbt run by hand.
 
 from __future__ import annotations
 
+from streaming_jobs.core import locations
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.intervals import interval_seconds
@@ -173,13 +174,12 @@ def text_measures(types: dict[str, dict[str, str]], jobs: dict[str, JobSpec]) ->
 
 def gold_types(cfg: TidemarkConfig, jobs: dict) -> dict[str, dict[str, str]]:
     """Each existing gold table's column types, from its Delta log (delta-rs, no JVM)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     out = {}
     for job in jobs:
         try:
-            schema = DeltaTable(str(cfg.paths.table("gold", job))).schema()
+            schema = locations.delta_table(cfg.paths.table("gold", job)).schema()
         except TableNotFoundError:
             continue
         out[job] = {f.name: str(getattr(f.type, "type", f.type)) for f in schema.fields}

@@ -11,6 +11,7 @@ from collections import Counter
 
 from dagster import MetadataValue
 
+from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
 
 
@@ -40,9 +41,7 @@ def late_events(row: dict, between: str = "/") -> str:
 
 
 def recon_counts(cfg: TidemarkConfig, job: str) -> dict[str, int]:
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(cfg.paths.dbt_table("recon", f"recon_{job}")))
+    table = locations.delta_table(cfg.paths.dbt_table("recon", f"recon_{job}"))
     classes = table.to_pyarrow_dataset().to_table(columns=["recon_class"]).column(0)
     found = Counter(classes.to_pylist())
     return {c: int(found.get(c, 0)) for c in RECON_CLASSES}
@@ -67,10 +66,9 @@ def recon_metadata(counts: dict[str, int]) -> dict[str, MetadataValue]:
 
 def summary_metadata(cfg: TidemarkConfig) -> dict[str, MetadataValue]:
     """``recon_summary``'s latest run: a row per job and the totals (plotted run after run)."""
-    from deltalake import DeltaTable
 
     path = cfg.paths.dbt_table("recon", "recon_summary")
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    rows = locations.delta_table(path).to_pyarrow_table().to_pylist()
     if not rows:
         return {}
     # this run's rows: one invocation id per dbt invocation, the newest reconciled

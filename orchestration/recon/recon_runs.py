@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from streaming_jobs.core import locations
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
 
@@ -45,12 +46,11 @@ def _severity(node) -> str:
 
 def _late_events(cfg: TidemarkConfig) -> dict[str, dict]:
     """int_late_events per job (the late events the batch side replayed and the stream reported)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     path = cfg.paths.dbt_table("batch", "int_late_events")
     try:
-        rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+        rows = locations.delta_table(path).to_pyarrow_table().to_pylist()
     except (TableNotFoundError, OSError):
         return {}
     return {r["job"]: r for r in rows}

@@ -45,6 +45,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import (
     StatsUnknown,
@@ -160,10 +162,10 @@ def session_start_reached(
 ) -> dt.datetime | None:
     """The start of the earliest session last reconciled that ends at or after ``earliest``
     (a new click at or after it may extend or merge it), from the job's batch table."""
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
     import pyarrow as pa
 
-    table = DeltaTable(str(cfg.paths.dbt_table("batch", f"int_{job}__batch")))
+    table = locations.delta_table(cfg.paths.dbt_table("batch", f"int_{job}__batch"))
     at = earliest.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     rows = pa.table(
         QueryBuilder()
@@ -204,7 +206,7 @@ def job_scope(
         raise NeedsFull("the dbt project or the job's parameters changed")
     for kind in ("batch", "recon"):
         name = f"int_{spec.name}__batch" if kind == "batch" else f"recon_{spec.name}"
-        if not (cfg.paths.dbt_table(kind, name) / "_delta_log").is_dir():
+        if not locations.is_dir(Location.of(cfg.paths.dbt_table(kind, name)) / "_delta_log"):
             raise NeedsFull(f"table {kind}.{name} is missing")
     # rows deleted or changed in gold by hand are no new event: only a full run sees them
     if last.get("reconciled_at") is not None:
@@ -338,8 +340,7 @@ def left_out(variables: dict) -> list[str]:
 def read_positions(cfg: TidemarkConfig) -> list[dict]:
     """The rows of recon_positions ([] before the first reconciliation)."""
     path = cfg.paths.dbt_table("recon", "recon_positions")
-    if not (path / "_delta_log").is_dir():
+    if not locations.is_dir(Location.of(path) / "_delta_log"):
         return []
-    from deltalake import DeltaTable
 
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return locations.delta_table(path).to_pyarrow_table().to_pylist()

@@ -54,6 +54,12 @@ class Finding:
     message: str
 
 
+def _modified(place: Location, now: float) -> float:
+    """A checkpoint file's change time (now, when it went meanwhile: a retention removed it)."""
+    found = locations.stat(place)
+    return found.modified if found is not None else now
+
+
 def _ids(folder: Location) -> list[int]:
     return sorted(int(n) for n in locations.names(folder) if n.isdigit())
 
@@ -145,20 +151,17 @@ def check_checkpoint(
     Reads files and the ops tables only (no JVM): a sensor tick stays a few seconds.
     """
     now = time.time() if now is None else now
-    checkpoint = cfg.paths.checkpoint(query)
+    checkpoint = Location.of(cfg.paths.checkpoint(query))
     findings = structural_findings(checkpoint)
-    if not checkpoint.exists() or findings:
+    if not locations.exists(checkpoint) or findings:
         return findings
     offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
     # No commit yet: the query is as old as its checkpoint (not behind since 1970).
-    last_commit_at = (
-        ((checkpoint / "commits" / str(commits[-1])) if commits else (checkpoint / "metadata"))
-        .stat()
-        .st_mtime
-    )
+    last = (checkpoint / "commits" / str(commits[-1])) if commits else (checkpoint / "metadata")
+    last_commit_at = _modified(last, now)
     running = is_running(checkpoint)
     if running and offsets and (not commits or offsets[-1] > commits[-1]):
-        planned_at = (checkpoint / "offsets" / str(offsets[-1])).stat().st_mtime
+        planned_at = _modified(checkpoint / "offsets" / str(offsets[-1]), now)
         if now - planned_at > stall_seconds:
             findings.append(
                 Finding(
@@ -233,7 +236,7 @@ def kafka_findings(cfg: TidemarkConfig, query: str) -> list[Finding]:
     try:
         lag = consumer_lag(cfg, checkpoint, topic, timeout=5.0)
     except TopicMissing:
-        if not checkpoint.exists():  # nothing produced, nothing read yet: nothing to watch
+        if not locations.exists(checkpoint):  # nothing produced or read yet: nothing to watch
             return []
         return [
             Finding(

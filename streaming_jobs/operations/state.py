@@ -21,6 +21,8 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.spec import StateThresholds
@@ -170,9 +172,10 @@ def inspect(
     spark: SparkSession, cfg: TidemarkConfig, job: str, top: int = 5
 ) -> list[OperatorState]:
     """Per stateful operator of the job's checkpoint: what it holds, and its largest keys."""
-    checkpoint = str(cfg.paths.checkpoint(job))
-    if not (cfg.paths.checkpoint(job) / "state").is_dir():
+    place = Location.of(cfg.paths.checkpoint(job))
+    if not locations.is_dir(place / "state"):
         return []
+    checkpoint = place.spark
     # Spark's state reader loads each store through the RocksDB provider, which reports to the
     # driver's state store coordinator; a session that has not touched its streams (a fresh
     # `tidemark state` process) has none, and every read then fails. Creating the session's
