@@ -86,12 +86,13 @@ DEFAULT_HOME = CHECKOUT / ".tidemark"
 # all does, the commands and the Dagster code location refuse TIDEMARK_DATA_ROOT=s3://... by
 # name (`refuse_store_root`) rather than half-run.
 STORE_ROOT_WORKS = (
-    "Kafka and landing ingestion into bronze, the streaming jobs, their checkpoints, leases, "
-    "savepoints and restores, the ops tables, landing accounting and retention"
+    "tidemark run (Kafka or landing ingestion, the jobs, dbt's reconciliation, the summary), "
+    "checkpoints, leases, savepoints, restores, rebuild, the ops tables, landing accounting "
+    "and retention"
 )
 STORE_ROOT_MISSING = (
-    "rebuild, rescale, dbt's reconciliation, the Dagster code location and the commands but "
-    "savepoint and restore"
+    "the Dagster code location (make dev, make live: the daemon, its sensors and schedules, "
+    "a continuous run), the SQL endpoint and the other commands"
 )
 STORE_ROOT_READY = False
 
