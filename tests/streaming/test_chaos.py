@@ -35,6 +35,34 @@ def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tm
 
 
 @pytest.mark.slow
+def test_on_the_store_a_killed_run_and_a_restore_cut_short_lose_nothing(
+    spark, s3_server, tmp_path, monkeypatch
+):
+    """The same, with every trial's data root on the project's S3-compatible server (`--store`):
+    a run killed at a random instant, and a restore cut short after copying the savepoint in
+    (no rename on a store: the next run must finish it)."""
+    from streaming_jobs.core.stores import ensure_bucket
+
+    _, s3_cfg = s3_server
+    for name, value in (("TIDEMARK_S3_HOME", s3_cfg.s3.home), ("TIDEMARK_S3_PORT", s3_cfg.s3.port)):
+        monkeypatch.setenv(name, str(value))  # the killed workers reach the same server
+    ensure_bucket(s3_cfg, "chaos-ci")
+    monkeypatch.setattr(chaos, "STORE_ROOT", f"s3://chaos-ci/{tmp_path.name}")
+    points = ["incremental", "restore.copy"]
+    trials = chaos.run_trials(points, trials=1, seed=13, work=tmp_path, events=3000, spark=spark)
+    assert [t.point for t in trials] == points
+    for t in trials:
+        assert (
+            t.events_lost,
+            t.events_duplicated,
+            t.gold_rows_lost,
+            t.gold_rows_duplicated,
+            t.manual_interventions,
+        ) == (0, 0, 0, 0, 0), t
+    assert chaos.snapshot(chaos.trial_root(chaos.Bench(tmp_path, 3000, 13), "restore"))["gold"]
+
+
+@pytest.mark.slow
 @pytest.mark.long  # CI's budget: make test-long, or make chaos for many trials
 @pytest.mark.skipif(os.geteuid() != 0, reason="the disk_full points mount a small tmpfs (root)")
 def test_killed_maintenance_and_full_disks_lose_nothing(spark, tmp_path):
