@@ -13,6 +13,18 @@ import pytest
 import chaos
 
 
+def _losses(t, *more: str) -> tuple[int, ...]:
+    """A trial's rows lost and doubled, its manual interventions, and ``more`` of its counts."""
+    counts = (
+        t.events_lost,
+        t.events_duplicated,
+        t.gold_rows_lost,
+        t.gold_rows_duplicated,
+        t.manual_interventions,
+    )
+    return counts + tuple(getattr(t, name) for name in more)
+
+
 @pytest.mark.slow
 def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tmp_path):
     # the killed runs get processes of their own; the others run in the tests' session
@@ -20,14 +32,7 @@ def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tm
     trials = chaos.run_trials(points, trials=1, seed=11, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert (
-            t.events_lost,
-            t.events_duplicated,
-            t.gold_rows_lost,
-            t.gold_rows_duplicated,
-            t.manual_interventions,
-            t.alerts_lost,
-        ) == (0, 0, 0, 0, 0, 0), t
+        assert _losses(t, "alerts_lost") == (0,) * 6, t
     # a kill between a 2xx answer and its commit re-sends that one notification, no more
     assert trials[2].alerts_reposted <= 1
     summary = chaos.summarize(trials)
@@ -52,13 +57,7 @@ def test_on_the_store_a_killed_run_and_a_restore_cut_short_lose_nothing(
     trials = chaos.run_trials(points, trials=1, seed=13, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert (
-            t.events_lost,
-            t.events_duplicated,
-            t.gold_rows_lost,
-            t.gold_rows_duplicated,
-            t.manual_interventions,
-        ) == (0, 0, 0, 0, 0), t
+        assert _losses(t) == (0,) * 5, t
     assert chaos.snapshot(chaos.trial_root(chaos.Bench(tmp_path, 3000, 13), "restore"))["gold"]
 
 
@@ -74,14 +73,7 @@ def test_killed_maintenance_and_full_disks_lose_nothing(spark, tmp_path):
     trials = chaos.run_trials(points, trials=1, seed=12, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert (
-            t.events_lost,
-            t.events_duplicated,
-            t.gold_rows_lost,
-            t.gold_rows_duplicated,
-            t.manual_interventions,
-            t.lineage_differences,
-        ) == (0, 0, 0, 0, 0, 0), t
+        assert _losses(t, "lineage_differences") == (0,) * 6, t
     # the progress the lateness replay reads after a killed maintenance and the next one is
     # what an uninterrupted one leaves: per query (ingestion and the job) its batches, input
     # and late drops, and the late rows recorded for folded batches (the job reads FAILED
