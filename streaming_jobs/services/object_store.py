@@ -190,7 +190,9 @@ class ObjectStoreServer(Service):
             f"-master.port={ports['master']}",
             "-master.volumeSizeLimitMB=256",
             f"-volume.port={ports['volume']}",
-            "-volume.max=16",
+            # one volume per bucket (a bucket is a collection of its own): a test session makes
+            # a bucket per test, and 16 ran out ("no free volumes left": every write a 500)
+            "-volume.max=256",
             # a stop closes the volume server after 1 s, not 10 (its heartbeat's grace)
             "-volume.preStopSeconds=1",
             "-filer",
