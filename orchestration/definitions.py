@@ -11,7 +11,7 @@ import dagster as dg
 LOG = logging.getLogger("tidemark")
 
 
-def build_definitions(for_command: str | None = None) -> dg.Definitions:
+def build_definitions() -> dg.Definitions:
     """The definitions for the data root and settings in the environment.
 
     Every job is analysed first (`streaming_jobs.runtime.analysis.checked`, cached per content of the
@@ -25,7 +25,6 @@ def build_definitions(for_command: str | None = None) -> dg.Definitions:
     from streaming_jobs.runtime.analysis import checked
     from streaming_jobs.core.config import (
         TidemarkConfig,
-        refuse_store_root,
         setting_problems,
         tolerate_bad_settings,
     )
@@ -34,8 +33,6 @@ def build_definitions(for_command: str | None = None) -> dg.Definitions:
     # a malformed setting takes its default here and is alerted on (platform_health_sensor)
     tolerate_bad_settings()
     cfg = TidemarkConfig.from_env()
-    if for_command is None:  # a command builds them in-process, having checked for itself
-        refuse_store_root(cfg, "the Dagster code location")
     checked(cfg)
     for variable, problem in setting_problems().items():
         LOG.warning("tidemark: %s uses its default: %s", variable, problem)

@@ -352,6 +352,7 @@ def live(
     from orchestration.cli.services import (
         start_cluster_if_used,
         start_kafka_if_used,
+        start_store_if_used,
         describe_endpoint,
         start_sql_endpoint,
         stop_sql_endpoint,
@@ -369,6 +370,9 @@ def live(
         "TIDEMARK_MAINTENANCE_CRON": os.environ.get("TIDEMARK_MAINTENANCE_CRON", "*/5 * * * *"),
     }
     out(f"tidemark live: {minutes:g} min on {cfg.data_root}; full logs in {cfg.paths.logs}")
+    store = start_store_if_used(cfg)
+    if store:
+        out(f"  data              {store}")
     cluster = start_cluster_if_used(cfg)
     if cluster:
         out(f"  Spark             {cluster}")

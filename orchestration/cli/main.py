@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 
 from streaming_jobs.core.checkpoints import CheckpointBusy
-from streaming_jobs.core.config import ConfigError, TidemarkConfig, refuse_store_root
+from streaming_jobs.core.config import ConfigError, TidemarkConfig
 from streaming_jobs.storage.generator import GeneratorConfig, deliver, generate
 from streaming_jobs.storage.spark import SparkStartupError, build_class_archive, get_spark
 from streaming_jobs.runtime.runner import StreamRunError
@@ -89,9 +89,9 @@ def _materialized(result) -> dict[str, dict]:
     return out
 
 
-# What runs with the data root on an object store already (`refuse_store_root` stops the rest):
-# the store's own server, the settings reference, and taking and restoring savepoints
-STORE_READY_COMMANDS = ("s3", "settings", "savepoint", "restore", "rebuild", "run", "summary")
+# The commands that leave the data root alone: the others, with the data root on the project's
+# own S3 server, start it for as long as they run unless it runs (`start_store_if_used`)
+STORELESS_COMMANDS = ("s3", "settings", "new", "check", "kafka", "cluster")
 
 
 def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) -> int:
@@ -133,7 +133,7 @@ def run(cfg: TidemarkConfig, events: int, waves: int, seed: int, fresh: bool) ->
 
         prepare_dagster_home(cfg)
         os.environ["TIDEMARK_DATA_ROOT"] = str(cfg.data_root)  # the definitions' data root
-        defs = build_definitions(for_command="tidemark run")
+        defs = build_definitions()
         instance = DagsterInstance.get()
         samples = [
             (gen, generate(gen))
@@ -314,6 +314,9 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
         # this process started (they stop at its exit) all stop
         signal.signal(signal.SIGTERM, terminated)
     prepare_dagster_home(cfg)
+    store = start_store_if_used(cfg)  # the data root on the project's S3 server: it, while dev runs
+    if store:
+        print(f"Data: {store}", flush=True)
     spark_on = start_cluster_if_used(cfg)  # TIDEMARK_SPARK_MASTER names the project's cluster
     if spark_on:
         print(f"Spark: {spark_on}", flush=True)
@@ -485,8 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         cfg = TidemarkConfig.from_env()
-        if args.command not in STORE_READY_COMMANDS:
-            refuse_store_root(cfg, f"tidemark {args.command}")
+        if args.command not in STORELESS_COMMANDS:
+            start_store_if_used(cfg)
         if args.command == "setup":
             setup(cfg)
             return 0

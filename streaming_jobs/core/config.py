@@ -82,19 +82,6 @@ def default_results(name: str) -> Path:
 
 
 DEFAULT_HOME = CHECKOUT / ".tidemark"
-# What does not yet run on a data root on an object store (issue 53, in progress): until it
-# all does, the commands and the Dagster code location refuse TIDEMARK_DATA_ROOT=s3://... by
-# name (`refuse_store_root`) rather than half-run.
-STORE_ROOT_WORKS = (
-    "tidemark run (Kafka or landing ingestion, the jobs, dbt's reconciliation, the summary), "
-    "checkpoints, leases, savepoints, restores, rebuild, the ops tables, landing accounting "
-    "and retention"
-)
-STORE_ROOT_MISSING = (
-    "the Dagster code location (make dev, make live: the daemon, its sensors and schedules, "
-    "a continuous run), the SQL endpoint and the other commands"
-)
-STORE_ROOT_READY = False
 
 
 _VARIABLE = re.compile(r"^(TIDEMARK_[A-Z_]+)")
@@ -479,18 +466,7 @@ def data_root_of(raw: str | Path | Location, s3: ObjectStoreSettings) -> Where:
             f"TIDEMARK_DATA_ROOT={text!r}: tidemark takes a local folder or s3://bucket/prefix "
             "(an S3-compatible store; see docs/running-at-scale.md)"
         )
-    return Path(text).resolve()
-
-
-def refuse_store_root(cfg: TidemarkConfig, what: str) -> None:
-    """Raise `ConfigError` for ``what`` (a command, the code location) with the data root on
-    an object store while a part of tidemark does not run there yet."""
-    if cfg.on_store and not STORE_ROOT_READY:
-        raise ConfigError(
-            f"TIDEMARK_DATA_ROOT={cfg.data_root}: {what} does not run with the data root on an "
-            f"object store yet. What does: {STORE_ROOT_WORKS}; what does not: "
-            f"{STORE_ROOT_MISSING} (docs/running-at-scale.md). Use a local folder."
-        )
+    return Path(text).resolve()  # local-only: neither a store nor another scheme
 
 
 @dataclass(frozen=True)
@@ -522,7 +498,7 @@ class TidemarkConfig:
         """The local folder of this machine's working state: the data root itself when it is
         local."""
         if not self.on_store:
-            return Path(str(self.data_root))
+            return Path(str(self.data_root))  # local-only: not on a store
         return self.work_dir or default_work_root(self.data_root)  # type: ignore[arg-type]
 
     @property

@@ -16,6 +16,9 @@ written whole or not at all, and removes the file when it stops. So:
   SIGKILL to it and to the processes it named;
 - `Service.status`: one line for the terminal;
 - `Service.main`: the supervisor's entry point (signals, the exit code, errors in one line).
+  It holds the service's supervisor lock (next to the info file) until its last process has
+  exited: a server started while the previous one still shuts down (its info file is gone
+  first) waits for it, rather than meeting its half-closed files and ports.
 
 A subclass says what differs: its port, its info file, its log, what to prepare before the
 supervisor starts (jars to resolve) and `Service.run`, the supervisor's body.
@@ -23,6 +26,7 @@ supervisor starts (jars to resolve) and `Service.run`, the supervisor's body.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -245,9 +249,31 @@ class Service:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         try:
-            return service.run(stop)
+            with service.sole_supervisor(service.stop_timeout):
+                return service.run(stop)
         except ServiceError as exc:
             print(f"{service.command}: {exc}", file=sys.stderr)
             return 2
         finally:
             service.withdraw()
+
+    def sole_supervisor(self, wait_seconds: float):
+        """Hold the supervisor lock (closing the returned file releases it, as does this
+        process's exit), waiting up to ``wait_seconds`` for a supervisor still stopping."""
+        path = self.info_file.with_name(f"{self.info_file.stem}.supervisor.lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")  # noqa: SIM115 - held for the supervisor's life
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return handle
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    handle.close()
+                    raise ServiceError(
+                        f"another supervisor of {self.title} still holds {path} after "
+                        f"{wait_seconds:.0f} s (a server that does not stop); stop it "
+                        f"({self.command} stop) or end its processes"
+                    ) from None
+                time.sleep(0.2)

@@ -67,3 +67,32 @@ def test_only_signed_requests_are_served_and_the_keys_stay_private(bucket, s3_se
     status = subprocess.run([tidemark, "s3", "status"], env=env, capture_output=True, text=True)
     assert status.returncode == 0 and f"S3 server on {server.endpoint}" in status.stdout
     assert secret not in status.stdout + status.stderr
+
+
+@pytest.mark.slow
+def test_a_server_started_while_the_last_one_still_stops_waits_for_it(tmp_path):
+    """`make live` runs `tidemark setup` (which starts the server for itself, and it stops when
+    setup exits) and then `tidemark live`, which started a second server at once: the first
+    still held the filer's files, and the second died ("resource temporarily unavailable").
+    Now a supervisor holds its lock until its last process is gone, and the next one waits."""
+    from streaming_jobs.services import object_store
+
+    env = {
+        **os.environ,
+        "TIDEMARK_S3_HOME": str(tmp_path / "s3"),
+        "TIDEMARK_S3_PORT": str(object_store.paired_port()),
+        "TIDEMARK_DATA_ROOT": str(tmp_path / "root"),
+    }
+    start = (
+        "from streaming_jobs.core.config import TidemarkConfig\n"
+        "from streaming_jobs.services import object_store\n"
+        "print(object_store.start(TidemarkConfig.from_env()).endpoint, flush=True)\n"
+    )
+    for _ in range(2):  # each owned by a process that ends as soon as it answers
+        done = subprocess.run(
+            [sys.executable, "-c", start], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.startswith("http://127.0.0.1:")
+    log = (tmp_path / "s3" / "s3.log").read_text(errors="replace")
+    assert "resource temporarily unavailable" not in log
