@@ -59,6 +59,39 @@ def paired_port() -> int:
     raise ServiceError(f"no free pair of ports (p, p + {GRPC_OFFSET}) on {HOST}")
 
 
+def server_ports(home: Path) -> dict[str, int]:
+    """The ports of the master, the volume server and the filer: those of the last start
+    (``ports.json`` in ``home``) when free, else new ones (each with its gRPC twin free).
+
+    The master keeps its state (volume ids, the topology) in ``data/m<its port>``: a master on
+    another port starts with none, finds the volumes it does not know, and freezes volume
+    growth ("volume growth is frozen after master state loss"), so that a new bucket can never
+    be written. Its port therefore never changes: taken, it is an error naming it."""
+    record = home / "ports.json"
+    try:
+        ports = {k: int(v) for k, v in json.loads(record.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        ports = {}
+    if "master" not in ports:  # a home from before the record: its newest master state
+        states = sorted((home / "data").glob("m[0-9]*"), key=lambda p: p.stat().st_mtime)
+        if states and states[-1].name[1:].isdigit():
+            ports["master"] = int(states[-1].name[1:])
+    for name in ("master", "volume", "filer"):
+        port = ports.get(name)
+        if port is not None and port_free(HOST, port) and port_free(HOST, port + GRPC_OFFSET):
+            continue
+        if name == "master" and port is not None:
+            raise ServiceError(
+                f"port {port} or {port + GRPC_OFFSET} on {HOST} is taken; the S3 server's "
+                f"master keeps its state under that port ({home / 'data' / f'm{port}'}): stop "
+                f"what holds it, or move {home} aside to start an empty store"
+            )
+        ports[name] = paired_port()
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(ports))
+    return ports
+
+
 @dataclass(frozen=True)
 class S3Server:
     endpoint: str
@@ -175,7 +208,7 @@ class ObjectStoreServer(Service):
         data = self.cfg.s3.home / "data"
         data.mkdir(parents=True, exist_ok=True)
         # SeaweedFS reaches a server's gRPC at its port + 10000: both must be free
-        ports = {name: paired_port() for name in ("master", "volume", "filer")}
+        ports = server_ports(self.cfg.s3.home)
         if not port_free(HOST, self.port + GRPC_OFFSET):
             raise ServiceError(
                 f"port {self.port + GRPC_OFFSET} on {HOST} (the S3 gateway's gRPC, its port + "

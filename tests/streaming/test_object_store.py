@@ -70,11 +70,14 @@ def test_only_signed_requests_are_served_and_the_keys_stay_private(bucket, s3_se
 
 
 @pytest.mark.slow
-def test_a_server_started_while_the_last_one_still_stops_waits_for_it(tmp_path):
-    """`make live` runs `tidemark setup` (which starts the server for itself, and it stops when
-    setup exits) and then `tidemark live`, which started a second server at once: the first
-    still held the filer's files, and the second died ("resource temporarily unavailable").
-    Now a supervisor holds its lock until its last process is gone, and the next one waits."""
+def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
+    """Two things a restart broke. `make live` runs `tidemark setup` (which starts the server
+    for itself; it stops when setup exits) and then `tidemark live`, which started a second
+    server at once: the first still held the filer's files and the second died ("resource
+    temporarily unavailable"); now a supervisor holds its lock until its last process is gone,
+    and the next one waits. And each start gave the master a new port, so a new folder for its
+    state: the restarted master froze volume growth, and a new bucket's first write hung for
+    good; now the master keeps its port (`server_ports`)."""
     from streaming_jobs.services import object_store
 
     env = {
@@ -83,16 +86,31 @@ def test_a_server_started_while_the_last_one_still_stops_waits_for_it(tmp_path):
         "TIDEMARK_S3_PORT": str(object_store.paired_port()),
         "TIDEMARK_DATA_ROOT": str(tmp_path / "root"),
     }
-    start = (
+    start_and_write = (
+        "import sys\n"
+        "from streaming_jobs.core import locations\n"
         "from streaming_jobs.core.config import TidemarkConfig\n"
+        "from streaming_jobs.core.stores import ensure_bucket\n"
         "from streaming_jobs.services import object_store\n"
-        "print(object_store.start(TidemarkConfig.from_env()).endpoint, flush=True)\n"
+        "cfg = TidemarkConfig.from_env()\n"
+        "print(object_store.start(cfg).endpoint, flush=True)\n"
+        "ensure_bucket(cfg, sys.argv[1])\n"
+        "place = locations.Location.of(f's3://{sys.argv[1]}/a/b.json')\n"
+        "locations.write_bytes(place, b'{}')\n"
+        "print(locations.read_bytes(place).decode(), flush=True)\n"
     )
-    for _ in range(2):  # each owned by a process that ends as soon as it answers
+    for bucket in ("first", "second"):  # each owned by a process that ends at once
         done = subprocess.run(
-            [sys.executable, "-c", start], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", start_and_write, bucket],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.startswith("http://127.0.0.1:")
+        endpoint, written = done.stdout.split()
+        assert endpoint.startswith("http://127.0.0.1:") and written == "{}"
     log = (tmp_path / "s3" / "s3.log").read_text(errors="replace")
     assert "resource temporarily unavailable" not in log
+    assert "volume growth is frozen" not in log
+    assert len(list((tmp_path / "s3" / "data").glob("m[0-9]*"))) == 1  # one master state
