@@ -18,7 +18,7 @@ from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.services.processes import free_port
 
 
-@pytest.mark.long  # about 9 minutes here: make test-long
+@pytest.mark.long  # about 8.5 minutes here: make test-long
 @pytest.mark.slow
 @pytest.mark.own_sql  # live starts the data root's own endpoint (dbt through it, on the store)
 def test_tidemark_live_on_the_store_takes_savepoints_and_reconciles(s3_server, tmp_path):
