@@ -9,7 +9,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
-.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-store bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(SETUP_DONE)
 
@@ -138,6 +138,14 @@ bench-compare: setup $(BENCH_VENV)/.installed
 # The fixed cost of a micro-batch carrying a handful of events, per job and for ingestion.
 bench-batch-cost: setup
 	$(BIN)/python tools/benchmarks/batch_cost.py
+
+# On local disk and on the project's S3 server (docs/benchmarks.md): tidemark and bare Spark
+# side by side in one run (tumbling, sliding_60s), then the batch cost on each.
+bench-store: setup s3-setup $(BENCH_VENV)/.installed
+	$(BIN)/python tools/benchmarks/compare.py --events $(COMPARE_EVENTS) --queries tumbling sliding_60s \
+		--engines duckdb tidemark tidemark@s3 spark spark@s3 --results results/compare-store.json
+	$(BIN)/python tools/benchmarks/batch_cost.py --waves 6 --results results/batch_cost-disk.json
+	$(BIN)/python tools/benchmarks/batch_cost.py --waves 6 --store --results results/batch_cost-store.json
 
 # Checkpoint figures at 1,000,000 state rows: commit p50/p99, bytes per batch, SIGKILL to the
 # first commit after a restart (docs/benchmarks.md)

@@ -10,7 +10,9 @@ can keep up with. For each job, on a data root of its own, in one process (one S
 ingestion queries (landing -> bronze) and the job (bronze -> gold), ``--trigger-seconds``
 apart. After a warm-up wave it lands ``--waves`` waves of ``--events`` events per source
 stream, each once every query has read the one before (``--wave-seconds`` at most), then
-stops and reads every batch back from ``ops/stream_progress``.
+stops and reads every batch back from ``ops/stream_progress``. With ``--store`` every data root
+is on the project's S3 server (started for the run on 127.0.0.1): the same batches with their
+checkpoints, Delta commits and landing on an object store.
 
 Per query it reports, over the batches that carried input: the batch's wall time
 (``batchDuration``, median and worst), and where it went: Spark's own phases
@@ -26,14 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shutil
 import statistics
 import tempfile
 import threading
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
+from streaming_jobs.core import locations
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.core.config import TidemarkConfig, default_results
@@ -139,7 +142,10 @@ def wait_for(spark, rows_read: dict[str, int], timeout: float, failure: list) ->
 
 def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
     spec = get_job(job)
-    root = Path(tempfile.mkdtemp(prefix=f"batch-cost-{job}-", dir=args.work))
+    if base.on_store:
+        root = base.data_root / f"batch-cost-{job}-{uuid.uuid4().hex[:8]}"
+    else:
+        root = Path(tempfile.mkdtemp(prefix=f"batch-cost-{job}-", dir=args.work))
     cfg = base.with_data_root(root)
     ensure_lake(spark, cfg)
     files = {s: waves_of(s, args.waves + 1, args.events, args.seed) for s in spec.sources}
@@ -209,7 +215,7 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
             }
         )
     if not args.keep:
-        shutil.rmtree(root, ignore_errors=True)
+        locations.delete_tree(root)
     return rows
 
 
@@ -250,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default=None, help="folder for the data roots (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the data roots")
     parser.add_argument(
+        "--store",
+        action="store_true",
+        help="the data roots on the project's S3 server (s3://bench/batch-cost-...)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also time each step inside the foreachBatch functions",
@@ -263,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)
     base = TidemarkConfig.from_env()
+    if args.store:
+        from orchestration.cli.services import start_store_if_used
+
+        base = base.with_data_root("s3://bench/batch-cost")
+        print(start_store_if_used(base), flush=True)
     spark = get_spark(base)
     jobs = args.jobs or sorted(registry())
     rows: list[dict] = []
@@ -278,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "command": "tools/benchmarks/batch_cost.py " + " ".join(argv or []),
                 "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+                "data_roots": "s3://bench (the project's S3 server)"
+                if args.store
+                else "local disk",
                 "seconds": round(time.monotonic() - started),
                 "batches": rows,
                 "steps": timer.seconds,

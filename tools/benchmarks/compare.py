@@ -14,6 +14,11 @@ Engines (each query in a process of its own, so its wall time and peak memory ar
 - ``flink``: Apache Flink through PyFlink's Table API (`compare_flink.py`): file source (the
   lines regrouped into one file per reader first, see there),
   parallelism 2, RocksDB, checkpoints every 10 s.
+- ``tidemark@s3`` and ``spark@s3``: the same two with everything they read and write on the
+  project's S3 server (SeaweedFS, started by the benchmark on 127.0.0.1): tidemark's data root
+  ``s3://bench/...`` (landing, lake, checkpoints), bare Spark's input, checkpoint and sink as
+  ``s3a://`` paths. The files are put on the store before the clock starts, as a producer
+  would; so each ``@s3`` row against its local row is the store's cost.
 - ``duckdb``: the batch answer (`compare_duckdb.py`), the floor for this machine and the
   reference every engine's answer is checked against, on the windows closed by the final
   watermark (`compare_queries.py`).
@@ -69,7 +74,25 @@ def _epoch_ms(df):
     return df
 
 
-def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
+STORE_BUCKET = "bench"
+ON_STORE = "@s3"
+
+
+def _land(folder: Path, target) -> None:
+    """Put every file under ``folder`` at the same name under ``target`` (a folder or a store
+    location): what a producer does before the engine runs."""
+    from streaming_jobs.core import locations
+    from streaming_jobs.core.locations import Location
+
+    target = Location.of(target)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            locations.write_bytes(target / str(path.relative_to(folder)), path.read_bytes())
+
+
+def run_tidemark(
+    query: Query, folder: Path, out: Path, work: Path, store: str | None = None
+) -> dict:
     from pyspark.sql import functions as F
 
     from streaming_jobs.core.config import TidemarkConfig
@@ -79,8 +102,9 @@ def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
     from streaming_jobs.storage.spark import get_spark
     from streaming_jobs.runtime.tables import ensure_lake
 
-    root = work / "root"
+    root = store or work / "root"
     os.environ["TIDEMARK_DATA_ROOT"] = str(root)
+    os.environ["TIDEMARK_WORK_DIR"] = str(work / "local")  # logs: this machine's
     cfg = TidemarkConfig.from_env().with_data_root(root)
     spark = get_spark(cfg)
     spec = get_job(query.job)
@@ -88,7 +112,7 @@ def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
         spec = replace(spec, name=f"bench_{query.name}", params={**spec.params, **query.params})
     ensure_lake(spark, cfg)  # once per lake, not per run: not timed
     for stream in query.streams:  # landing: what a producer does, not timed
-        shutil.copytree(folder / stream, cfg.paths.landing_dir(stream), dirs_exist_ok=True)
+        _land(folder / stream, cfg.paths.landing_dir(stream))
     started = time.monotonic()
     for stream in query.streams:
         run_bronze(spark, cfg, stream)
@@ -118,14 +142,28 @@ def run_tidemark(query: Query, folder: Path, out: Path, work: Path) -> dict:
     }
 
 
-def bare_session():
+def bare_session(on_store: bool = False):
     """A plain SparkSession with the settings a hand-written job would take from tidemark's:
-    ``local[2]``, 4 shuffle partitions, RocksDB state with changelog checkpoints, UTC."""
+    ``local[2]``, 4 shuffle partitions, RocksDB state with changelog checkpoints, UTC. On the
+    store, also the S3A jars tidemark resolved (hadoop-aws and the AWS SDK's parts) and the
+    store's S3A settings, as a hand-written job on S3 needs them."""
     from pyspark.sql import SparkSession
 
     provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    builder = SparkSession.builder
+    if on_store:
+        from streaming_jobs.core.config import TidemarkConfig
+        from streaming_jobs.storage.spark import cached_jars, s3a_settings
+
+        cfg = TidemarkConfig.from_env()
+        jars = cached_jars(cfg)
+        if not jars:
+            raise SystemExit("compare: the jars are not resolved yet; run `make setup`")
+        builder = builder.config("spark.jars", ",".join(jars))
+        for key, value in s3a_settings(cfg).items():
+            builder = builder.config(f"spark.hadoop.{key}", value)
     return (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("bare-spark")
         .config("spark.driver.memory", "4g")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -139,19 +177,26 @@ def bare_session():
     )
 
 
-def run_spark(query: Query, folder: Path, out: Path, work: Path) -> dict:
+def run_spark(query: Query, folder: Path, out: Path, work: Path, store: str | None = None) -> dict:
     """The query as a bare PySpark Structured Streaming job, written by hand."""
     from pyspark.sql import functions as F
 
-    spark = bare_session()
+    spark = bare_session(on_store=store is not None)
     spark.sparkContext.setLogLevel("ERROR")
+    where = str(work)
+    if store is not None:
+        from streaming_jobs.core.locations import Location
+
+        _land(folder, Location.of(store) / "input")  # not timed, as tidemark's landing
+        where = Location.of(store).spark
+        folder = f"{where}/input"
 
     def stream(name: str, reads: str = "true"):
         # as tidemark's jobs do: the watermark over every event, the dedup over those read
         schema = ", ".join(f"{k} {SPARK_TYPES[v]}" for k, v in COLUMNS[name].items())
         return (
             spark.readStream.schema(schema)
-            .json(str(folder / name))
+            .json(f"{folder}/{name}")
             .withColumn("ts", F.col(EVENT_TIME[name]).cast("timestamp"))
             .withWatermark("ts", "10 minutes")
             .where(reads)
@@ -215,18 +260,18 @@ def run_spark(query: Query, folder: Path, out: Path, work: Path) -> dict:
         result = result.select(
             "*", F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end")
         ).drop("w")
-    raw = work / "raw"
+    raw = f"{where}/raw"
     started = time.monotonic()
     (
         result.writeStream.format("parquet")
         .outputMode("append")
-        .option("checkpointLocation", str(work / "checkpoint"))
+        .option("checkpointLocation", f"{where}/checkpoint")
         .trigger(availableNow=True)
-        .start(str(raw))
+        .start(raw)
         .awaitTermination()
     )
     ended = time.monotonic()
-    _epoch_ms(spark.read.parquet(str(raw))).write.parquet(str(out))
+    _epoch_ms(spark.read.parquet(raw)).write.parquet(f"file://{out}")
     return {"processing_s": ended - started}
 
 
@@ -336,15 +381,20 @@ def table(results: list[dict], head: str) -> str:
     lines = [head, ""]
     for name in dict.fromkeys(r["query"] for r in results):
         rows = [r for r in results if r["query"] == name]
-        ours = next((r for r in rows if r["engine"] == "tidemark"), None)
+
+        def ours_for(row: dict) -> dict | None:  # tidemark where the row ran: disk or store
+            place = ON_STORE if row["engine"].endswith(ON_STORE) else ""
+            return next((r for r in rows if r["engine"] == f"tidemark{place}"), None)
+
         lines += [
             f"**{name}** ({QUERIES[name].job}; {rows[0]['input_events']:,} input events)",
             "",
             "| engine | events/s | processing s | wall s | peak memory MB | "
-            "tidemark / engine | answer |",
-            "|---|---:|---:|---:|---:|---:|---|",
+            "tidemark / engine (same place) | on disk / on the store | answer |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in rows:
+            ours = ours_for(r)
             ratio = (
                 f"{ours['events_per_s'] / r['events_per_s']:.2f}" if ours and r is not ours else ""
             )
@@ -359,11 +409,19 @@ def table(results: list[dict], head: str) -> str:
             )
             if r["engine"] != "duckdb" and check:
                 verdict += f" ({check['compared']:,} rows)"
+            disk = next(
+                (d for d in rows if d["engine"] == r["engine"].removesuffix(ON_STORE)), None
+            )
+            store_cost = (
+                f"{disk['events_per_s'] / r['events_per_s']:.2f}"
+                if r["engine"].endswith(ON_STORE) and disk
+                else ""
+            )
             extra = f" (job alone {r['job_s']:.1f} s)" if "job_s" in r else ""
             lines.append(
                 f"| {r['engine']} | {r['events_per_s']:,.0f} | "
                 f"{r['processing_s']:.1f}{extra} | {r['wall_s']:.1f} | "
-                f"{r['peak_memory_bytes'] / 2**20:,.0f} | {ratio} | {verdict} |"
+                f"{r['peak_memory_bytes'] / 2**20:,.0f} | {ratio} | {store_cost} | {verdict} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -402,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="tidemark-compare-"))
     folder = root / "input"
     streams = {s for q in args.queries for s in QUERIES[q].streams}
+    store = _start_store() if any(e.endswith(ON_STORE) for e in args.engines) else None
     started = time.monotonic()
     lines = generate_input(folder, streams, args.events, args.files, args.seed)
     print(
@@ -416,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         events = sum(lines[s] for s in query.streams)
         reference = root / f"{name}.duckdb.parquet"
         for engine in ["duckdb", *[e for e in args.engines if e != "duckdb"]]:
-            if engine not in query.engines:
+            if engine.removesuffix(ON_STORE) not in query.engines:
                 continue
             out, work = root / f"{name}.{engine}", root / f"work.{name}.{engine}"
             work.mkdir()
@@ -461,6 +520,13 @@ def main(argv: list[str] | None = None) -> int:
                     "--work",
                     str(work),
                 ]
+                if engine.endswith(ON_STORE):
+                    command = [
+                        *command,
+                        "--store",
+                        f"{store}/{name}.{engine.removesuffix(ON_STORE)}",
+                    ]
+                    command[command.index("--engine") + 1] = engine.removesuffix(ON_STORE)
             said, wall, peak = measured(command, root / f"{name}.{engine}.log")
             row = {
                 "query": name,
@@ -516,6 +582,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
+        if store:
+            from streaming_jobs.core import locations
+
+            locations.delete_tree(locations.Location.of(store))
     else:
         print(f"kept {root}")
     return 0 if all(r.get("check", {"equal": True})["equal"] for r in results) else 1
@@ -528,10 +598,27 @@ def engine_main(argv: list[str]) -> int:
     parser.add_argument("--input", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--work", required=True, type=Path)
+    parser.add_argument("--store", help="s3://bucket/prefix: run there (an @s3 engine)")
     args = parser.parse_args(argv)
     run = run_tidemark if args.engine == "tidemark" else run_spark
-    print(json.dumps(run(QUERIES[args.query], args.input, args.out, args.work)))
+    print(json.dumps(run(QUERIES[args.query], args.input, args.out, args.work, args.store)))
     return 0
+
+
+def _start_store() -> str:
+    """The project's S3 server (started for this run unless it runs; it stops with this
+    process) and an empty bucket for the run: the ``s3://`` prefix the @s3 engines use."""
+    import uuid
+
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.core.stores import ensure_bucket
+    from streaming_jobs.services import object_store
+
+    cfg = TidemarkConfig.from_env()
+    if cfg.s3.own_server:
+        object_store.discover(cfg) or object_store.start(cfg)
+    ensure_bucket(cfg, STORE_BUCKET)
+    return f"s3://{STORE_BUCKET}/run-{uuid.uuid4().hex[:8]}"
 
 
 if __name__ == "__main__":
