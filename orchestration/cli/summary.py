@@ -15,7 +15,8 @@ from streaming_jobs.storage.kafka import source_of
 from streaming_jobs.operations.landing import account
 from streaming_jobs.operations.retention import archived_files
 from streaming_jobs.storage.registry import registry, streams
-from streaming_jobs.storage.lake import read_table, table_exists
+from streaming_jobs.core.locations import is_delta_table
+from streaming_jobs.storage.lake import read_table
 
 from orchestration.recon import recon_runs
 from orchestration.recon.recon_report import RECON_CLASSES, late_events
@@ -46,7 +47,7 @@ class Summary:
 
 
 def _count(spark: SparkSession, path) -> int:
-    return read_table(spark, path).count() if table_exists(path) else 0
+    return read_table(spark, path).count() if is_delta_table(path) else 0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ has no rename either, so nothing here offers one; a write of one object is atomi
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
@@ -26,10 +27,19 @@ from streaming_jobs.core.store_settings import ObjectStoreSettings
 
 def _default_settings() -> ObjectStoreSettings:
     """A place named by its URL alone (read back from a record) reaches the store the
-    environment names (TIDEMARK_S3_*), as every tidemark process does."""
+    environment names (TIDEMARK_S3_*), as every tidemark process does: parsed once per
+    distinct value of those variables."""
+    from streaming_jobs.core.store_settings import STORE_VARIABLES
+
+    named = tuple((k, os.environ[k]) for k in STORE_VARIABLES if k in os.environ)
+    return _settings_of(named)
+
+
+@functools.lru_cache(maxsize=8)
+def _settings_of(named: tuple[tuple[str, str], ...]) -> ObjectStoreSettings:
     from streaming_jobs.core.store_settings import _object_store_settings
 
-    return _object_store_settings(os.environ)
+    return _object_store_settings(dict(named))
 
 
 STORE_SCHEMES = ("s3://", "s3a://")
@@ -241,25 +251,7 @@ def exists(where: Where) -> bool:
 
 def names(where: Where) -> list[str]:
     """The names directly in a folder (files and folders), sorted; [] when it is not there."""
-    where = Location.of(where)
-    if not where.on_store:
-        try:
-            return sorted(p.name for p in where.path.iterdir())
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-    import obstore
-
-    listed = obstore.list_with_delimiter(store_of(where), _prefix(where))
-    objects = _without_markers(listed["objects"], _prefix(where))
-    found = [o["path"].rsplit("/", 1)[-1] for o in objects]
-    # a folder counts while a key is under it: some stores (SeaweedFS) keep listing a folder
-    # emptied by deletes for a while
-    found += [
-        folder.rstrip("/").rsplit("/", 1)[-1]
-        for folder in listed["common_prefixes"]
-        if is_dir(Location(f"s3://{where.bucket}/{folder.rstrip('/')}", where.s3))
-    ]
-    return sorted(set(found))
+    return [item.name for item in items(where)]
 
 
 def items(where: Where) -> list[Item]:
@@ -511,6 +503,11 @@ def delta_create(where: Where, data, **options) -> None:
 
 def is_delta_table(where: Where) -> bool:
     """A Delta table is at ``where``: its first commit is there, or a log checkpoint (once the
-    log before it has expired). Two lookups, however long the log."""
+    log before it has expired). Two lookups, however long the log.
+
+    The files, not Delta's ``DeltaTable.isDeltaTable``: that answers from the log it cached at
+    its first call for the path, so a process that asked while another was creating the table
+    (its ``_delta_log`` there, no commit yet) kept hearing "no table" until it read the table
+    (found by the Ctrl-C test: a poll never saw a gold table that held all its rows)."""
     log = Location.of(where) / "_delta_log"
     return is_file(log / f"{0:020d}.json") or is_file(log / "_last_checkpoint")

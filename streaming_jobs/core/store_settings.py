@@ -37,6 +37,19 @@ class ObjectStoreSettings:
         return self.endpoint.rstrip("/") == f"http://127.0.0.1:{self.port}"
 
 
+# every variable `_object_store_settings` reads
+STORE_VARIABLES = (
+    "TIDEMARK_CACHE",
+    "TIDEMARK_S3_ACCESS_KEY_ID",
+    "TIDEMARK_S3_ENDPOINT",
+    "TIDEMARK_S3_HOME",
+    "TIDEMARK_S3_PATH_STYLE",
+    "TIDEMARK_S3_PORT",
+    "TIDEMARK_S3_REGION",
+    "TIDEMARK_S3_SECRET_ACCESS_KEY",
+)
+
+
 def _object_store_settings(env: dict) -> ObjectStoreSettings:
     d = ObjectStoreSettings()
     port = _number(env, "TIDEMARK_S3_PORT", d.port, int, 1)

@@ -75,6 +75,9 @@ from streaming_jobs.storage.registry import stream_schema
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
 REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
+# how often maintenance requests are (on a store: one listing; the requester waits up to
+# retention.MAINTENANCE_PICKUP_SECONDS for its request to be taken)
+MAINTENANCE_POLL_SECONDS = 10.0
 # Failures that say nothing about the query or its data: Spark starts a Python process for a
 # pandas state operator's first batch and waits 10 s (fixed) for it to connect back.
 TRANSIENT = (
@@ -157,6 +160,8 @@ class ContinuousRun:
     stopped_by: str = ""
     signalled: str = ""  # "SIGINT" or "SIGTERM" when a signal asked for the stop
     savepoints_taken: list[str] = field(default_factory=list)
+    # on a store, the steps of maintenance requests this run answered ("gold/x optimize")
+    maintained: list[str] = field(default_factory=list)
     restarted: list[tuple[str, str]] = field(default_factory=list)  # (query, transient error)
     snapshot_wait_seconds: float = 0.0  # waited at the stop for state snapshots to upload
     held: list[str] = field(default_factory=list)  # queries left out: held (failures.held)
@@ -361,6 +366,37 @@ class _Host:
                         self.start(job)
                 between()
 
+    def answer_maintenance_requests(self, out: ContinuousRun) -> None:
+        """Maintain, in this driver, the tables of hosted queries that maintenance asked for
+        (a data root on a store: one writer per table, and this run is it). An append-only
+        table is compacted while its query runs (compaction and appends do not conflict); a
+        table the job rewrites with MERGE between its batches, its query stopped meanwhile."""
+        from streaming_jobs.core import locations
+        from streaming_jobs.operations import retention
+
+        asked = set(locations.names(retention.maintenance_requests(self.cfg)))  # one listing
+        for name in self.names:
+            if name in self.restart_due or name not in asked:
+                continue  # answered once it runs again
+            for request_id, request in retention.pending_maintenance(self.cfg, name):
+                merged = name in self.specs and self.specs[name].output_mode == "update"
+                try:
+                    if merged:
+                        self.stop(name)  # between batches: nothing in flight
+                    done = retention.answer_maintenance(
+                        self.spark, self.cfg, name, request_id, request
+                    )
+                finally:
+                    if merged and not self.queries[name].isActive:
+                        self.start(name)
+                out.maintained.extend(f"{step.target} {step.action}" for step in done.steps)
+                LOG.info(
+                    "continuous: maintained %s for %s: %s",
+                    request["target"],
+                    name,
+                    ", ".join(step.action for step in done.steps),
+                )
+
 
 @contextmanager
 def stop_on_signals(stop: threading.Event, received: list[str]):
@@ -445,7 +481,7 @@ def run_continuous(
         try:
             for name in host.names:
                 host.start(name)
-            last_flush = last_poll = time.monotonic()
+            last_flush = last_poll = last_maintenance = time.monotonic()
 
             def flush_when_due() -> None:
                 nonlocal last_flush
@@ -475,6 +511,12 @@ def run_continuous(
                 if time.monotonic() - last_poll >= REQUEST_POLL_SECONDS:
                     # (reports go on between savepoints: several take minutes)
                     host.answer_savepoint_requests(savepoints_keep, out, flush_when_due)
+                    if (
+                        cfg.on_store
+                        and time.monotonic() - last_maintenance >= MAINTENANCE_POLL_SECONDS
+                    ):
+                        host.answer_maintenance_requests(out)
+                        last_maintenance = time.monotonic()
                     last_poll = time.monotonic()
                 flush_when_due()
                 host.screen()

@@ -45,8 +45,9 @@ import logging
 import math
 import re
 import time
+import uuid
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from streaming_jobs.core import locations
@@ -553,22 +554,130 @@ def _owned_lake_table(
 ) -> None:
     """A lake table on an object store, maintained under its writer's lease (the query that
     writes it: a stream's ingestion for bronze and quarantine, the job for gold), so that
-    OPTIMIZE's and VACUUM's commits never race the writer's; skipped while that writer runs."""
-    from streaming_jobs.core.checkpoints import query_name
-
-    owner = table.name if layer == "gold" else query_name(table.name)
+    OPTIMIZE's and VACUUM's commits never race the writer's from another process. While the
+    writer runs, it is asked to do it (`request_maintenance`): a continuous run answers between
+    batches, in its own driver; a writer that takes no request is left alone, said so."""
+    owner = table_owner(table, layer)
     try:
         with checkpoint_lock(cfg.paths.checkpoint(owner), f"maintenance of {target}"):
             _lake_table(out, target, spark, cfg, table, True, None)
+        return
     except CheckpointBusy:
+        pass
+    request_id = request_maintenance(cfg, owner, target, table, layer)
+    answer = wait_for_maintenance(cfg, owner, request_id)
+    if answer is None:
         out.steps.append(
             Step(
                 target,
                 "skipped",
-                f"not maintained: {owner} is running, and on an object store a table has one "
-                "writer at a time; the next maintenance run between its runs does it",
+                f"not maintained: {owner} is running and took no maintenance request within "
+                f"{MAINTENANCE_PICKUP_SECONDS:g} s (only a continuous run takes them); on an "
+                "object store a table has one writer at a time, and the next maintenance run "
+                "between its runs does it",
             )
         )
+        return
+    if answer.get("error"):
+        out.steps.append(
+            Step(target, "failed", f"maintained by {owner}'s run, which said: {answer['error']}")
+        )
+        return
+    for step in answer["steps"]:
+        out.steps.append(Step(**{**step, "detail": f"{step['detail']} (by {owner}'s run)"}))
+
+
+def table_owner(table: Where, layer: str) -> str:
+    """The query whose checkpoint's lease covers a lake table: the job for gold, the stream's
+    ingestion for bronze and quarantine."""
+    from streaming_jobs.core.checkpoints import query_name
+
+    return Location.of(table).name if layer == "gold" else query_name(Location.of(table).name)
+
+
+# -- maintenance of a table whose writer runs: requests its run answers (on a store) ---------
+
+MAINTENANCE_REQUESTS = ".maintenance"
+# how long a running writer has to take a request (a continuous run looks every second,
+# between its other work) and to finish it
+MAINTENANCE_PICKUP_SECONDS = 90.0
+MAINTENANCE_ANSWER_SECONDS = 900.0
+
+
+def maintenance_requests(cfg: TidemarkConfig) -> Location:
+    """The folder of maintenance requests: a folder per owner that has some."""
+    return Location.of(cfg.paths.checkpoints) / MAINTENANCE_REQUESTS
+
+
+def _maintenance_requests(cfg: TidemarkConfig, owner: str) -> Location:
+    return maintenance_requests(cfg) / owner
+
+
+def request_maintenance(
+    cfg: TidemarkConfig, owner: str, target: str, table: Where, layer: str
+) -> str:
+    """Ask the run holding ``owner``'s checkpoint to maintain ``table`` (of ``layer``); the
+    request's id."""
+    request_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    locations.write_bytes(
+        _maintenance_requests(cfg, owner) / f"{request_id}.request",
+        json.dumps({"target": target, "layer": layer, "name": Location.of(table).name}).encode(),
+    )
+    return request_id
+
+
+def pending_maintenance(cfg: TidemarkConfig, owner: str) -> list[tuple[str, dict]]:
+    """The maintenance requests for ``owner`` no run has taken: (id, request)."""
+    folder = _maintenance_requests(cfg, owner)
+    found = []
+    for name in locations.names(folder):
+        if name.endswith(".request"):
+            try:
+                found.append(
+                    (name.removesuffix(".request"), json.loads(locations.read_text(folder / name)))
+                )
+            except (OSError, ValueError):  # withdrawn meanwhile
+                continue
+    return found
+
+
+def answer_maintenance(
+    spark, cfg: TidemarkConfig, owner: str, request_id: str, request: dict
+) -> Maintenance:
+    """By the run holding ``owner``'s lease: take the request (gone from the pending ones),
+    maintain the table in this driver, and write the steps (or the error) as the answer."""
+    folder = _maintenance_requests(cfg, owner)
+    locations.delete(folder / f"{request_id}.request")  # taken: the requester waits now
+    done = Maintenance()
+    try:
+        table = cfg.paths.table(request["layer"], request["name"])
+        _lake_table(done, request["target"], spark, cfg, table, True, None)
+        reply = {"steps": [asdict(s) for s in done.steps]}
+    except Exception as exc:  # noqa: BLE001 - answered; the run goes on
+        reply = {"error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
+        done.steps.append(Step(request["target"], "failed", reply["error"]))
+    locations.write_bytes(folder / f"{request_id}.answer", json.dumps(reply).encode())
+    return done
+
+
+def wait_for_maintenance(cfg: TidemarkConfig, owner: str, request_id: str) -> dict | None:
+    """The answer to a request; None when no run took it in time (it is withdrawn) or the
+    writer stopped first."""
+    folder = _maintenance_requests(cfg, owner)
+    asked, reply = folder / f"{request_id}.request", folder / f"{request_id}.answer"
+    started = time.monotonic()
+    while not locations.is_file(reply):
+        waited = time.monotonic() - started
+        taken = not locations.is_file(asked)
+        if (
+            not taken and waited > MAINTENANCE_PICKUP_SECONDS
+        ) or waited > MAINTENANCE_ANSWER_SECONDS:
+            locations.delete(asked)
+            return None
+        time.sleep(0.5)
+    answer = json.loads(locations.read_text(reply))
+    locations.delete(reply)
+    return answer
 
 
 class ConcurrentCompaction(Exception):

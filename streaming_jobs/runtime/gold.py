@@ -20,8 +20,8 @@ from streaming_jobs.storage.lake import (
     ensure_table,
     merge_once,
     spark_path,
-    table_exists,
 )
+from streaming_jobs.core.locations import is_delta_table
 
 # A partitioned gold table's files go under short random folders, not Hive-style
 # <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
@@ -39,7 +39,7 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
     frames = []
     for source in spec.sources:
         bronze = paths.table("bronze", source)
-        if not table_exists(bronze):
+        if not is_delta_table(bronze):
             raise FileNotFoundError(
                 f"job {spec.name}: its source table {bronze} does not exist yet; materialize "
                 f"bronze/{source} first (it creates the table on its first run)"

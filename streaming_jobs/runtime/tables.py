@@ -13,7 +13,8 @@ from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.runtime.ingestion import QUARANTINE_SCHEMA, bronze_schema
 from streaming_jobs.storage.registry import registry, streams
-from streaming_jobs.storage.lake import ROW_TRACKING, ensure_table, table_exists
+from streaming_jobs.core.locations import is_delta_table
+from streaming_jobs.storage.lake import ROW_TRACKING, ensure_table
 
 
 def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
@@ -24,7 +25,7 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         path = paths.table(layer, name)
         # A table whose log has a commit is there: asking Spark would rebuild its state (about
         # 5 s for the whole lake, in every dbt invocation and endpoint start)
-        if not table_exists(path):
+        if not is_delta_table(path):
             ensure_table(
                 spark, path, schema() if callable(schema) else schema, properties, partition_by
             )
@@ -59,5 +60,5 @@ def missing(cfg: TidemarkConfig) -> list[str]:
         wanted += [("bronze", name), ("quarantine", name)]
     wanted += [("gold", name) for name in registry()]
     return [
-        f"{layer}/{name}" for layer, name in wanted if not table_exists(paths.table(layer, name))
+        f"{layer}/{name}" for layer, name in wanted if not is_delta_table(paths.table(layer, name))
     ]

@@ -30,16 +30,6 @@ def _log(path: Where) -> Location:
     return Location.of(path) / "_delta_log"
 
 
-def table_exists(path: Where) -> bool:
-    """Whether a Delta table is at ``path``: its log holds a commit (or a checkpoint).
-
-    The files, not Delta's ``DeltaTable.isDeltaTable``: that answers from the log it cached at its
-    first call for the path, so a process that asked while another was creating the table (its
-    ``_delta_log`` there, no commit yet) kept hearing "no table" until it read the table (found
-    by the Ctrl-C test: a poll never saw a gold table that held all its rows)."""
-    return _has_commit(_log(path))
-
-
 def _has_commit(log: Location) -> bool:
     names = locations.names(log)  # [] when absent, or removed meanwhile (an unborn log cleared)
     return (

@@ -16,7 +16,8 @@ from dagster import DagsterInstance, DagsterRunStatus
 
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.storage.registry import get_job
-from streaming_jobs.storage.lake import read_table, table_exists
+from streaming_jobs.core.locations import is_delta_table
+from streaming_jobs.storage.lake import read_table
 from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage import ops_tables
@@ -42,7 +43,7 @@ def wait_for(what, condition, timeout=180.0):
 
 def gold_ids(spark, cfg) -> list[str]:
     path = cfg.paths.table("gold", JOB)
-    if not table_exists(path):
+    if not is_delta_table(path):
         return []
     return sorted(r[0] for r in read_table(spark, path).select("event_id").collect())
 
@@ -305,7 +306,7 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
     gold = cfg.paths.table("gold", "flaky_failures")
 
     def windows():
-        if not table_exists(gold):
+        if not is_delta_table(gold):
             return {}
         return {r.window_start.minute: r.failures for r in read_table(spark, gold).collect()}
 

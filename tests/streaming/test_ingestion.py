@@ -125,18 +125,18 @@ def test_a_log_file_half_written_by_a_killed_run_does_not_block_the_next_run(spa
 def test_a_table_another_process_creates_is_seen_once_it_commits(spark, tmp_path):
     """Delta's own `DeltaTable.isDeltaTable` answers from the log it cached at its first call: a
     process that asked while another was creating the table (log folder there, no commit yet)
-    kept hearing "no table" after the commit. `table_exists` reads the log's files."""
+    kept hearing "no table" after the commit. `is_delta_table` reads the log's files."""
     import pandas as pd
     from delta.tables import DeltaTable
     from deltalake import write_deltalake
 
-    from streaming_jobs.storage.lake import table_exists
+    from streaming_jobs.core.locations import is_delta_table
 
     path = tmp_path / "made_elsewhere"
     (path / "_delta_log").mkdir(parents=True)  # the other writer has begun: no commit yet
-    assert not table_exists(path)
+    assert not is_delta_table(path)
     assert not DeltaTable.isDeltaTable(spark, str(path))  # what Delta caches for this path
     write_deltalake(str(path), pd.DataFrame({"id": [1, 2, 3]}))  # the other writer commits
-    assert table_exists(path)
+    assert is_delta_table(path)
     assert sorted(r.id for r in read_table(spark, path).collect()) == [1, 2, 3]
-    assert not table_exists(tmp_path / "never_made")
+    assert not is_delta_table(tmp_path / "never_made")

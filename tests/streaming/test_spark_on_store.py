@@ -102,13 +102,15 @@ def test_lake_tables_are_made_and_written_once_on_the_store(spark, s3_bucket):
 
     # a creation killed before its first commit leaves keys under _delta_log and no commit
     locations.write_bytes(table / "_delta_log" / "_commits" / ".leftover.tmp", b"")
-    assert not lake.table_exists(table)
+    assert not locations.is_delta_table(table)
     assert lake.clear_unborn_log(table, wait_seconds=0.5)
     assert not locations.exists(table / "_delta_log")
 
     lake.ensure_table(spark, table, schema, properties=lake.ROW_TRACKING)
     lake.ensure_table(spark, table, schema, properties=lake.ROW_TRACKING)  # there already
-    assert lake.table_exists(table) and locations.is_file(table / "_delta_log" / f"{0:020d}.json")
+    assert locations.is_delta_table(table) and locations.is_file(
+        table / "_delta_log" / f"{0:020d}.json"
+    )
 
     rows = spark.createDataFrame([("a", 1), ("b", 2)], schema)
     for _ in range(2):  # a replayed batch: the second append of (app, 7) writes nothing

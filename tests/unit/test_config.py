@@ -268,3 +268,22 @@ def test_a_data_root_of_another_scheme_is_refused_by_name():
     for other in ("abfss://c@acct.dfs.core.windows.net/x", "gs://b/x", "s3://"):
         with pytest.raises(ConfigError, match="TIDEMARK_DATA_ROOT"):
             TidemarkConfig.from_env({"TIDEMARK_DATA_ROOT": other})
+
+
+def test_a_place_named_by_url_alone_follows_every_store_variable(monkeypatch):
+    """`locations` caches the store settings per value of the variables in `STORE_VARIABLES`:
+    one the parser reads but the list lacks would be cached past a change."""
+    import inspect
+    import re
+
+    from streaming_jobs.core import store_settings
+    from streaming_jobs.core.locations import Location
+
+    read = set(
+        re.findall(r"TIDEMARK_[A-Z0-9_]+", inspect.getsource(store_settings._object_store_settings))
+    )
+    assert read == set(store_settings.STORE_VARIABLES)
+    monkeypatch.setenv("TIDEMARK_S3_REGION", "eu-west-7")
+    assert Location.of("s3://b/k").s3.region == "eu-west-7"
+    monkeypatch.setenv("TIDEMARK_S3_REGION", "ap-south-9")
+    assert Location.of("s3://b/k").s3.region == "ap-south-9"
