@@ -366,7 +366,9 @@ class _Host:
                         self.start(job)
                 between()
 
-    def answer_maintenance_requests(self, out: ContinuousRun) -> None:
+    def answer_maintenance_requests(
+        self, out: ContinuousRun, between: Callable[[], None] = lambda: None
+    ) -> None:
         """Maintain, in this driver, the tables of hosted queries that maintenance asked for
         (a data root on a store: one writer per table, and this run is it). An append-only
         table is compacted while its query runs (compaction and appends do not conflict); a
@@ -396,6 +398,7 @@ class _Host:
                     name,
                     ", ".join(step.action for step in done.steps),
                 )
+                between()  # reports go on between tables
 
 
 @contextmanager
@@ -515,7 +518,7 @@ def run_continuous(
                         cfg.on_store
                         and time.monotonic() - last_maintenance >= MAINTENANCE_POLL_SECONDS
                     ):
-                        host.answer_maintenance_requests(out)
+                        host.answer_maintenance_requests(out, flush_when_due)
                         last_maintenance = time.monotonic()
                     last_poll = time.monotonic()
                 flush_when_due()
