@@ -45,12 +45,11 @@ import logging
 import math
 import re
 import time
-import uuid
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from streaming_jobs.core import locations
+from streaming_jobs.core import locations, requests
 from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
@@ -592,7 +591,8 @@ def table_owner(table: Where, layer: str) -> str:
     ingestion for bronze and quarantine."""
     from streaming_jobs.core.checkpoints import query_name
 
-    return Location.of(table).name if layer == "gold" else query_name(Location.of(table).name)
+    name = Location.of(table).name
+    return name if layer == "gold" else query_name(name)
 
 
 # -- maintenance of a table whose writer runs: requests its run answers (on a store) ---------
@@ -618,27 +618,15 @@ def request_maintenance(
 ) -> str:
     """Ask the run holding ``owner``'s checkpoint to maintain ``table`` (of ``layer``); the
     request's id."""
-    request_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    locations.write_bytes(
-        _maintenance_requests(cfg, owner) / f"{request_id}.request",
-        json.dumps({"target": target, "layer": layer, "name": Location.of(table).name}).encode(),
-    )
-    return request_id
+    payload = {"target": target, "layer": layer, "name": Location.of(table).name}
+    return requests.ask(_maintenance_requests(cfg, owner), payload)
 
 
 def pending_maintenance(cfg: TidemarkConfig, owner: str) -> list[tuple[str, dict]]:
     """The maintenance requests for ``owner`` no run has taken: (id, request)."""
     folder = _maintenance_requests(cfg, owner)
-    found = []
-    for name in locations.names(folder):
-        if name.endswith(".request"):
-            try:
-                found.append(
-                    (name.removesuffix(".request"), json.loads(locations.read_text(folder / name)))
-                )
-            except (OSError, ValueError):  # withdrawn meanwhile
-                continue
-    return found
+    found = [(i, requests.read(folder, i)) for i in requests.pending(folder)]
+    return [(i, request) for i, request in found if request is not None]  # None: withdrawn
 
 
 def answer_maintenance(
@@ -647,7 +635,7 @@ def answer_maintenance(
     """By the run holding ``owner``'s lease: take the request (gone from the pending ones),
     maintain the table in this driver, and write the steps (or the error) as the answer."""
     folder = _maintenance_requests(cfg, owner)
-    locations.delete(folder / f"{request_id}.request")  # taken: the requester waits now
+    requests.withdraw(folder, request_id)  # taken: the requester waits for the answer now
     done = Maintenance()
     try:
         table = cfg.paths.table(request["layer"], request["name"])
@@ -656,28 +644,23 @@ def answer_maintenance(
     except Exception as exc:  # noqa: BLE001 - answered; the run goes on
         reply = {"error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
         done.steps.append(Step(request["target"], "failed", reply["error"]))
-    locations.write_bytes(folder / f"{request_id}.answer", json.dumps(reply).encode())
+    requests.answer(folder, request_id, reply)
     return done
 
 
 def wait_for_maintenance(cfg: TidemarkConfig, owner: str, request_id: str) -> dict | None:
-    """The answer to a request; None when no run took it in time (it is withdrawn) or the
-    writer stopped first."""
+    """The answer to a request; None (the request withdrawn) when no run took it within
+    `MAINTENANCE_PICKUP_SECONDS`, or none answered within `MAINTENANCE_ANSWER_SECONDS`."""
     folder = _maintenance_requests(cfg, owner)
-    asked, reply = folder / f"{request_id}.request", folder / f"{request_id}.answer"
     started = time.monotonic()
-    while not locations.is_file(reply):
+    while not requests.is_answered(folder, request_id):
         waited = time.monotonic() - started
-        taken = not locations.is_file(asked)
-        if (
-            not taken and waited > MAINTENANCE_PICKUP_SECONDS
-        ) or waited > MAINTENANCE_ANSWER_SECONDS:
-            locations.delete(asked)
+        untaken = requests.is_pending(folder, request_id)
+        if (untaken and waited > MAINTENANCE_PICKUP_SECONDS) or waited > MAINTENANCE_ANSWER_SECONDS:
+            requests.withdraw(folder, request_id)
             return None
         time.sleep(0.5)
-    answer = json.loads(locations.read_text(reply))
-    locations.delete(reply)
-    return answer
+    return requests.collect(folder, request_id)
 
 
 class ConcurrentCompaction(Exception):

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from streaming_jobs.core import locations
+from streaming_jobs.core import locations, requests
 from streaming_jobs.core.locations import Location
 from streaming_jobs.storage import restores
 from streaming_jobs.core.checkpoints import last_committed_batch
@@ -148,24 +147,14 @@ def _requests(cfg: TidemarkConfig, job: str) -> Location:
     return _folder(cfg, job) / REQUESTS
 
 
-def _write(where: Location, data: dict) -> None:
-    locations.write_bytes(where, json.dumps(data).encode())
-
-
 def request(cfg: TidemarkConfig, job: str, requester: str) -> str:
     """Ask the run that owns ``job``'s checkpoint for a savepoint; returns the request id."""
-    request_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    _write(_requests(cfg, job) / f"{request_id}.request", {"requester": requester})
-    return request_id
+    return requests.ask(_requests(cfg, job), {"requester": requester})
 
 
 def pending(cfg: TidemarkConfig, job: str) -> list[str]:
     """Ids of the savepoint requests for ``job`` that no one has answered yet."""
-    return [
-        name.removesuffix(".request")
-        for name in locations.names(_requests(cfg, job))
-        if name.endswith(".request")
-    ]
+    return requests.pending(_requests(cfg, job))
 
 
 def answer(
@@ -177,12 +166,11 @@ def answer(
     error: str | None = None,
 ) -> None:
     """Record the outcome of a request (by the run that owns the checkpoint)."""
-    folder = _requests(cfg, job)
-    _write(
-        folder / f"{request_id}.answer",
+    requests.answer(
+        _requests(cfg, job),
+        request_id,
         {"savepoint": savepoint.path.name if savepoint else None, "error": error},
     )
-    locations.delete(folder / f"{request_id}.request")
 
 
 def wait_for_answer(
@@ -198,23 +186,21 @@ def wait_for_answer(
     continuous run ended), the request is withdrawn and the savepoint taken here; if it neither
     answers nor stops in time, `SavepointError`."""
     folder = _requests(cfg, job)
-    reply = folder / f"{request_id}.answer"
     deadline = time.monotonic() + timeout_seconds
-    while not locations.is_file(reply):
+    while not requests.is_answered(folder, request_id):
         if not is_running(cfg.paths.checkpoint(job)):
-            locations.delete(folder / f"{request_id}.request")
-            if not locations.is_file(reply):  # answered while we looked: use the answer
+            requests.withdraw(folder, request_id)
+            if not requests.is_answered(folder, request_id):  # answered while we looked
                 return take(cfg, job, keep=keep, holder=holder)
         if time.monotonic() > deadline:
-            locations.delete(folder / f"{request_id}.request")
+            requests.withdraw(folder, request_id)
             raise SavepointError(
                 f"job {job}: the run that owns its checkpoint did not answer the savepoint "
                 f"request within {timeout_seconds:.0f}s (a batch that takes that long?); the "
                 "request was withdrawn. Try again later."
             )
         time.sleep(0.5)
-    outcome = json.loads(locations.read_text(reply))
-    locations.delete(reply)
+    outcome = requests.collect(folder, request_id)
     if outcome.get("error"):
         raise SavepointError(
             f"job {job}: the continuous run could not take the savepoint: {outcome['error']}"
