@@ -163,13 +163,21 @@ def _without_markers(objects: list[dict], prefix: str | None) -> list[dict]:
     """Listed objects but folder markers: Hadoop's S3A makes a ``folder/`` object for each
     folder it creates (SeaweedFS lists its folders so too), and object_store names it
     ``folder``, like a file. An empty object named like the folder listed, or like a folder
-    that holds other keys, is such a marker. (An empty folder's own marker, listed from its
-    parent, looks like an empty file: `copy_tree` skips it when it cannot be copied.)"""
+    that holds other keys, is such a marker, and so is tidemark's own (`FOLDER_MARKER`). (An
+    empty folder's own marker, listed from its parent, looks like an empty file: `copy_tree`
+    skips it when it cannot be copied.)"""
     folders = {prefix} if prefix else set()
     for o in objects:
         parts = o["path"].split("/")[:-1]
         folders.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return [o for o in objects if not (int(o["size"]) == 0 and o["path"] in folders)]
+    return [
+        o
+        for o in objects
+        if not (
+            int(o["size"]) == 0
+            and (o["path"] in folders or o["path"].rsplit("/", 1)[-1] == FOLDER_MARKER)
+        )
+    ]
 
 
 def _relative(where: Location, path: str) -> str:
@@ -348,14 +356,16 @@ FOLDER_MARKER = "_tidemark_folder"
 
 
 def make_folder(where: Where) -> None:
-    """Make the folder (and its parents) unless it is there. On a store, a folder with no key
-    under it gets a `FOLDER_MARKER` so that Spark's S3A finds the path (a streaming file source
-    refuses a path that does not exist)."""
+    """Make the folder (and its parents) unless it is there. On a store a folder is only the
+    prefix of its keys, so it gets a `FOLDER_MARKER` that stays when its last file goes (a
+    streaming file source restarting on a path that is gone fails: "Option 'basePath' not
+    found"), even when files are in it now: retention may archive them all while the query
+    starts."""
     where = Location.of(where)
     if not where.on_store:
         where.path.mkdir(parents=True, exist_ok=True)
         return
-    if not is_dir(where):
+    if not is_file(where / FOLDER_MARKER):
         write_bytes(where / FOLDER_MARKER, b"")
 
 

@@ -217,7 +217,6 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
         if (
             path.kind == "file"
             and hidden(path.name)
-            and path.name != locations.FOLDER_MARKER
             and now - path.modified > HIDDEN_GRACE_SECONDS
         ):
             findings.append(

@@ -61,6 +61,20 @@ def test_the_file_operations_agree_on_disk_and_on_the_store(place):
     assert locations.names(place) == ["copy"]
 
 
+def test_a_made_folder_outlives_its_last_file(place):
+    """A stream's landing folder is made when its query starts, often while files are in it;
+    retention may then archive every one. On a store a folder is only its keys' prefix, and a
+    file source restarting on a missing folder fails ("Option 'basePath' not found")."""
+    landing = place / "landing" / "transactions"
+    locations.write_bytes(landing / "1.jsonl", b"{}\n")
+    locations.make_folder(landing)
+    locations.delete(landing / "1.jsonl")
+    assert locations.is_dir(landing)
+    assert locations.names(landing) == [] and locations.entries(landing) == []  # no marker shown
+    locations.make_folder(landing)  # made again: nothing changes
+    assert locations.is_dir(landing)
+
+
 def test_a_checkpoint_is_read_and_cleared_alike(place):
     checkpoint = place / "checkpoints" / "orders"
     assert last_committed_batch(checkpoint) is None and query_id(checkpoint) is None
