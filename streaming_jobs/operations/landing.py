@@ -214,11 +214,7 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
                     f"up into landing/{stream}/ under a new name",
                 )
             )
-        if (
-            path.kind == "file"
-            and hidden(path.name)
-            and now - path.modified > HIDDEN_GRACE_SECONDS
-        ):
+        if path.kind == "file" and hidden(path.name) and now - path.modified > HIDDEN_GRACE_SECONDS:
             findings.append(
                 Finding(
                     "landing_unaccounted",
