@@ -171,10 +171,13 @@ bench-recon-history: setup
 	$(BIN)/python tools/benchmarks/recon_history.py --events $(RECON_EVENTS) --days $(RECON_DAYS) --steps 4
 
 # Your own jobs reconciled (docs/benchmarks.md): USER_EVENTS readings of a stream of your own over 3
-# days, three jobs, in full, after one more hour, and with nothing new. RESULTS=path to keep it.
+# days, three jobs, in full, after one more hour, and with nothing new; each dbt run in a Spark of
+# its own (TARGET=session) or on the SQL endpoint (TARGET=endpoint, as make dev's schedules run).
+# RESULTS=path to keep it.
 USER_EVENTS ?= 200000
+TARGET ?= session
 bench-user-recon: setup
-	$(BIN)/python tools/benchmarks/user_recon.py --events $(USER_EVENTS) $(if $(RESULTS),--results $(RESULTS))
+	$(BIN)/python tools/benchmarks/user_recon.py --events $(USER_EVENTS) --target $(TARGET) $(if $(RESULTS),--results $(RESULTS))
 
 # Sensor ticks and a scheduled reconciliation's wall time, session against SQL endpoint.
 LIVE_EVENTS ?= 2000000

@@ -18,6 +18,12 @@
 {{ return(run_var('recon_from', {}).get(job) if partitioned else none) }}
 {%- endmacro %}
 
+{# Whether nothing new reached the job since its last reconciliation (recon_scope.py's
+   NOTHING_NEW): the run leaves its models out, and its lateness counts stand as they were. #}
+{% macro nothing_new(job) -%}
+{{ return(run_var('recon_from', {}).get(job) == '9999-12-31') }}
+{%- endmacro %}
+
 {# The same for a job whose batch model composes its rows (macros/compose.sql), with a day or
    without (a profile): there it bounds the new events' time from below. #}
 {% macro compose_from(job) -%}

@@ -52,6 +52,7 @@ from streaming_jobs.core.delta_log import (
     StatsUnknown,
     changed_outside_its_writer,  # noqa: F401
     earliest_new_event,
+    holds_no_rows,
     ingest_batch_floor,
 )
 from streaming_jobs.intervals import interval_seconds
@@ -257,6 +258,7 @@ def recon_scope_vars(
     now = positions_now(progress_rows)
     recorded = last_reconciled(read_positions(cfg))
     scope, reasons, positions = {}, {}, []
+    empty: dict[str, bool] = {}  # per source: its bronze holds no row yet
     for name, spec in jobs.items():
         current = query_id(cfg.paths.checkpoint(name))
         print_ = fingerprint(project, job_params.get(name, {}))
@@ -271,6 +273,11 @@ def recon_scope_vars(
                 "fingerprint": print_,
                 "batch_id": batch_now,
             }
+            if source not in empty:
+                empty[source] = holds_no_rows(cfg.paths.table("bronze", source))
+            if empty[source]:
+                # nothing to replay: the lateness counts of an empty stream are all 0
+                position["bronze_empty"] = True
             if (
                 not full
                 and last
@@ -326,14 +333,21 @@ def whole_reason(spec: JobSpec) -> str:
 
 
 def left_out(variables: dict) -> list[str]:
-    """The models a run leaves out (pure, from what `recon_scope_vars` returned): the batch
-    and recon models of every job nothing reached (``NOTHING_NEW``). dbt leaves their tests
-    out with them; the shared models (staging, lateness, positions, summary) still run."""
-    return [
-        model
-        for job, day in sorted(variables.get("recon_from", {}).items())
-        if day == NOTHING_NEW
-        for model in (f"int_{job}__batch", f"recon_{job}")
+    """The models a run leaves out (pure, from what `recon_scope_vars` returned and the jobs'
+    vars): the batch and recon models of every job nothing reached (``NOTHING_NEW``), and the
+    staging view of a stream whose every job is such (bronze has nothing new for any, so the
+    view and its tests would say what they said; the lateness replay keeps those jobs' counts
+    without reading it). dbt leaves their tests out with them; the shared models (lateness,
+    positions, summary) still run."""
+    scope = variables.get("recon_from", {})
+    idle = {job for job, day in scope.items() if day == NOTHING_NEW}
+    readers: dict[str, set[str]] = {}
+    for job, params in variables.get("jobs", {}).items():
+        for source in params.get("sources", {}):
+            readers.setdefault(source, set()).add(job)
+    models = [m for job in sorted(idle) for m in (f"int_{job}__batch", f"recon_{job}")]
+    return models + [
+        f"stg_{source}" for source, jobs in sorted(readers.items()) if jobs and jobs <= idle
     ]
 
 

@@ -50,6 +50,23 @@ def latest_version(table: Where) -> int | None:
     return versions[-1] if versions else None
 
 
+def holds_no_rows(table: Where) -> bool:
+    """True when the table is missing, or its whole log (no checkpoint: every commit is
+    there) adds no file with a row: a lake table made empty before its stream first ran."""
+    names = locations.names(_log(table))
+    if any(".checkpoint." in name for name in names):
+        return False
+    for version in commit_versions(table):
+        for action in commit_actions(table, version):
+            added = action.get("add")
+            if added is None:
+                continue
+            stats = json.loads(added.get("stats") or "{}")
+            if stats.get("numRecords", 1) > 0:  # no statistics: it may hold rows
+                return False
+    return True
+
+
 def commit_actions(table: Where, version: int) -> list[dict]:
     text = locations.read_text(_log(table) / f"{version:020d}.json")
     return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -373,7 +373,12 @@ def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(
 
     now = dbt_vars(reconciled_jobs(), cfg)
     assert set(now["recon_from"].values()) == {NOTHING_NEW}, now["recon_reasons"]
-    assert len(left_out(now)) == 2 * len(before)
+    streams = {s for params in now["jobs"].values() for s in params["sources"]}
+    assert sorted(left_out(now)) == sorted(
+        [f"int_{job}__batch" for job in before]
+        + [f"recon_{job}" for job in before]
+        + [f"stg_{stream}" for stream in streams]
+    )
     idle = defs.resolve_job_def("reconciliation_job").execute_in_process(
         instance=instance, tags=incremental_tags(cfg)
     )
@@ -384,7 +389,9 @@ def test_backfilled_partitions_and_an_idle_run_keep_every_recon_row(
     }
     assert "recon_summary" in built and "recon_positions" in built
     assert not built & (
-        {f"recon_{job}" for job in before} | {f"int_{job}__batch" for job in before}
+        {f"recon_{job}" for job in before}
+        | {f"int_{job}__batch" for job in before}
+        | {f"stg_{stream}" for stream in streams}
     )
     assert {job: rows(f"recon_{job}") for job in before} == before
 

@@ -69,6 +69,25 @@ def batch_file(low: int, nulls: int = 0, data_change: bool = True) -> dict:
     return {"add": {"path": "x.parquet", "dataChange": data_change, "stats": json.dumps(stats)}}
 
 
+def test_a_table_holds_no_rows_until_a_file_with_rows_is_added(tmp_path):
+    from streaming_jobs.core.delta_log import holds_no_rows
+
+    table = tmp_path / "bronze"
+    assert holds_no_rows(table)  # no table at all
+    commit(table, 0, {"metaData": {"id": "t"}}, {"protocol": {"minReaderVersion": 1}})
+    commit(table, 1, add(None, rows=0))  # an empty file: still no row
+    assert holds_no_rows(table)
+    commit(table, 2, {"add": {"path": "y.parquet", "dataChange": True}})  # no statistics
+    assert not holds_no_rows(table)
+    other = tmp_path / "other"
+    commit(other, 0, add("2026-03-01T00:00:00.000Z", rows=2))
+    assert not holds_no_rows(other)
+    empty = tmp_path / "checkpointed"
+    commit(empty, 3, {"commitInfo": {"operation": "SET TBLPROPERTIES"}})
+    (empty / "_delta_log" / f"{2:020d}.checkpoint.parquet").write_bytes(b"")
+    assert not holds_no_rows(empty)  # a checkpoint may hold files: never taken for empty
+
+
 def test_the_replay_floor_is_the_least_ingestion_batch_added_after_a_version(tmp_path):
     table = tmp_path / "bronze"
     commit(table, 0, batch_file(0))
@@ -197,6 +216,15 @@ def test_only_the_jobs_nothing_reached_are_left_out():
     assert left_out(variables) == ["int_b__batch", "recon_b", "int_d__batch", "recon_d"]
     assert left_out({"recon_from": {"a": None}}) == []
     assert left_out({"jobs": {}}) == []
+    # a stream's staging view too, once nothing reached any of its jobs
+    jobs = {"b": {"sources": {"s": "t"}}, "d": {"sources": {"s": "t", "u": "t"}}}
+    assert left_out({**variables, "jobs": {**jobs, "a": {"sources": {"u": "t"}}}}) == [
+        "int_b__batch",
+        "recon_b",
+        "int_d__batch",
+        "recon_d",
+        "stg_s",
+    ]
 
 
 def test_a_change_to_gold_made_outside_its_stream_is_found(tmp_path):

@@ -15,9 +15,12 @@ ingested and streamed by every job, then, as a schedule meets them:
 3. ``tidemark-dbt build``: the second reconciliation (timed; each job's scope printed);
 4. ``tidemark-dbt build`` once more with nothing new: every job is left out (timed).
 
-Every dbt run is a new process on the session target (its JVM start included), the built-in
-jobs out of the selection. Writes a JSON of the figures to ``--results`` (default: under the
-data root, which is kept).
+Every dbt run is a new process, the built-in jobs out of the selection. ``--target session``
+(the default): each starts a Spark of its own (its JVM start included), as ``make recon`` does
+with no endpoint up; ``--target endpoint``: each uses the data root's SQL endpoint, started once
+before the first (not timed), as scheduled reconciliations run under ``make dev`` and
+``make live``. Writes a JSON of the figures to ``--results`` (default: under the data root,
+which is kept).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--data-root", default=".tidemark/data/bench-user-recon")
     parser.add_argument("--results", help="where the JSON goes (default: the data root)")
+    parser.add_argument("--target", choices=("session", "endpoint"), default="session")
     args = parser.parse_args(argv)
 
     import os
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True)
     os.environ["TIDEMARK_DATA_ROOT"] = str(root / "data")
     os.environ["TIDEMARK_JOBS_PATH"] = str(folder)
-    os.environ["TIDEMARK_DBT_TARGET"] = "session"
+    os.environ["TIDEMARK_DBT_TARGET"] = args.target
 
     from orchestration.cli.scaffold import scaffold
     from streaming_jobs.core.config import TidemarkConfig
@@ -123,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         return time.monotonic() - t0
 
     streamed_s = stream(list(enumerate(waves[:hours])))
-    spark.stop()  # dbt's session target starts its own Spark, as a schedule's run does
+    spark.stop()  # dbt runs in a Spark of its own: a new one per run, or the endpoint
+    if args.target == "endpoint":
+        from streaming_jobs.services import sql_endpoint
+
+        started = time.monotonic()
+        sql_endpoint.start(cfg)
+        endpoint_start_s = time.monotonic() - started
     select = (
         "build",
         "--exclude-resource-type",
@@ -133,12 +143,31 @@ def main(argv: list[str] | None = None) -> int:
         "+int_late_events",
         "recon_positions",
     )
+
+    def nodes() -> dict:
+        """What dbt's run spent its time on (its run_results.json): the sum over nodes, their
+        count, and the slowest eight."""
+        results = json.loads((cfg.paths.dbt / "target" / "run_results.json").read_text())
+        timed = sorted(
+            ((r["unique_id"].split(".", 2)[-1], r["execution_time"]) for r in results["results"]),
+            key=lambda item: -item[1],
+        )
+        return {
+            "nodes": len(timed),
+            "nodes_seconds": round(sum(t for _, t in timed), 1),
+            "dbt_elapsed_seconds": round(results["elapsed_time"], 1),
+            "slowest": {name: round(t, 1) for name, t in timed[:8]},
+        }
+
     first_s, first_scope = dbt(*select)
+    first_nodes = nodes()
     spark = get_spark(cfg)
     wave_s = stream([(hours, waves[hours])])
     spark.stop()
     second_s, second_scope = dbt(*select)
+    second_nodes = nodes()
     quiet_s, quiet_scope = dbt(*select)
+    quiet_nodes = nodes()
 
     def scope(text: str) -> dict:
         return {
@@ -154,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         "events": events,
         "days": args.days,
         "jobs": list(JOBS),
+        "target": args.target,
+        "endpoint_start_seconds": round(endpoint_start_s, 1) if args.target == "endpoint" else None,
         "streamed_seconds": round(streamed_s, 1),
         "wave_streamed_seconds": round(wave_s, 1),
         "first_reconciliation_seconds": round(first_s, 1),
@@ -162,13 +193,18 @@ def main(argv: list[str] | None = None) -> int:
         "first_scope": scope(first_scope),
         "second_scope": scope(second_scope),
         "nothing_new_scope": scope(quiet_scope),
+        "first_nodes": first_nodes,
+        "second_nodes": second_nodes,
+        "nothing_new_nodes": quiet_nodes,
     }
+    if args.target == "endpoint":
+        sql_endpoint.stop(cfg)
     out = Path(args.results) if args.results else root / "user_recon.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
     print(
-        f"| {events:,} events, {args.days} days, 3 jobs | first {first_s:.1f} s | after one "
+        f"| {events:,} events, {args.days} days, 3 jobs, {args.target} | first {first_s:.1f} s | after one "
         f"more hour {second_s:.1f} s ({second_s / first_s:.0%}) | nothing new {quiet_s:.1f} s |"
     )
     return 0

@@ -4,7 +4,9 @@
   the last run counted up to (counted_upto) and adds them to its counts. Rows the stream has
   not read yet are counted as such every time. The counts start again from every row when the
   stream was rebuilt or restored (another checkpoint query id), the dbt project changed (the
-  fingerprint), or a full reconciliation was asked for (var recon_full).
+  fingerprint), or a full reconciliation was asked for (var recon_full). A job nothing new
+  reached keeps its counts without reading bronze, and a stream whose bronze holds no row
+  yet has nothing to replay (recon_positions' bronze_empty, orchestration/recon/recon_scope.py).
 #}
 {%- set previous = load_relation(this) if execute else none -%}
 {#- carried only from a table with every running count (an older one is counted again) -#}
@@ -39,6 +41,39 @@ previous as (  -- noqa: ST03
 {% for source in params['sources'] %}
 {%- set here = now.get(job ~ '/' ~ source, {}) -%}
 {%- set counted_upto = here.get('version_to', -1) | int %}
+{%- set lineage = job ~ '/' ~ source ~ '/' ~ here.get('query_id', '') ~ '/'
+                  ~ here.get('fingerprint', '') -%}
+{%- if here.get('bronze_empty') %}
+replay_{{ job }}__{{ source }} as (
+
+    -- the stream's bronze holds no row yet: nothing to replay, nothing unread
+    select '{{ job }}' as job, '{{ source }}' as source,
+           cast({{ counted_upto }} as bigint) as counted_upto,
+           '{{ here.get("query_id", "") }}' as query_id,
+           '{{ here.get("fingerprint", "") }}' as fingerprint,
+           cast(0 as bigint) as late_events_replayed,
+           cast(0 as bigint) as late_events_report_lost,
+           cast(0 as bigint) as events_skipped,
+           cast(0 as bigint) as events_not_yet_read
+
+),
+{%- elif nothing_new(job) and counted.get(lineage) == counted_upto %}
+replay_{{ job }}__{{ source }} as (
+
+    -- nothing new reached the job (neither bronze nor its stream moved) since the last run,
+    -- which counted up to this very position: its counts stand (none to add, none unread)
+    select job, source, counted_upto, query_id, fingerprint,
+           cast(0 as bigint) as late_events_replayed,
+           cast(0 as bigint) as late_events_report_lost,
+           cast(0 as bigint) as events_skipped,
+           events_not_yet_read
+    from previous
+    where job = '{{ job }}' and source = '{{ source }}'
+        and query_id = '{{ here.get("query_id", "") }}'
+        and fingerprint = '{{ here.get("fingerprint", "") }}'
+
+),
+{%- else %}
 replay_{{ job }}__{{ source }} as (
 
     select
@@ -53,8 +88,7 @@ replay_{{ job }}__{{ source }} as (
         -- never read although the stream has read past them (a stream started later)
         count_if(not seen_by_stream and bronze_version <= {{ counted_upto }}) as events_skipped,
         count_if(not seen_by_stream and bronze_version > {{ counted_upto }}) as events_not_yet_read
-    {%- set after = counted.get(job ~ '/' ~ source ~ '/' ~ here.get('query_id', '') ~ '/'
-                                ~ here.get('fingerprint', ''), -1) | int -%}
+    {%- set after = counted.get(lineage, -1) | int -%}
     {#- the least ingestion batch id past the version the scope was taken from (recon_scope.py):
         it bounds the rows past this run's own start when that is no earlier -#}
     {%- set floor = here.get('replay_floor') -%}
@@ -66,6 +100,7 @@ replay_{{ job }}__{{ source }} as (
                                ingest_batch_floor=floor) }})
 
 ),
+{%- endif %}
 {% endfor %}
 {% endfor %}
 
