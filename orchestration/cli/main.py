@@ -77,10 +77,15 @@ def setup(cfg: TidemarkConfig) -> None:
 
 
 def _materialized(result) -> dict[str, dict]:
-    """Per asset a run materialized: its numeric metadata."""
+    """Per asset a run materialized: its numeric metadata (the labels of the other days a
+    reconciliation rewrote carry none)."""
+    from orchestration.recon.recon_partitions import DAY_LABEL
+
     out = {}
     for event in result.get_asset_materialization_events():
         materialization = event.event_specific_data.materialization
+        if DAY_LABEL in materialization.metadata:
+            continue
         out[materialization.asset_key.to_user_string()] = {
             k: v.value
             for k, v in materialization.metadata.items()

@@ -19,6 +19,7 @@ from streaming_jobs.storage.generator import GeneratorConfig, generate
 from streaming_jobs.core.config import CHECKOUT
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
+from orchestration.recon.recon_partitions import DAY_LABEL
 
 # Written out by hand: what the UI must show for the registered streams and jobs.
 EXPECTED_ASSETS = {
@@ -178,6 +179,7 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
             e
             for e in run.get_asset_materialization_events()
             if e.event_specific_data.materialization.asset_key == AssetKey(key)
+            and DAY_LABEL not in e.event_specific_data.materialization.metadata
         ]
         return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
 
@@ -284,6 +286,27 @@ def test_whole_graph_materializes_with_metadata_and_passing_checks(spark, cfg, s
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     assert instance.get_materialized_partitions(AssetKey(["recon", "recon_summary"])) == {today}
     assert recon["recomputed_from"] == "all"
+    # Each day of data it rewrote is labelled too, in the batch and recon tables of the jobs
+    # with a day: the partitions of those days read materialized, and no empty day does.
+    for job, table in (
+        ("failed_txn_velocity", ("recon", "recon_failed_txn_velocity")),
+        ("zone_revenue_hourly", ("batch", "int_zone_revenue_hourly__batch")),
+    ):
+        days = {
+            str(r.recon_date)
+            for r in read_table(spark, cfg.paths.dbt_table(*table))
+            .select("recon_date")
+            .distinct()
+            .collect()
+        }
+        in_partitions = {d for d in days if "2025-12-01" <= d <= today}  # the start set above
+        assert len(in_partitions) >= 2, (job, days)
+        assert instance.get_materialized_partitions(AssetKey(list(table))) == in_partitions | {
+            today
+        }
+    # a job without a day (a profile per user) keeps the run's partition only
+    profile = AssetKey(["recon", "recon_user_activity_profile"])
+    assert instance.get_materialized_partitions(profile) == {today}
 
     # dbt ran on what Dagster's load parsed (nothing parsed again), and each of its threads kept
     # one connection to the endpoint (none closed and opened again between nodes)

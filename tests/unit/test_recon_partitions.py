@@ -8,7 +8,9 @@ import pytest
 
 from orchestration.recon.recon_partitions import (
     chosen_tags,
+    MAX_LABELLED_DAYS,
     incremental_tags,
+    labelled_days,
     partitions_def,
     recomputed_from,
     run_scope,
@@ -68,3 +70,25 @@ def test_what_a_recon_materialization_says_it_recomputed():
     assert recomputed_from(variables, "b") == "all"
     assert recomputed_from(variables, "c") == "none"
     assert recomputed_from({}, "a") == "all"  # no scope computed: dbt recomputed everything
+
+
+def test_a_run_labels_the_days_of_data_it_rewrote_and_no_other():
+    import dagster as dg
+
+    daily = dg.DailyPartitionsDefinition(start_date="2026-01-01", timezone="UTC", end_offset=1)
+    today = daily.get_last_partition_key()
+    held = {"2025-12-31", "2026-01-01", "2026-01-02", "2026-01-05", today, "2099-01-01"}
+    # recomputed from 2026-01-02: the days before are the last run's; the run's own partition
+    # (today), a day before the first partition and a day after today are not labelled
+    assert labelled_days(held, "2026-01-02", {today}, daily) == (["2026-01-02", "2026-01-05"], 0)
+    assert labelled_days(held, "all", {today}, daily) == (
+        ["2026-01-01", "2026-01-02", "2026-01-05"],
+        0,
+    )
+    assert labelled_days(held, "none", {today}, daily) == ([], 0)
+    # more days than a run labels: the newest are, and the rest are counted
+    years = dg.DailyPartitionsDefinition(start_date="2024-01-01", timezone="UTC", end_offset=1)
+    every = set(years.get_partition_keys())
+    days, left = labelled_days(every, "all", set(), years)
+    assert len(days) == MAX_LABELLED_DAYS and days == sorted(every)[-MAX_LABELLED_DAYS:]
+    assert left == len(every) - MAX_LABELLED_DAYS > 0

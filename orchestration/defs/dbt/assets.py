@@ -25,7 +25,10 @@ from orchestration.recon.dbt_models import ensure_manifest, reconciled_jobs
 from orchestration.recon.dbt_vars import dbt_vars
 from orchestration.recon.project import dbt_project
 from orchestration.recon.recon_partitions import (
+    DAY_LABEL,
+    MAX_LABELLED_DAYS,
     RECON_MODE_TAG,
+    labelled_days,
     partitions_def,
     recomputed_from,
     run_scope,
@@ -177,10 +180,27 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
             args += ["--exclude", " ".join(skipped)]
         invocation = dbt.cli(args, context=context, target_path=target, raise_on_error=False)
         summarized = False
+        run_days = set(context.partition_keys)
         for event in invocation.stream():
+            days: list[str] = []
             if isinstance(event, dg.Output):
                 key = context.asset_key_for_output(event.output_name)
                 job = key.path[-1].removeprefix("recon_")
+                day_job = _job_with_days(key, jobs)
+                if day_job is not None:
+                    # the days of data this run rewrote: each day's partition says so
+                    days, unlabelled = labelled_days(
+                        _days_held(run_cfg, key),
+                        recomputed_from(variables, day_job),
+                        run_days,
+                        daily,
+                    )
+                    event = event.with_metadata(
+                        {
+                            **event.metadata,
+                            "labelled_days": _days_text(days, unlabelled),
+                        }
+                    )
                 if key == keys.RECON_SUMMARY:
                     summarized = True
                     event = event.with_metadata({**event.metadata, **summary_metadata(run_cfg)})
@@ -195,6 +215,12 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
                         }
                     )
             yield event
+            for day in days:
+                yield dg.AssetMaterialization(
+                    asset_key=key,
+                    partition=day,
+                    metadata={DAY_LABEL: context.run.run_id},
+                )
         if keys.RECON_SUMMARY in context.selected_asset_keys and not summarized:
             # dbt skipped the summary (a blocking check failed, or a model upstream): the run's
             # outcome, which tidemark-dbt recorded in ops/recon_runs, is shown on it all the same
@@ -206,6 +232,39 @@ def build_dbt_assets(cfg: TidemarkConfig) -> dg.AssetsDefinition:
             raise error
 
     return tidemark_dbt
+
+
+def _job_with_days(key: dg.AssetKey, jobs: Mapping[str, Any]) -> str | None:
+    """The job whose batch or recon table ``key`` is, when that job has a day
+    (``recon_partition``); else None."""
+    layer, name = key.path[0], key.path[-1]
+    if layer == "recon":
+        job = name.removeprefix("recon_")
+    elif layer == "batch" and name.startswith("int_") and name.endswith("__batch"):
+        job = name[len("int_") : -len("__batch")]
+    else:
+        return None
+    spec = jobs.get(job)
+    return job if spec is not None and spec.recon_partition else None
+
+
+def _days_held(cfg: TidemarkConfig, key: dg.AssetKey) -> set[str]:
+    """The recon_date partitions the table of ``key`` holds (its Delta log, through delta-rs;
+    no JVM)."""
+    from streaming_jobs.core import locations
+
+    table = locations.delta_table(cfg.paths.dbt_table(key.path[0], key.path[-1]))
+    return {p["recon_date"] for p in table.partitions() if p.get("recon_date")}
+
+
+def _days_text(days: list[str], unlabelled: int) -> str:
+    if not days:
+        return "none besides the run's own"
+    text = f"{days[0]} to {days[-1]} ({len(days)} with rows)" if len(days) > 1 else days[0]
+    if unlabelled:
+        text += f"; {unlabelled} older days rewritten but not labelled (a run labels at most"
+        text += f" {MAX_LABELLED_DAYS}: backfill them to label them)"
+    return text
 
 
 @dg.definitions
