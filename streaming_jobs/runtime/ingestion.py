@@ -125,8 +125,9 @@ def screen_landing(folder: Where) -> list[tuple[Location, str]]:
     under its own name (a suffix when it is taken); returns (where it went, why) for each.
 
     Run before every ingestion and, in a continuous run, every half second: Spark's source
-    lists the folder by itself, so an entry landed between two screens may be listed first
-    (the landing accounting then names its rows)."""
+    lists the folder by itself, so an entry landed between two screens may be listed first.
+    Moved aside before its batch reads it, it is skipped (`landing_lines`); read first, the
+    landing accounting names its rows."""
     moved = []
     refused = Location.of(folder) / REFUSED_DIR
     for entry in locations.items(folder):
@@ -292,6 +293,12 @@ def landing_lines(
     # A line ends at '\n' only, as the landing accounting counts it: a CR is a byte of its line
     # (Spark's default also ends one at a lone '\r', splitting a line and dropping the byte)
     reader = spark.readStream.format("text").option("lineSep", "\n")
+    # An entry listed by Spark's source but moved aside by a screen before its batch read it
+    # (a continuous run screens every half second) is skipped, not read: without this every
+    # try of that batch failed on the missing file and the query was held. Nothing else
+    # leaves landing while it is unread: retention archives only files of committed batches,
+    # and the accounting counts the refused entry's lines.
+    reader = reader.option("ignoreMissingFiles", "true")
     if not Location.of(landing).on_store:
         # the local file system without checksum files: Hadoop's checksum layer names a
         # file's .crc by parsing its name as a URI, and a ':' in it failed the batch. (Not for

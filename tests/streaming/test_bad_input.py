@@ -284,6 +284,48 @@ def test_any_file_name_is_ingested_and_what_must_not_be_read_is_refused(spark, c
     assert not accounting.holds  # refused files and the folder are named, never "healthy"
 
 
+def test_an_entry_refused_after_spark_listed_it_fails_no_batch(spark, cfg, tmp_path, monkeypatch):
+    """In a continuous run the landing folder is screened every half second while Spark's
+    source lists it by itself: a link landed just before a listing, and moved aside by the
+    next screen before the batch read it, made every try of that batch fail on the missing
+    file (so the query was held). Here the screen runs inside the batch, between the listing
+    and the read."""
+    from streaming_jobs.runtime import ingestion
+
+    folder = cfg.paths.landing_dir("transactions")
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_bytes(line("a1") + b"\n" + line("a2") + b"\n")
+    secret = b"SECRET-0b7e-listed-then-refused"
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(secret + b"\n")
+    (folder / "link.jsonl").symlink_to(outside)
+
+    real_screen, real_write = ingestion.screen_landing, ingestion.BronzeBatchWriter._write
+    monkeypatch.setattr(ingestion, "screen_landing", lambda folder: [])  # landed after it
+
+    def screened_mid_batch(self, lines, batch_id):
+        real_screen(folder)  # the continuous run's screen, after the listing
+        return real_write(self, lines, batch_id)
+
+    monkeypatch.setattr(ingestion.BronzeBatchWriter, "_write", screened_mid_batch)
+    run_bronze(spark, cfg, "transactions")
+    monkeypatch.setattr(ingestion, "screen_landing", real_screen)
+    monkeypatch.setattr(ingestion.BronzeBatchWriter, "_write", real_write)
+    (folder / "b.jsonl").write_bytes(line("b1") + b"\n")
+    run_bronze(spark, cfg, "transactions")  # and the stream goes on
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    assert sorted(r.event_id for r in bronze) == ["a1", "a2", "b1"]
+    assert (folder / "_refused" / "link.jsonl").is_symlink()
+    for path in cfg.paths.lake.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_bytes(), path
+    accounting = account(cfg, "transactions")
+    [refused] = [f.message for f in accounting.findings if "_refused/link.jsonl" in f.message]
+    assert "refused, a symbolic link" in refused and "were ingested" not in refused
+    assert accounting.lines == accounting.ingested == 3
+
+
 @pytest.mark.slow
 @pytest.mark.long  # a job and two reconciliations over the catalogue: make test-long
 def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gold_loses_a_row(
