@@ -1,6 +1,7 @@
 """A streaming checkpoint, without Spark: its identity, its batches, and who owns it.
 
-Reading: `query_id` (the checkpoint's identity), `last_committed_batch`, `last_planned_batch`.
+Reading: `query_id` (the checkpoint's identity), `last_committed_batch`, `last_planned_batch`,
+`batch_input` (what a planned batch reads).
 
 A checkpoint is a local folder or a prefix on an object store (`streaming_jobs.core.locations`):
 every reading here works on both.
@@ -61,6 +62,85 @@ def last_committed_batch(checkpoint: Where) -> int | None:
 def last_planned_batch(checkpoint: Where) -> int | None:
     ids = _batch_ids(Location.of(checkpoint) / "offsets")
     return ids[-1] if ids else None
+
+
+def _offsets(checkpoint: Location, batch: int) -> list[dict] | None:
+    """A planned batch's source offsets (``offsets/<batch>``: a version line, the batch's
+    metadata, then one line per source), or None when it is not there."""
+    try:
+        text = locations.read_text(checkpoint / "offsets" / str(batch))
+    except FileNotFoundError:
+        return None
+    out = []
+    for line in text.splitlines()[2:]:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append({})  # a source with no offset yet ("-")
+    return out
+
+
+def _files_of_batch(checkpoint: Location, source: int, batch: int) -> list[str]:
+    """The files a file source's batch reads, from its log (``sources/<i>/<batch>``, or the
+    compaction file holding it)."""
+    log = checkpoint / "sources" / str(source)
+    names = [n for n in locations.names(log) if n.split(".")[0].isdigit()]
+    own = [n for n in names if n == str(batch)] or sorted(
+        (n for n in names if n.endswith(".compact") and int(n.split(".")[0]) >= batch),
+        key=lambda n: int(n.split(".")[0]),
+    )[:1]
+    files = []
+    for name in own:
+        for line in locations.read_text(log / name).splitlines()[1:]:
+            try:
+                info = json.loads(line)
+            except ValueError:
+                continue
+            if int(info.get("batchId", -1)) == batch:
+                files.append(locations.from_spark_uri(info["path"]))
+    return files
+
+
+def batch_input(checkpoint: Where, batch: int) -> list[str]:
+    """What a planned batch reads, per source, in words (empty when its offsets are gone): the
+    files of a file source, the versions of a Delta table, the offsets of a Kafka topic. A row
+    that fails the batch every time is in there."""
+    checkpoint = Location.of(checkpoint)
+    now = _offsets(checkpoint, batch)
+    if now is None:
+        return []
+    before = _offsets(checkpoint, batch - 1) or [{}] * len(now)
+    said = []
+    for i, (start, end) in enumerate(zip(before + [{}] * len(now), now)):
+        if "logOffset" in end:
+            files = sorted(_files_of_batch(checkpoint, i, batch))
+            shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+            said.append(f"{len(files)} landed file(s): {shown}" if files else "no landed file")
+        elif "reservoirVersion" in end:
+            # a Delta source's offset (version, index): what lies before it is read; index -1
+            # is the start of that version, so the batch reads (start, end]
+            first = start.get("reservoirVersion", 0)
+            last = end["reservoirVersion"] - (1 if end.get("index", -1) == -1 else 0)
+            table = f"Delta table {end.get('reservoirId', '?')}"
+            if last < first:
+                said.append(
+                    f"{table}: no new version (a batch that moves time on: it emits what the "
+                    "query's state holds from earlier batches)"
+                )
+            elif first == last:
+                said.append(f"{table} version {first}")
+            else:
+                said.append(f"{table} versions {first} to {last}")
+        elif end:  # Kafka: {topic: {partition: offset}}
+            for topic, parts in end.items():
+                if not isinstance(parts, dict):
+                    continue
+                ranges = ", ".join(
+                    f"{p}: {start.get(topic, {}).get(p, 0)} to {o}"
+                    for p, o in sorted(parts.items())
+                )
+                said.append(f"topic {topic} offsets (partition: from to) {ranges}")
+    return said
 
 
 # How often Spark's state store maintenance runs in tidemark's processes (spark.py): it uploads

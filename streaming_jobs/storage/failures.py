@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from streaming_jobs.storage import ops_tables
-from streaming_jobs.core.checkpoints import last_committed_batch, last_planned_batch
+from streaming_jobs.core.checkpoints import (
+    batch_input,
+    last_committed_batch,
+    last_planned_batch,
+)
 from streaming_jobs.core.config import TidemarkConfig
 
 LOG = logging.getLogger(__name__)
@@ -48,6 +52,7 @@ class Hold:
     error: str
     last_failed_at: datetime
     last_committed: int | None
+    reads: tuple[str, ...] = ()  # what the batch reads (`batch_input`): the row is in there
 
     def message(self) -> str:
         good = (
@@ -59,8 +64,10 @@ class Hold:
             f"{self.query}: held on batch {self.batch_id}, which failed {self.failures} times "
             f"in a row (the last at {self.last_failed_at:%Y-%m-%d %H:%M:%S} UTC): "
             f"{self.error[:500]}. No run starts it again until you release it, and {good}. "
-            "Fix the cause the error names (a row the job cannot write is one of the bronze "
-            "rows this batch reads; a setting; the disk), then `tidemark release "
+            + (f"Batch {self.batch_id} reads {'; '.join(self.reads)}. " if self.reads else "")
+            + "Fix the cause the error names (a row the job cannot write comes from the rows "
+            "this batch reads, or from a stateful job's state; a setting; the disk), then "
+            "`tidemark release "
             f"{self.query}`: the next run tries batch {self.batch_id} again. To start the job "
             f"over instead: `tidemark rebuild {self.query} --force`."
         )
@@ -96,7 +103,28 @@ def held(cfg: TidemarkConfig, query: str, rows: list[dict] | None = None) -> Hol
     if committed is not None and committed >= batch:
         return None
     last = tail[-1]
-    return Hold(query, batch, len(tail), last["error"] or "", last["failed_at"], committed)
+    reads = tuple(_named(cfg, r) for r in batch_input(cfg.paths.checkpoint(query), batch))
+    return Hold(query, batch, len(tail), last["error"] or "", last["failed_at"], committed, reads)
+
+
+def _named(cfg: TidemarkConfig, said: str) -> str:
+    """``said`` with a bronze table's Delta id replaced by its name (a job reads bronze)."""
+    if not said.startswith("Delta table "):
+        return said
+    from deltalake.exceptions import TableNotFoundError
+
+    from streaming_jobs.core import locations
+    from streaming_jobs.storage.registry import streams
+
+    table_id = said.split()[2].rstrip(":")
+    for stream in streams():
+        bronze = cfg.paths.table("bronze", stream)
+        try:
+            if locations.delta_table(bronze).metadata().id == table_id:
+                return said.replace(f"Delta table {table_id}", f"bronze/{stream}", 1)
+        except TableNotFoundError:
+            continue
+    return said
 
 
 def release(cfg: TidemarkConfig, query: str) -> Hold | None:

@@ -184,6 +184,19 @@ def test_job_expectations_count_per_batch_and_fail_before_commit(
         raised.value
     ) and '"merchant":"BAD"' in str(raised.value)
     assert read_table(spark, cfg.paths.table("gold", spec.name)).count() == before
+    # failed twice more, the job is held, and the hold names what its batch reads, by the
+    # table's name. The BAD window [40, 50) closes when x2 (60) moves the watermark: Spark emits
+    # it in the batch after the one that read w2, which reads no new bronze version
+    from streaming_jobs.storage.failures import held
+
+    for _ in range(2):
+        with pytest.raises(StreamRunError):
+            run_job(spark, cfg, spec)
+    hold = held(cfg, spec.name)
+    assert hold is not None
+    assert "reads bronze/transactions: no new version (a batch that moves time on: it emits " in (
+        hold.message()
+    ), hold.message()
 
 
 @pytest.mark.slow
@@ -215,6 +228,8 @@ def test_a_batch_that_fails_three_times_holds_its_query_until_released(
         "expectation no_test_merchant",
         "keeps its last good commit (batch 0)",
         "tidemark release bronze_transactions",
+        # where the row is: the one file batch 1 reads, from the checkpoint's own log
+        f"Batch 1 reads 1 landed file(s): {cfg.paths.landing_dir('transactions') / 'w2.jsonl'}.",
     ):
         assert part in message, message
     assert len(ops_tables.read(cfg, "stream_failures")) == HOLD_AFTER  # no fourth attempt
