@@ -9,7 +9,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
-.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-compare bench-batch-cost bench-store bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-ingestion-profile bench-compare bench-batch-cost bench-store bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(SETUP_DONE)
 
@@ -121,6 +121,11 @@ bench: setup
 PROFILE_EVENTS ?= 2000000
 bench-velocity-profile: setup
 	$(BIN)/python tools/benchmarks/velocity_profile.py --events $(PROFILE_EVENTS)
+
+# Where bronze ingestion's time goes, one part of the parse at a time, then run_bronze whole.
+INGEST_EVENTS ?= 1000000
+bench-ingestion-profile: setup
+	$(BIN)/python tools/benchmarks/ingestion_profile.py --events $(INGEST_EVENTS) $(if $(RESULTS),--results $(RESULTS))
 
 # Side by side (docs/benchmarks.md): tidemark, a bare PySpark job, PyFlink and DuckDB on the same data.
 # Flink and DuckDB live in an environment of their own, apart from tidemark's pins.

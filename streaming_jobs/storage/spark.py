@@ -299,6 +299,12 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # and pyarrow read INT96 as nanoseconds, which overflow before 1677 (a year-0001 event
         # kept in bronze made the table unreadable there)
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # An ingestion batch is cached once parsed (its counts, then bronze's and quarantine's
+        # writes read it) and dropped after its commit: uncompressed, the cache costs about
+        # 0.7 s per million lines over the parse, compressed 2 to 2.5 s
+        # (tools/benchmarks/ingestion_profile.py). Memory is bounded by the batch's size, and
+        # a cache that does not fit spills to disk.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # Two cores: 200 default shuffle partitions would mean 200 state stores per operator.
         "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
         "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
