@@ -101,6 +101,26 @@ def _files_of_batch(checkpoint: Location, source: int, batch: int) -> list[str]:
     return files
 
 
+def _versions_read(start: dict, end: dict) -> tuple[int, int]:
+    """The versions a Delta source's batch reads, first and last (last < first: none). An offset
+    (version, index) reads what lies before it, and index -1 is the start of that version."""
+    first = start.get("reservoirVersion", 0)
+    return first, end["reservoirVersion"] - (1 if end.get("index", -1) == -1 else 0)
+
+
+def delta_reads(checkpoint: Where, batch: int) -> dict[str, tuple[int, int]]:
+    """The Delta versions a planned batch reads, by table id (`_versions_read`); empty when its
+    offsets are gone or it reads no Delta table."""
+    checkpoint = Location.of(checkpoint)
+    now = _offsets(checkpoint, batch) or []
+    before = _offsets(checkpoint, batch - 1) or []
+    return {
+        end["reservoirId"]: _versions_read(start, end)
+        for start, end in zip(before + [{}] * len(now), now)
+        if "reservoirVersion" in end and "reservoirId" in end
+    }
+
+
 def batch_input(checkpoint: Where, batch: int) -> list[str]:
     """What a planned batch reads, per source, in words (empty when its offsets are gone): the
     files of a file source, the versions of a Delta table, the offsets of a Kafka topic. A row
@@ -117,10 +137,7 @@ def batch_input(checkpoint: Where, batch: int) -> list[str]:
             shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
             said.append(f"{len(files)} landed file(s): {shown}" if files else "no landed file")
         elif "reservoirVersion" in end:
-            # a Delta source's offset (version, index): what lies before it is read; index -1
-            # is the start of that version, so the batch reads (start, end]
-            first = start.get("reservoirVersion", 0)
-            last = end["reservoirVersion"] - (1 if end.get("index", -1) == -1 else 0)
+            first, last = _versions_read(start, end)
             table = f"Delta table {end.get('reservoirId', '?')}"
             if last < first:
                 said.append(

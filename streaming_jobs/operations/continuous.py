@@ -59,6 +59,7 @@ from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.operations import savepoints
 from streaming_jobs.storage.failures import held, record_failure
+from streaming_jobs.runtime.locate import record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock
 from streaming_jobs.storage.restores import finish_pending
 from streaming_jobs.runtime.progress import forget_previous_lineage, progress_log
@@ -540,7 +541,9 @@ def run_continuous(
         if failure:
             name, exc = failure
             reason, todo = query_failure(exc, cfg)
-            record_failure(cfg, name, str(host.queries[name].runId), reason)
+            record_job_failure(
+                spark, cfg, name, str(host.queries[name].runId), reason, host.specs.get(name)
+            )
             raise StreamRunError(
                 f"continuous run: streaming query {name} failed (checkpoint "
                 f"{cfg.paths.checkpoint(name)}): {reason}. The other queries were stopped cleanly. "

@@ -30,7 +30,8 @@ from streaming_jobs.runtime.ingestion import bronze_writer
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.core.delta_log import latest_version, rows_written
-from streaming_jobs.storage.failures import held, record_failure
+from streaming_jobs.storage.failures import held
+from streaming_jobs.runtime.locate import raised_in_python, record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock
 from streaming_jobs.runtime.progress import forget_previous_lineage, progress_log
 from streaming_jobs.storage.registry import stream_schema
@@ -146,22 +147,6 @@ def raised_by_rule(exc: BaseException) -> str | None:
     return match.group(1) if match else None
 
 
-def raised_in_python(text: str) -> str | None:
-    """The exception a foreachBatch function raised (a failed expectation, a refused write),
-    from the Python traceback Spark wraps in its own error: its last ``Type: message`` line.
-    tidemark's own exceptions say what to do, and are given by their message alone."""
-    marker = "Traceback (most recent call last):"
-    if marker not in text:
-        return None
-    # the traceback's frames are indented; its first line at the margin is the exception
-    after = text[text.rindex(marker) + len(marker) :]
-    found = re.search(r"^((?:[A-Za-z_]\w*\.)*)([A-Z]\w*): (.+)$", after, re.M)
-    if not found:
-        return None
-    module, name, message = found.groups()
-    return message.strip() if module.startswith("streaming_jobs.") else f"{name}: {message}"
-
-
 # what a full disk (or an exhausted quota) looks like in a JVM or Python error
 DISK_FULL = ("No space left on device", "Errno 28", "Disk quota exceeded")
 
@@ -208,7 +193,7 @@ def _available_now(
         query.awaitTermination()
     except Exception as exc:  # noqa: BLE001 - re-raised with the query named
         reason, todo = query_failure(exc, cfg)
-        record_failure(cfg, name, run_id, reason)
+        record_job_failure(spark, cfg, name, run_id, reason, spec)
         raise StreamRunError(
             f"streaming query {name} failed (checkpoint {checkpoint}): {reason}. "
             f"{todo}: it resumes from its last committed batch."

@@ -53,6 +53,7 @@ class Hold:
     last_failed_at: datetime
     last_committed: int | None
     reads: tuple[str, ...] = ()  # what the batch reads (`batch_input`): the row is in there
+    located: str | None = None  # the row it fails on, or why none was found (`locate`)
 
     def message(self) -> str:
         good = (
@@ -65,9 +66,10 @@ class Hold:
             f"in a row (the last at {self.last_failed_at:%Y-%m-%d %H:%M:%S} UTC): "
             f"{self.error[:500]}. No run starts it again until you release it, and {good}. "
             + (f"Batch {self.batch_id} reads {'; '.join(self.reads)}. " if self.reads else "")
-            + "Fix the cause the error names (a row the job cannot write comes from the rows "
-            "this batch reads, or from a stateful job's state; a setting; the disk), then "
-            "`tidemark release "
+            + (f"{self.located}. " if self.located else "")
+            + "Fix the cause the error names (a row the job cannot handle: change the job so "
+            "it does, for example try_cast or a condition that leaves such rows out; a "
+            "setting; the disk), then `tidemark release "
             f"{self.query}`: the next run tries batch {self.batch_id} again. To start the job "
             f"over instead: `tidemark rebuild {self.query} --force`."
         )
@@ -104,7 +106,31 @@ def held(cfg: TidemarkConfig, query: str, rows: list[dict] | None = None) -> Hol
         return None
     last = tail[-1]
     reads = tuple(_named(cfg, r) for r in batch_input(cfg.paths.checkpoint(query), batch))
-    return Hold(query, batch, len(tail), last["error"] or "", last["failed_at"], committed, reads)
+    return Hold(
+        query,
+        batch,
+        len(tail),
+        last["error"] or "",
+        last["failed_at"],
+        committed,
+        reads,
+        last.get("located"),
+    )
+
+
+def would_hold(cfg: TidemarkConfig, query: str) -> int | None:
+    """The batch ``query`` failed on, if recording this failure holds it: its previous
+    `HOLD_AFTER` - 1 failures since the latest release were that same batch. None otherwise
+    (or when it failed outside a batch)."""
+    batch = failing_batch(cfg, query)
+    if batch is None:
+        return None
+    rows = failure_rows(cfg, query)
+    released = max((i for i, r in enumerate(rows) if r["run_id"] == RELEASED), default=-1)
+    tail = rows[released + 1 :][-(HOLD_AFTER - 1) :]
+    if len(tail) == HOLD_AFTER - 1 and all(r.get("batch_id") == batch for r in tail):
+        return batch
+    return None
 
 
 def _named(cfg: TidemarkConfig, said: str) -> str:
@@ -142,8 +168,11 @@ def release(cfg: TidemarkConfig, query: str) -> Hold | None:
     return hold
 
 
-def record_failure(cfg: TidemarkConfig, job: str, run_id: str, error: str) -> bool:
+def record_failure(
+    cfg: TidemarkConfig, job: str, run_id: str, error: str, located: str | None = None
+) -> bool:
     """Record that ``job``'s query failed; False (and a log line) if even that is impossible.
+    ``located``: for the failure that holds it, the row its batch fails on (`would_hold`).
 
     Called while handling the query's own error: it never raises, so that error is the one the
     caller reports (a full disk must not replace "query X failed" by "cannot write a row").
@@ -158,6 +187,7 @@ def record_failure(cfg: TidemarkConfig, job: str, run_id: str, error: str) -> bo
         "failed_at": datetime.now(timezone.utc),
         "error": error[:4000],
         "batch_id": batch,
+        "located": located,
     }
     try:
         ops_tables.append(cfg, "stream_failures", [row])

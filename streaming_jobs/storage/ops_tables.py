@@ -128,6 +128,9 @@ FAILURE_SCHEMA = T.StructType(
         T.StructField("error", T.StringType()),
         # the batch it was running (planned, not committed); null outside a batch
         T.StructField("batch_id", T.LongType()),
+        # for the failure that holds a job: the row its batch fails on, or why none was found
+        # (`streaming_jobs.runtime.locate`); null otherwise
+        T.StructField("located", T.StringType()),
     ]
 )
 

@@ -268,3 +268,52 @@ def test_a_batch_that_fails_three_times_holds_its_query_until_released(
     assert read_table(spark, bronze).count() == 6
     assert held(cfg, "bronze_transactions") is None
     assert not {"job_held", "query_failed"} & {f.kind for f in check(cfg, "bronze_transactions")}
+
+
+CENTS = """-- cents_per_merchant: transaction cents per merchant per 10 minutes.
+-- source: transactions
+-- keys: merchant, window_start, window_end
+-- measures: cents
+-- watermark: 5 minutes
+select merchant, window.start as window_start, window.end as window_end,
+       sum(cast(amount * 100 as int)) as cents
+from events
+group by merchant, window(event_time, '10 minutes')
+"""
+
+
+@pytest.mark.slow
+def test_a_held_job_names_the_row_its_batch_fails_on(spark, cfg, tmp_path, monkeypatch):
+    """A valid but large amount overflows the job's int cast in every try of its batch: the failure
+    that holds the job searches the batch's bronze rows and names that one row, its version and
+    the error it gives alone; the failures before it search nothing."""
+    from streaming_jobs.core.delta_log import latest_version
+    from streaming_jobs.storage.failures import HOLD_AFTER, held
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "cents_per_merchant.sql").write_text(CENTS)
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    spec = get_job("cents_per_merchant")
+    land(cfg, "w1.jsonl", [txn(f"a{i}", "u1", i, amount=1.5) for i in range(4)])
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, spec)
+    # the huge amount sits among 40 ordinary rows of the next file
+    wave = [txn(f"b{i}", "u2", 12 + i / 10, amount=2.0) for i in range(40)]
+    wave.insert(27, txn("huge", "u3", 14, amount=1e8))  # 1e10 cents: past an int
+    land(cfg, "w2.jsonl", wave)
+    run_bronze(spark, cfg, "transactions")
+    version = latest_version(cfg.paths.table("bronze", "transactions"))
+    for _ in range(HOLD_AFTER):
+        with pytest.raises(StreamRunError, match="CAST_OVERFLOW"):
+            run_job(spark, cfg, spec)
+    failures = ops_tables.read(cfg, "stream_failures", where="job = 'cents_per_merchant'")
+    located = [r["located"] for r in sorted(failures, key=lambda r: r["failed_at"])]
+    assert located[:-1] == [None] * (HOLD_AFTER - 1) and located[-1], located
+    hold = held(cfg, spec.name)
+    assert hold is not None and hold.located == located[-1]
+    said = hold.message()
+    assert "the job fails on this row alone: bronze/transactions: " in said, said
+    assert f'version {version} {{"event_id": "huge"' in said, said
+    assert "CAST_OVERFLOW" in said.split("fails on this row alone")[1], said
+    assert "on the 41 bronze rows batch" in said, said
