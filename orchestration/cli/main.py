@@ -38,6 +38,7 @@ from streaming_jobs.core.config import ConfigError, TidemarkConfig
 from streaming_jobs.storage.generator import GeneratorConfig, deliver, generate
 from streaming_jobs.storage.spark import SparkStartupError, build_class_archive, get_spark
 from streaming_jobs.runtime.runner import StreamRunError
+from streaming_jobs.runtime.changes import UnsafeChange
 from streaming_jobs.storage.kafka import KafkaSourceError
 from streaming_jobs.services.lifecycle import ServiceError
 from streaming_jobs.core.stores import StoreError
@@ -569,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         OperationError,
         ServiceError,
         StreamRunError,
+        UnsafeChange,
         CheckpointBusy,
         KafkaSourceError,
         StoreError,

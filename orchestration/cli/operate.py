@@ -226,6 +226,8 @@ def rescale(cfg: TidemarkConfig, args) -> int:
 def check(cfg: TidemarkConfig, args) -> int:
     """Load every job and analyse it against its sources' schemas (nothing runs)."""
     from streaming_jobs.runtime.analysis import analyze
+    from streaming_jobs.runtime.changes import assess, changed_since_checkpoint, refusal
+    from streaming_jobs.runtime.gold import gold_query
     from streaming_jobs.storage.registry import catalogue
 
     found = catalogue(analysed=False)  # each file on its own: the ones that fail are problems
@@ -234,7 +236,17 @@ def check(cfg: TidemarkConfig, args) -> int:
     findings = analyze(_spark(cfg), found.jobs, policy=cfg.unbounded_state)
     for finding in findings:
         print(finding)
-    errors = sum(f.level == "error" for f in findings) + len(found.problems)
+    # a job changed since its checkpoint in a way its state cannot take (data root's own)
+    refused = []
+    for spec in found.jobs.values():
+        if changed_since_checkpoint(cfg, spec):
+            old, new, changes = assess(cfg, spec, gold_query(_spark(cfg), cfg, spec))
+            unsafe = [c for c in changes if c.unsafe]
+            if unsafe:
+                refused.append(refusal(spec, old, new, unsafe))
+    for said in refused:
+        print(f"error: {said}")
+    errors = sum(f.level == "error" for f in findings) + len(found.problems) + len(refused)
     print(
         f"tidemark check: {len(found.jobs)} jobs, {errors} errors, "
         f"{sum(f.level == 'warning' for f in findings)} warnings"

@@ -53,7 +53,12 @@ from pyspark.sql import SparkSession
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version, rows_written
-from streaming_jobs.runtime.gold import gold_writer, sink_version_of
+from streaming_jobs.runtime.gold import gold_query, gold_writer, sink_version_of
+from streaming_jobs.runtime.changes import (
+    UnsafeChange,
+    changed_since_checkpoint,
+    check_before_start,
+)
 from streaming_jobs.runtime.ingestion import bronze_writer, screen_landing
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.storage.registry import get_job
@@ -166,6 +171,8 @@ class ContinuousRun:
     restarted: list[tuple[str, str]] = field(default_factory=list)  # (query, transient error)
     snapshot_wait_seconds: float = 0.0  # waited at the stop for state snapshots to upload
     held: list[str] = field(default_factory=list)  # queries left out: held (failures.held)
+    # jobs left out: a new version their state cannot take (changes.UnsafeChange), each said
+    refused: list[str] = field(default_factory=list)
 
 
 class _Host:
@@ -479,6 +486,19 @@ def run_continuous(
         for name in names:
             finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
             forget_previous_lineage(cfg, name)
+        # a job whose new version its state cannot take is left out; the others run
+        for job in [j for j in jobs if changed_since_checkpoint(cfg, get_job(j))]:
+            spec = get_job(job)
+            try:
+                check_before_start(cfg, spec, gold_query(spark, cfg, spec))
+            except UnsafeChange as exc:
+                LOG.error("continuous: left out %s", exc)
+                out.refused.append(str(exc))
+                jobs, names = [j for j in jobs if j != job], [n for n in names if n != job]
+        if not names:
+            raise StreamRunError(
+                "continuous run: no query can start: " + " ".join(out.refused + out.held)
+            )
         host = _Host(spark, cfg, streams, jobs, trigger_seconds)
         began = time.time()  # state files written since (settle_snapshots compares mtimes)
         failure: tuple[str, Exception] | None = None

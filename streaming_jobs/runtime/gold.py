@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.core.checkpoints import query_id, still_owned
+from streaming_jobs.runtime.changes import check_before_start
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import version_of_batch
 from streaming_jobs.storage.expectations import counts, guard, record, resolve, result_rows
@@ -34,7 +35,8 @@ RANDOM_PREFIXES = {"delta.randomizeFilePrefixes": "true"}
 UNLIMITED_FILES = 1_000_000_000
 
 
-def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataStreamWriter:
+def gold_query(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataFrame:
+    """The job's query over its bronze streams (not started)."""
     paths = cfg.paths
     frames = []
     for source in spec.sources:
@@ -49,7 +51,16 @@ def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> Data
             .option("maxFilesPerTrigger", UNLIMITED_FILES)
             .load(spark_path(bronze))
         )
-    result = spec.apply(*frames)
+    return spec.apply(*frames)
+
+
+def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataStreamWriter:
+    """The job's query, checked against its checkpoint's state (`changes.check_before_start`:
+    a new version the state cannot take is refused before any batch), ready to start. Called
+    holding the checkpoint's lock."""
+    paths = cfg.paths
+    result = gold_query(spark, cfg, spec)
+    check_before_start(cfg, spec, result)
     resolve(result, f"job {spec.name}", spec.expectations)
     # 'fail' rules raise inside the query (the batch never commits); counts are observed per
     # batch (append) or counted by the MERGE's foreachBatch (update)

@@ -214,12 +214,29 @@ class ProgressLog(StreamingQueryListener):
             for row in rows:
                 if row.get("sink_version") is None:
                     row["sink_version"] = sink_version(row)
+        if spec is not None and rows:
+            version = _version(spec)
+            for row in rows:
+                row.setdefault("job_version", version)
         ops_tables.append(cfg, "stream_progress", rows)
         if spec is not None and spec.expectations and spec.output_mode == "append":
             record(cfg, from_progress(rows, spec.expectations))
 
 
 _LOGS: dict[int, ProgressLog] = {}
+_VERSIONS: dict[int, tuple[object, str]] = {}
+
+
+def _version(spec) -> str:
+    """The job's version (computed once per spec object: a continuous run flushes often)."""
+    from streaming_jobs.core.versions import version_of
+    from streaming_jobs.runtime.changes import current_parts
+
+    known = _VERSIONS.get(id(spec))
+    if known is None or known[0] is not spec:
+        known = (spec, version_of(current_parts(spec)))
+        _VERSIONS[id(spec)] = known
+    return known[1]
 
 
 def progress_log(spark: SparkSession) -> ProgressLog:

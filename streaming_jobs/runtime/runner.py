@@ -69,11 +69,12 @@ def _run_available_now(
     spark: SparkSession,
     cfg: TidemarkConfig,
     name: str,
-    writer: DataStreamWriter,
+    writer,
     holder: str,
     sink_version=None,
     spec=None,
 ) -> tuple[list[dict], float]:
+    """Run ``writer`` (a DataStreamWriter, or a function making one under the lock) once."""
     checkpoint = cfg.paths.checkpoint(name)
     with checkpoint_lock(checkpoint, holder):
         hold = held(cfg, name)
@@ -81,6 +82,8 @@ def _run_available_now(
             raise StreamRunError(f"streaming query {hold.message()}")
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
         forget_previous_lineage(cfg, name)
+        if not isinstance(writer, DataStreamWriter):  # made under the lock (a job's check)
+            writer = writer()
         started = time.time()
         done = _available_now(spark, cfg, name, writer, sink_version, spec)
         settle_snapshots(spark, name, checkpoint, started)
@@ -313,9 +316,14 @@ def run_job(
 ) -> RunMetrics:
     """Process every bronze row the job has not seen yet, then stop."""
     target = cfg.paths.table("gold", spec.name)
+    before = []
+
+    def writer() -> DataStreamWriter:
+        made = gold_writer(spark, cfg, spec)
+        before.append(latest_version(target))  # the writer created the table
+        return made
+
     with _full_disk_said_plainly(cfg, spec.name):
-        writer = gold_writer(spark, cfg, spec)
-        before = latest_version(target)  # the writer created the table
         rows, seconds = _run_available_now(
             spark, cfg, spec.name, writer, holder, sink_version_of(cfg, spec), spec
         )
@@ -324,6 +332,6 @@ def run_job(
         rows,
         seconds,
         last_committed_batch(cfg.paths.checkpoint(spec.name)),
-        output_rows=rows_written(target, before)[0],
+        output_rows=rows_written(target, before[0])[0],
         previous=None if rows else last_reading(cfg, spec.name),
     )

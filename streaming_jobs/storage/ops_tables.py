@@ -98,6 +98,9 @@ PROGRESS_SCHEMA = T.StructType(
         # (`streaming_jobs.operations.lineage`) that keeps their sums, their version ranges and the
         # last batch's watermark, position and state; this is how many batches it holds.
         T.StructField("rolled_up_batches", T.LongType()),
+        # the job's version that ran the batch (`streaming_jobs.core.versions`); null for
+        # ingestion queries and rows written before versions
+        T.StructField("job_version", T.StringType()),
     ]
 )
 

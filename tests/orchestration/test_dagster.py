@@ -85,6 +85,13 @@ def test_definitions_load_with_assets_checks_and_jobs(cfg):
     assert graph.get(AssetKey(["gold", "failed_txn_velocity"])).parent_keys == {
         AssetKey(["bronze", "transactions"])
     }
+    # each job's version is its gold asset's code version: the UI flags a changed job
+    from streaming_jobs.core.versions import job_version
+    from streaming_jobs.storage.registry import get_job, streams
+
+    for job in ("failed_txn_velocity", "zone_revenue_hourly", "user_activity_profile"):
+        version = graph.get(AssetKey(["gold", job])).code_version
+        assert version == job_version(get_job(job), streams()) and len(version) == 12
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert ("recon/recon_failed_txn_velocity", "no_unexplained_rows__failed_txn_velocity") in checks
     assert ("batch/int_late_events", "late_counts_agree") in checks

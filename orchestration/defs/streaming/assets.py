@@ -16,6 +16,7 @@ import dagster as dg
 from streaming_jobs.storage.registry import registry, streams
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.spec import JobSpec
+from streaming_jobs.core.versions import job_version
 
 from orchestration.lib import keys
 from orchestration.lib.metadata import run_metadata, state_markdown
@@ -53,9 +54,12 @@ def bronze_asset(stream: str) -> dg.AssetsDefinition:
     return _bronze
 
 
-def job_asset(spec: JobSpec) -> dg.AssetsDefinition:
+def job_asset(spec: JobSpec, version: str | None = None) -> dg.AssetsDefinition:
+    """``version``: the job's (`streaming_jobs.core.versions`), shown as its code version."""
+
     @dg.asset(
         key=keys.gold(spec.name),
+        code_version=version,
         deps=[keys.bronze(source) for source in spec.sources],
         group_name=STREAMING_GROUP,
         kinds={"spark", "delta"},
@@ -83,9 +87,10 @@ def job_asset(spec: JobSpec) -> dg.AssetsDefinition:
 
 
 def streaming_assets() -> list[dg.AssetsDefinition]:
+    known = streams()
     return [
-        *(bronze_asset(stream) for stream in streams()),
-        *(job_asset(spec) for spec in registry().values()),
+        *(bronze_asset(stream) for stream in known),
+        *(job_asset(spec, job_version(spec, known)) for spec in registry().values()),
     ]
 
 

@@ -1,0 +1,151 @@
+"""A changed job, checked before any batch: a safe change runs on under its new version; each
+unsafe class (window length, key, state schema, watermark) is refused before any batch with
+its message, and the job keeps its checkpoint, its gold and its recorded version."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+import pytest
+
+from helpers import land, txn
+from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.versions import job_version, read_record
+from streaming_jobs.runtime.changes import UnsafeChange
+from streaming_jobs.operations.continuous import run_continuous
+from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.storage.lake import read_table
+from streaming_jobs.storage.registry import get_job, streams
+
+HEADER = """-- merchant_counts: transactions per merchant per 10 minutes{note}.
+-- source: transactions
+-- keys: merchant, window_start, window_end
+-- measures: n
+-- watermark: {watermark}
+"""
+QUERY = """select {key} as merchant, window.start as window_start, window.end as window_end,
+       {count} as n
+from events
+group by {key}, window(event_time, '{length}')
+"""
+SAFE = "select * from ({inner}) where n >= 1"  # a filter after the aggregation: stateless
+
+
+def job_file(
+    note="", watermark="5 minutes", key="merchant", count="count(*)", length="10 minutes", outer=""
+) -> str:
+    inner = QUERY.format(key=key, count=count, length=length)
+    return HEADER.format(note=note, watermark=watermark) + (
+        outer.format(inner=inner) if outer else inner
+    )
+
+
+def counts(events) -> Counter:
+    """Merchant and 10-minute window -> transactions, from the events themselves."""
+    out = Counter()
+    for e in events:
+        at = datetime.fromisoformat(e["event_time"][:-1])
+        start = at.replace(minute=at.minute - at.minute % 10, second=0, microsecond=0)
+        out[(e["merchant"], start, start + timedelta(minutes=10))] += 1
+    return out
+
+
+@pytest.mark.slow
+def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
+    spark, cfg, tmp_path, monkeypatch, capsys
+):
+    from orchestration.cli.main import main as tidemark
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    path = folder / "merchant_counts.sql"
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    path.write_text(job_file())
+    first = [dict(txn(f"a{i}", "u1", i * 3), merchant=f"m{i % 2}") for i in range(8)]
+    land(cfg, "w1.jsonl", first)
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job("merchant_counts"))
+    checkpoint = cfg.paths.checkpoint("merchant_counts")
+    v1 = read_record(checkpoint)["version"]
+    assert v1 == job_version(get_job("merchant_counts"), streams())
+
+    # safe: a new description and a filter after the aggregation. The next wave runs on
+    path.write_text(job_file(note=" (edited)", outer=SAFE))
+    v2 = job_version(get_job("merchant_counts"), streams())
+    assert v2 != v1
+    second = [dict(txn(f"b{i}", "u1", 40 + i * 3), merchant=f"m{i % 3}") for i in range(6)]
+    land(cfg, "w2.jsonl", second)
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job("merchant_counts"))
+    assert read_record(checkpoint)["version"] == v2
+    gold = cfg.paths.table("gold", "merchant_counts")
+    rows = {
+        (r.merchant, r.window_start, r.window_end): r.n for r in read_table(spark, gold).collect()
+    }
+    # the windows the watermark (55 - 5 minutes) closed: all but [50, 60)
+    expected = {
+        k: n for k, n in counts(first + second).items() if k[2] <= datetime(2026, 1, 1, 0, 53)
+    }
+    assert rows == expected
+
+    # each unsafe change: refused before any batch, gold and checkpoint as they were
+    third = [dict(txn("c1", "u1", 75), merchant="m9")]
+    land(cfg, "w3.jsonl", third)
+    run_bronze(spark, cfg, "transactions")
+    committed = last_committed_batch(checkpoint)
+    before = sorted(map(tuple, read_table(spark, gold).collect()))
+    unsafe = {
+        "window": job_file(outer=SAFE, length="15 minutes"),
+        "key": job_file(outer=SAFE, key="currency"),
+        "state": job_file(outer=SAFE, count="sum(1)"),
+        "watermark": job_file(outer=SAFE, watermark="20 minutes"),
+    }
+    shown = {
+        "window": "durations was 10 minutes; now 15 minutes",
+        "key": "was merchant, window; now currency, window",
+        "state": "was count(1) AS n; now sum(1) AS n",
+        "watermark": "was event_time: 5 minutes; now event_time: 20 minutes",
+    }
+    for what, text in unsafe.items():
+        path.write_text(text)
+        with pytest.raises(UnsafeChange) as refused:
+            run_job(spark, cfg, get_job("merchant_counts"))
+        said = str(refused.value)
+        assert f"What changed: {what}: " in said, (what, said)
+        assert shown[what] in said, (what, said)
+        assert f"its version changed from {v2} to " in said and "no batch ran" in said, said
+        assert "`tidemark rebuild merchant_counts`" in said, said
+        assert last_committed_batch(checkpoint) == committed
+        assert read_record(checkpoint)["version"] == v2
+        assert sorted(map(tuple, read_table(spark, gold).collect())) == before
+        if what == "window":  # tidemark check says the same, running and recording nothing
+            assert tidemark(["check"]) == 1
+            printed = capsys.readouterr().out
+            assert f"error: job merchant_counts: its version changed from {v2}" in printed
+            assert "What changed: window: " in printed, printed
+            assert read_record(checkpoint)["version"] == v2
+
+    # a continuous run leaves the refused job out and runs the rest (the watermark change)
+    run = run_continuous(
+        spark,
+        cfg,
+        streams=["transactions"],
+        jobs=["merchant_counts"],
+        trigger_seconds=1,
+        max_seconds=5,
+    )
+    assert len(run.refused) == 1 and "What changed: watermark: " in run.refused[0]
+    assert set(run.metrics) == {"bronze_transactions"}
+    assert last_committed_batch(checkpoint) == committed
+
+    # put back as it was: the job runs on, and takes the third wave
+    path.write_text(job_file(note=" (edited)", outer=SAFE))
+    run_job(spark, cfg, get_job("merchant_counts"))
+    assert last_committed_batch(checkpoint) > committed
+    rows = {
+        (r.merchant, r.window_start, r.window_end): r.n for r in read_table(spark, gold).collect()
+    }
+    # the watermark is now 75 - 5 minutes: [50, 60) closed too
+    closed = datetime(2026, 1, 1, 1, 10)
+    assert rows == {k: n for k, n in counts(first + second + third).items() if k[2] <= closed}
