@@ -433,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     restore_p = sub.add_parser("restore", help="restore a job's savepoint")
     restore_p.add_argument("job")
     restore_p.add_argument("--savepoint", help="its folder name (default: the latest)")
+    restore_p.add_argument(
+        "--any-version",
+        action="store_true",
+        help="restore a savepoint taken under another version of the job (the next run then "
+        "checks the change against the savepoint's state)",
+    )
     rescale_p = sub.add_parser("rescale", help="repartition a stopped job's state")
     rescale_p.add_argument("job")
     rescale_p.add_argument("partitions", type=int)

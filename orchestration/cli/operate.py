@@ -177,7 +177,9 @@ def savepoint(cfg: TidemarkConfig, args) -> int:
 
 
 def restore(cfg: TidemarkConfig, args) -> int:
+    from streaming_jobs.core.versions import job_version
     from streaming_jobs.operations import savepoints
+    from streaming_jobs.storage.registry import streams
 
     spec = _known(args.job)
     chosen = None
@@ -191,6 +193,15 @@ def restore(cfg: TidemarkConfig, args) -> int:
                 f"{spec.name} has no savepoint {args.savepoint!r}; "
                 f"see {cfg.paths.savepoints / spec.name}"
             )
+    chosen = chosen or next(reversed(savepoints.savepoints(cfg, spec.name)), None)
+    now = job_version(spec, streams())
+    if chosen is not None and chosen.job_version not in (None, now) and not args.any_version:
+        raise OperationError(
+            f"{spec.name}: savepoint {chosen.path.name} was taken under version "
+            f"{chosen.job_version} of the job, and the job is now version {now}. Restore a "
+            "savepoint of this version, or pass --any-version: the next run then checks the "
+            "change against the savepoint's state before any batch (docs/changing-jobs.md)"
+        )
     try:
         p = savepoints.restore(
             _spark(cfg), cfg, spec.name, chosen, holder="tidemark restore (command line)"

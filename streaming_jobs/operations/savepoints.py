@@ -42,6 +42,7 @@ from streaming_jobs.core import locations, requests
 from streaming_jobs.core.locations import Location
 from streaming_jobs.storage import restores
 from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.versions import read_record
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
 from streaming_jobs.operations.health import structural_findings
@@ -64,12 +65,20 @@ class Savepoint:
     batch_id: int
     gold_version: int | None
     taken_at: str
+    job_version: str | None = None  # the job's version that ran the checkpoint (`versions`)
 
     @classmethod
     def read(cls, path: Path | Location) -> "Savepoint":
         path = Location.of(path)
         info = json.loads(locations.read_text(path / "savepoint.json"))
-        return cls(info["job"], path, info["batch_id"], info["gold_version"], info["taken_at"])
+        return cls(
+            info["job"],
+            path,
+            info["batch_id"],
+            info["gold_version"],
+            info["taken_at"],
+            info.get("job_version"),
+        )
 
 
 def _folder(cfg: TidemarkConfig, job: str) -> Location:
@@ -123,7 +132,13 @@ def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
     locations.write_bytes(  # last: the savepoint is complete from here on
         target / "savepoint.json",
         json.dumps(
-            {"job": job, "batch_id": batch, "gold_version": version, "taken_at": taken_at}
+            {
+                "job": job,
+                "batch_id": batch,
+                "gold_version": version,
+                "taken_at": taken_at,
+                "job_version": (read_record(checkpoint) or {}).get("version"),
+            }
         ).encode(),
     )
     for old in savepoints(cfg, job)[:-keep] if keep > 0 else []:

@@ -13,6 +13,7 @@ from helpers import land, txn
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import job_version, read_record
 from streaming_jobs.runtime.changes import UnsafeChange
+from streaming_jobs.operations import savepoints
 from streaming_jobs.operations.continuous import run_continuous
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage.lake import read_table
@@ -69,6 +70,7 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
     checkpoint = cfg.paths.checkpoint("merchant_counts")
     v1 = read_record(checkpoint)["version"]
     assert v1 == job_version(get_job("merchant_counts"), streams())
+    assert savepoints.take(cfg, "merchant_counts").job_version == v1
 
     # safe: a new description and a filter after the aggregation. The next wave runs on
     path.write_text(job_file(note=" (edited)", outer=SAFE))
@@ -88,6 +90,11 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
         k: n for k, n in counts(first + second).items() if k[2] <= datetime(2026, 1, 1, 0, 53)
     }
     assert rows == expected
+
+    # the savepoint of v1 is refused under v2, unless the user says so
+    assert tidemark(["restore", "merchant_counts"]) == 2
+    said = capsys.readouterr().err
+    assert f"was taken under version {v1} of the job, and the job is now version {v2}" in said
 
     # each unsafe change: refused before any batch, gold and checkpoint as they were
     third = [dict(txn("c1", "u1", 75), merchant="m9")]
