@@ -32,6 +32,9 @@ from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.spec import JobSpec
 
 RECORD = "tidemark_version.json"
+# beside it: the last refusal of a new version (`streaming_jobs.runtime.changes`), until a run
+# passes the check
+REFUSED = "tidemark_refused.json"
 STATEFUL_PACKAGE = "streaming_jobs.stateful"
 
 

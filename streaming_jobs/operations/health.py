@@ -10,6 +10,10 @@
 - ``job_held`` (critical, in place of ``query_failed``): the query failed the same batch
   `streaming_jobs.storage.failures.HOLD_AFTER` times in a row, and no run starts it until ``tidemark
   release`` (the finding names the batch, the error and the fix).
+- ``job_change_refused`` (critical): the job's last run was refused before any batch: its new
+  version does not fit its checkpoint's state (`streaming_jobs.runtime.changes`); the finding
+  says what changed and the fix. It ends when a run passes the check (the job put back, or
+  rebuilt).
 - ``batch_stalled`` (warning): a run owns the checkpoint and its batch in flight was planned
   (``offsets/N``) more than ``stall_seconds`` ago without a commit.
 - ``falling_behind`` (warning): its source has bronze versions it has not read, and its last
@@ -43,6 +47,7 @@ from streaming_jobs.core.delta_log import latest_version
 from streaming_jobs.core.checkpoints import is_running
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
+from streaming_jobs.core.versions import REFUSED
 
 CRITICAL, WARNING = "critical", "warning"
 
@@ -171,6 +176,9 @@ def check_checkpoint(
                     f"ago and not committed (limit {stall_seconds:.0f}s)",
                 )
             )
+    refused = _refused_change(checkpoint)
+    if refused:
+        findings.append(Finding("job_change_refused", CRITICAL, refused))
     rows = failure_rows(cfg, query)
     failures = [r for r in rows if r["run_id"] != RELEASED]
     hold = held(cfg, query, rows) if failures and not running else None
@@ -204,6 +212,16 @@ def check_checkpoint(
             )
         )
     return findings
+
+
+def _refused_change(checkpoint: Location) -> str | None:
+    """The refusal of the job's last run, when its new version did not fit its checkpoint's
+    state (`streaming_jobs.runtime.changes`); None once a run passed the check."""
+    try:
+        said = json.loads(locations.read_text(checkpoint / REFUSED))
+    except (FileNotFoundError, ValueError):
+        return None
+    return f"its run at {said.get('at')} was refused: {said.get('message')}"
 
 
 def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> list[Finding]:

@@ -21,15 +21,25 @@ state and the plan below it, and the watermarks.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame
 
+from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.locations import Location
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.core.versions import read_record, version_of, version_parts, write_record
+from streaming_jobs.core.versions import (
+    REFUSED,
+    read_record,
+    version_of,
+    version_parts,
+    write_record,
+)
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.storage.registry import stream_schema
 
@@ -354,10 +364,19 @@ def assess(
 def check_before_start(cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame) -> dict:
     """Refuse (`UnsafeChange`) a new version of ``spec`` its checkpoint's state cannot take;
     otherwise record it in the checkpoint and return the record."""
+    checkpoint = cfg.paths.checkpoint(spec.name)
     old, new, changes = assess(cfg, spec, frame)
     unsafe = [c for c in changes if c.unsafe]
+    said = Location.of(checkpoint) / REFUSED
     if unsafe:
-        raise UnsafeChange(refusal(spec, old, new, unsafe))
+        message = refusal(spec, old, new, unsafe)
+        # for the health sensor (`job_change_refused`), until a run passes this check
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        record = {"at": stamp, "version": new["version"], "message": message}
+        locations.write_bytes(said, json.dumps(record).encode())
+        raise UnsafeChange(message)
+    if locations.exists(said):
+        locations.delete(said)
     if changes:
         LOG.info(
             "job %s: version %s -> %s, a safe change (%s)",
@@ -367,5 +386,5 @@ def check_before_start(cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame) -> 
             "; ".join(f"{c.what}: {c.detail}" for c in changes),
         )
     if old != new:
-        write_record(cfg.paths.checkpoint(spec.name), new)
+        write_record(checkpoint, new)
     return new

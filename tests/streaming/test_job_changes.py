@@ -13,7 +13,7 @@ from helpers import land, txn
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import job_version, read_record
 from streaming_jobs.runtime.changes import UnsafeChange
-from streaming_jobs.operations import savepoints
+from streaming_jobs.operations import health, savepoints
 from streaming_jobs.operations.continuous import run_continuous
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage.lake import read_table
@@ -126,6 +126,9 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
         assert last_committed_batch(checkpoint) == committed
         assert read_record(checkpoint)["version"] == v2
         assert sorted(map(tuple, read_table(spark, gold).collect())) == before
+        # the health sensor's finding says it too, until a run passes the check
+        found = {f.kind: f.message for f in health.check(cfg, "merchant_counts")}
+        assert f"What changed: {what}: " in found["job_change_refused"], found
         if what == "window":  # tidemark check says the same, running and recording nothing
             assert tidemark(["check"]) == 1
             printed = capsys.readouterr().out
@@ -150,6 +153,7 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
     path.write_text(job_file(note=" (edited)", outer=SAFE))
     run_job(spark, cfg, get_job("merchant_counts"))
     assert last_committed_batch(checkpoint) > committed
+    assert "job_change_refused" not in {f.kind for f in health.check(cfg, "merchant_counts")}
     rows = {
         (r.merchant, r.window_start, r.window_end): r.n for r in read_table(spark, gold).collect()
     }
