@@ -55,3 +55,22 @@ def test_a_changed_ttl_or_gold_key_is_unsafe_and_a_changed_measure_list_is_not()
     measures = record(replace(spec, measures=spec.measures[:1]), "d")
     changes = compare(old, measures)
     assert changes and not [c for c in changes if c.unsafe]
+
+
+def test_a_keyed_state_processors_code_is_unsafe_and_a_build_change_alone_is_not():
+    """A Python job's processor class (what reads and writes its state) changed: unsafe. Its
+    build changed with the same state shape: safe (the plan decides)."""
+    spec = get_job("user_activity_profile")
+    python = {**SHAPE, "python": ["TransformWithStateInPySpark ..."]}
+    old = {**record(spec, "a"), "shape": python}
+    processor = {
+        **old,
+        "version": "b",
+        "parts": {**old["parts"], "code": dict(old["parts"]["code"])},
+    }
+    processor["parts"]["code"]["ProfileProcessor"] = "changed"
+    assert [c.what for c in compare(old, processor) if c.unsafe] == ["code"]
+    build = {**old, "version": "c", "parts": {**old["parts"], "code": dict(old["parts"]["code"])}}
+    build["parts"]["code"]["build"] = "changed"
+    changes = compare(old, build)
+    assert [c.what for c in changes] == ["safe: code"]
