@@ -457,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rebuild even though the job fails since its last commit",
     )
+    accept_p = sub.add_parser(
+        "accept",
+        help="run a changed job on its checkpoint: its state is declared fit for the new "
+        "version (alert job_change_refused)",
+    )
+    accept_p.add_argument("job")
     release_p = sub.add_parser(
         "release", help="let a query held on a failing batch run again (alert job_held)"
     )

@@ -17,6 +17,7 @@ OPERATIONS = (
     "rescale",
     "check",
     "rebuild",
+    "accept",
     "release",
     "materialize",
     "new",
@@ -280,6 +281,26 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
         f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
         f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
         "(tidemark materialize --select ...) streams all of bronze again"
+    )
+    return 0
+
+
+def accept(cfg: TidemarkConfig, args) -> int:
+    """Declare a changed job's checkpoint state fit for its new version (`accept_change`)."""
+    from streaming_jobs.core.checkpoints import CheckpointBusy
+    from streaming_jobs.core.versions import read_record
+    from streaming_jobs.operations.rebuild import accept_change
+
+    spec = _known(args.job)
+    before = (read_record(cfg.paths.checkpoint(spec.name)) or {}).get("version")
+    try:
+        record = accept_change(_spark(cfg), cfg, spec)
+    except CheckpointBusy as exc:
+        raise OperationError(str(exc)) from None
+    print(
+        f"{spec.name}: version {record['version']} accepted for its checkpoint (it was "
+        f"{before or 'not recorded'}); the next run starts on it without comparing. Check its "
+        "next reconciliation: it compares gold with the new definition"
     )
     return 0
 

@@ -10,6 +10,10 @@ again.
 
 It refuses to start while the job fails since its last commit (`refusal`): the rebuilt job
 would read the same rows and fail again, with its gold table gone. ``--force`` overrides.
+
+`accept_change` is the other way to run a job changed in a way the check before a batch refuses
+(`streaming_jobs.runtime.changes`): the user declares the checkpoint's state fit for the new
+version, and nothing is replayed.
 """
 
 from __future__ import annotations
@@ -99,3 +103,23 @@ def rebuild(
             locations.delete_tree(checkpoint)
             removed["checkpoint"] = True
     return removed
+
+
+def accept_change(spark, cfg: TidemarkConfig, spec, holder: str = "tidemark accept") -> dict:
+    """Record ``spec``'s current version as fit for its checkpoint's state: the user knows a
+    change the check refused is safe (a cast made ``try_cast`` for rows that never failed,
+    say), and the next run starts on the checkpoint without comparing. The other way to run a
+    changed job, without replaying bronze. Under the checkpoint's lock (`CheckpointBusy` while
+    a run owns it); returns the record written."""
+    from streaming_jobs.core.versions import REFUSED, write_record
+    from streaming_jobs.runtime.changes import new_record
+    from streaming_jobs.runtime.gold import gold_query
+
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    with checkpoint_lock(checkpoint, holder):
+        record = new_record(spec, gold_query(spark, cfg, spec))
+        write_record(checkpoint, record)
+        refused = locations.Location.of(checkpoint) / REFUSED
+        if locations.exists(refused):
+            locations.delete(refused)
+    return record

@@ -313,7 +313,9 @@ def refusal(spec: JobSpec, old: dict, new: dict, unsafe: list[Change]) -> str:
         f"in a way its checkpoint's state cannot take, so no batch ran and its gold keeps its "
         f"last commit. What changed: {listed}. To run the new version, rebuild the job from "
         f"bronze: `tidemark rebuild {spec.name}` (its gold is rebuilt by the new version); "
-        "or put the job back as it was"
+        "or put the job back as it was; or, if you know the state fits the new version (a "
+        "cast made try_cast for rows that never failed, say), `tidemark accept "
+        f"{spec.name}`"
     )
 
 

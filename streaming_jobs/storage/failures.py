@@ -68,8 +68,14 @@ class Hold:
             + (f"Batch {self.batch_id} reads {'; '.join(self.reads)}. " if self.reads else "")
             + (f"{self.located}. " if self.located else "")
             + "Fix the cause the error names (a row the job cannot handle: change the job so "
-            "it does, for example try_cast or a condition that leaves such rows out; a "
-            "setting; the disk), then `tidemark release "
+            "it does, for example try_cast or a condition that leaves such rows out"
+            + (
+                ""
+                if self.query.startswith("bronze_")
+                else f", and `tidemark accept {self.query}` if the check before a batch "
+                "refuses that change"
+            )
+            + "; a setting; the disk), then `tidemark release "
             f"{self.query}`: the next run tries batch {self.batch_id} again. To start the job "
             f"over instead: `tidemark rebuild {self.query} --force`."
         )

@@ -154,9 +154,31 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
     run_job(spark, cfg, get_job("merchant_counts"))
     assert last_committed_batch(checkpoint) > committed
     assert "job_change_refused" not in {f.kind for f in health.check(cfg, "merchant_counts")}
+
     rows = {
         (r.merchant, r.window_start, r.window_end): r.n for r in read_table(spark, gold).collect()
     }
     # the watermark is now 75 - 5 minutes: [50, 60) closed too
     closed = datetime(2026, 1, 1, 1, 10)
     assert rows == {k: n for k, n in counts(first + second + third).items() if k[2] <= closed}
+
+    # a change the user accepts (a longer watermark: Spark takes it, and the user knows no
+    # event came that late): refused, then accepted, and the job runs on over its checkpoint;
+    # the fourth wave (105 - 20 minutes) closes [70, 80)
+    path.write_text(job_file(outer=SAFE, watermark="20 minutes"))
+    with pytest.raises(UnsafeChange):
+        run_job(spark, cfg, get_job("merchant_counts"))
+    assert tidemark(["accept", "merchant_counts"]) == 0
+    v3 = job_version(get_job("merchant_counts"), streams())
+    assert read_record(checkpoint)["version"] == v3 != v2
+    assert "job_change_refused" not in {f.kind for f in health.check(cfg, "merchant_counts")}
+    fourth = [dict(txn("d1", "u1", 105), merchant="m1")]
+    land(cfg, "w4.jsonl", fourth)
+    run_bronze(spark, cfg, "transactions")
+    run_job(spark, cfg, get_job("merchant_counts"))
+    rows = {
+        (r.merchant, r.window_start, r.window_end): r.n for r in read_table(spark, gold).collect()
+    }
+    closed = datetime(2026, 1, 1, 1, 20)
+    everything = counts(first + second + third + fourth)
+    assert rows == {k: n for k, n in everything.items() if k[2] <= closed}
