@@ -70,7 +70,11 @@ UNSAFE = {
         "state is stored by key: rows under the new key would never meet the state kept "
         "under the old one"
     ),
-    "state": "the stored state rows have the old schema, which the new operator would misread",
+    "state": (
+        "the state holds what the old aggregates or keyed state computed, and the new ones "
+        "would go on from it (Spark refuses a changed state schema, and accepts a changed "
+        "expression)"
+    ),
     "window": (
         "the windows open in state were built with the old definition and would be finished "
         "as if built with the new one"
