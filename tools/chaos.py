@@ -26,6 +26,15 @@ Fault points:
   VACUUM keeping nothing it may delete, ops pruning, the landing archive) and is killed at an
   instant drawn over that run's length; maintenance must then succeed again by itself, and a
   third wave must give the rows it gives after an uninterrupted maintenance.
+- ``rebuild`` and ``swap.<stage>``: a job of the harness's own (``chaos_counts``: transactions
+  per user per 10-minute window) has run over every event; its code then changes to 15-minute
+  windows and ``tidemark rebuild`` builds that version beside the live one and swaps it in.
+  ``rebuild`` kills it at an instant drawn over the whole rebuild's length, then runs the
+  rebuild again; ``swap.<stage>`` ends it right after that stage of the swap
+  (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.storage.swaps`), then runs the job once (that
+  run finishes the swap). Right after the kill, gold must hold one version's rows whole (the
+  old version's or the new one's, never a mix, never nothing: ``versions_mixed``); after the
+  recovery, exactly the rows of an uninterrupted run of the new version.
 - ``disk_full.ingest`` / ``disk_full.jobs``: the data root is a small tmpfs (root only) filled
   but for a random share of what ingestion (or, after a full ingestion, the job) writes; the
   step fails on the full disk at that point (its error is kept in the trial's note), space is
@@ -59,17 +68,41 @@ sys.path.insert(0, str(CHECKOUT))
 
 JOB = "failed_txn_velocity"
 STAGES = ("planned", "gold", "copy", "swap", "progress")
+SWAP_STAGES = ("planned", "keep", "gold", "copy", "checkpoint", "rows")
 POINTS = (
     "incremental",
     "continuous",
     *(f"restore.{s}" for s in STAGES),
+    "rebuild",
+    *(f"swap.{s}" for s in SWAP_STAGES),
     "savepoint",
     "alerts",
     "maintenance",
     "disk_full.ingest",
     "disk_full.jobs",
 )
-NEEDS_SPARK = ("run", "run+savepoint", "continuous", "retake+restore", "maintain", "ingest", "job")
+NEEDS_SPARK = (
+    "run",
+    "run+savepoint",
+    "continuous",
+    "retake+restore",
+    "maintain",
+    "ingest",
+    "job",
+    "swap-run",
+    "rebuild",
+)
+# the swap trials' job, in a folder of its own per version (TIDEMARK_JOBS_PATH)
+SWAP_JOB = "chaos_counts"
+SWAP_SQL = """-- chaos_counts: transactions per user per window (the chaos harness's swap trials).
+-- source: transactions
+-- keys: user_id, window_start, window_end
+-- measures: n
+-- watermark: 5 minutes
+select user_id, window.start as window_start, window.end as window_end, count(*) as n
+from events
+group by user_id, window(event_time, '{minutes} minutes')
+"""
 # maintenance trials keep nothing they may delete: every removed file, old ops row and archived
 # landing file is fair game at once (what VACUUM must still keep, it keeps for its readers)
 MAINTENANCE_ENV = {
@@ -102,10 +135,17 @@ def worker(root: str, step: str, spark=None) -> int:
             use_object_store(spark, cfg)  # the harness's shared session, on a store root
     print("WORKER STARTED", flush=True)
     started = time.monotonic()
-    if step in ("run", "run+savepoint", "continuous", "ingest"):
+    if step in ("run", "run+savepoint", "continuous", "ingest", "swap-run"):
         run_bronze(spark, cfg, "transactions")
     if step in ("run", "run+savepoint", "job"):
         run_job(spark, cfg, get_job(JOB))
+    if step == "swap-run":
+        run_job(spark, cfg, get_job(SWAP_JOB))
+    if step == "rebuild":
+        from streaming_jobs.operations import shadow
+
+        shadow.build(spark, cfg, get_job(SWAP_JOB), holder="chaos")
+        shadow.swap(spark, cfg, SWAP_JOB, holder="chaos")
     if step == "maintain":
         failed = retention.maintain(spark, cfg).failed
         if failed:
@@ -220,6 +260,16 @@ def snapshot(root) -> dict:
     }
 
 
+def swap_snapshot(root) -> dict:
+    """Bronze rows, as `snapshot`, and the swap trials' job's gold rows."""
+    return {
+        "bronze": snapshot(root)["bronze"],
+        "gold": delta_rows(
+            root / "lake" / "gold" / SWAP_JOB, ["user_id", "window_start", "window_end", "n"]
+        ),
+    }
+
+
 def lineage(root: Path) -> Counter:
     """What reconciliation's lateness replay reads of the progress, per query: the batches its
     rows stand for (a rollup row stands for many), their input and dropped-late rows, and each
@@ -291,6 +341,8 @@ class Trial:
     # maintenance: differences in what the lateness replay reads (see `lineage`)
     lineage_differences: int = 0
     lineage_compared: int = 0  # entries of `lineage` compared (0: nothing to compare)
+    # swap trials: gold right after the kill held neither version whole (a mix, or nothing)
+    versions_mixed: int = 0
     recover_seconds: float = 0.0
     note: str = ""
 
@@ -310,6 +362,9 @@ class Bench:
     maintain_seconds: float = 0.0
     maintenance_want: dict = field(default_factory=dict)
     maintenance_waves: list = field(default_factory=list)
+    swap_old: dict = field(default_factory=dict)  # the swap job's outcome, old and new version
+    swap_new: dict = field(default_factory=dict)
+    rebuild_seconds: float = 0.0
     step_bytes: dict = field(default_factory=dict)  # bytes an ingest and a job run write
 
     @property
@@ -733,6 +788,85 @@ def _first_error(out: str) -> str:
     return raised[-1][:500] if raised else (out.strip().splitlines() or ["no output"])[-1][:500]
 
 
+def swap_versions(work: Path, minutes: int) -> dict[str, str]:
+    """The environment that makes ``minutes``-minute windows the swap job's code."""
+    folder = work / "jobs" / f"{minutes}min"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{SWAP_JOB}.sql").write_text(SWAP_SQL.format(minutes=minutes))
+    return {"TIDEMARK_JOBS_PATH": str(folder.resolve())}
+
+
+def swap_prepared(bench: Bench, number: int, point: str):
+    """A root where the swap job's old version ran over every event; measured once: both
+    versions' uninterrupted outcomes and the length of a rebuild."""
+    old, new = swap_versions(bench.work, 10), swap_versions(bench.work, 15)
+    if not bench.swap_new:
+        reference = bench.fresh_root("swap-new-ref")
+        with environment(new):
+            ok, _, out = run_worker(reference, "swap-run")
+        root = bench.fresh_root("swap-ref")
+        with environment(old):
+            ok = ok and run_worker(root, "swap-run")[0]
+        with environment(new):
+            rebuilt, bench.rebuild_seconds, out2 = run_worker(root, "rebuild")
+        if not (ok and rebuilt):
+            raise RuntimeError(f"chaos: the uninterrupted swap runs failed:\n{out}\n{out2}")
+        bench.swap_new = swap_snapshot(reference)
+        if swap_snapshot(root)["gold"] != bench.swap_new["gold"]:
+            raise RuntimeError("chaos: an uninterrupted rebuild did not give the new version")
+    root = bench.fresh_root(f"{point}-{number}")
+    with environment(old):
+        ok, _, out = run_worker(root, "swap-run")
+    if not ok:
+        raise RuntimeError(f"chaos: preparing a swap trial failed:\n{out}")
+    if not bench.swap_old:
+        bench.swap_old = swap_snapshot(root)
+    return root, old, new
+
+
+def swap_trial(bench: Bench, number: int, rng: random.Random, point: str) -> Trial:
+    """The old version ran; the rebuild of the new one killed (at a random instant, or right
+    after a stage of the swap); the gold a reader sees then; the recovery; the outcome."""
+    root, _, new = swap_prepared(bench, number, point)
+    trial = Trial(point, number)
+    with environment(new):
+        if point == "rebuild":
+            trial.kill_after_seconds, finished = kill_during(
+                root, "rebuild", bench.rebuild_seconds, rng
+            )
+            trial.note = "finished before the kill" if finished else ""
+        else:
+            killed = subprocess.run(
+                [str(Path(sys.executable).with_name("tidemark")), "rebuild", SWAP_JOB],
+                env=_tidemark_env(root, point),
+                capture_output=True,
+                text=True,
+            )
+            if killed.returncode != 137:
+                trial.manual_interventions = 1
+                trial.note = f"rebuild did not stop at the fault point: {killed.stderr[-500:]}"
+                return trial
+        seen = swap_snapshot(root)["gold"]
+        trial.versions_mixed = int(seen not in (bench.swap_old["gold"], bench.swap_new["gold"]))
+        # the user's next step: a killed rebuild is run again; a swap cut short is finished
+        # by the next run that takes the checkpoint
+        ok, trial.recover_seconds, out = run_worker(
+            root, "rebuild" if point == "rebuild" else "swap-run"
+        )
+    if not ok:
+        trial.manual_interventions, trial.note = 1, out[-500:]
+        return trial
+    got = swap_snapshot(root)
+    trial.events_lost, trial.events_duplicated = difference(
+        Counter({(e, t): n for (e, t, _), n in got["bronze"].items()}),
+        Counter({(e, t): n for (e, t, _), n in bench.swap_new["bronze"].items()}),
+    )
+    trial.gold_rows_lost, trial.gold_rows_duplicated = difference(
+        got["gold"], bench.swap_new["gold"]
+    )
+    return trial
+
+
 def restore_trial(stage: str, number: int, root: Path, want: dict) -> Trial:
     """In the restore root (a savepoint taken mid-way, the rest run since): a restore killed
     after ``stage``; the next run must finish it and catch up to the uninterrupted gold."""
@@ -802,6 +936,8 @@ def run_trials(
                 out.append(alerts_trial(bench, number, rng))
             elif point == "maintenance":
                 out.append(maintenance_trial(bench, number, rng))
+            elif point == "rebuild" or point.startswith("swap."):
+                out.append(swap_trial(bench, number, rng, point))
             elif point.startswith("disk_full."):
                 out.append(disk_full_trial(bench, number, rng, point.split(".", 1)[1]))
             else:
@@ -833,6 +969,7 @@ def summarize(results: list[Trial]) -> list[dict]:
                 "alerts_lost": sum(t.alerts_lost for t in mine),
                 "alerts_reposted": sum(t.alerts_reposted for t in mine),
                 "lineage_differences": sum(t.lineage_differences for t in mine),
+                "versions_mixed": sum(t.versions_mixed for t in mine),
                 "recover_seconds_median": recover[len(recover) // 2] if recover else None,
             }
         )
@@ -852,7 +989,14 @@ def merge(sources: list[Path], out: Path) -> list[dict]:
     return table
 
 
-STORE_POINTS = ("incremental", "continuous", "savepoint", *(f"restore.{s}" for s in STAGES))
+STORE_POINTS = (
+    "incremental",
+    "continuous",
+    "savepoint",
+    *(f"restore.{s}" for s in STAGES),
+    "rebuild",
+    *(f"swap.{s}" for s in SWAP_STAGES),
+)
 
 
 def start_store(work: Path):
@@ -897,8 +1041,8 @@ def main(argv: list[str] | None = None) -> int:
         "--store",
         action="store_true",
         help="the trials' data roots on the project's own S3-compatible server (started and "
-        "stopped here; its files in --work): points incremental, continuous, savepoint and "
-        "restore.*",
+        "stopped here; its files in --work): points incremental, continuous, savepoint, "
+        "restore.*, rebuild and swap.*",
     )
     parser.add_argument(
         "--separate-processes",
@@ -957,15 +1101,17 @@ def main(argv: list[str] | None = None) -> int:
     table = summarize(results)
     print(
         "| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
-        "manual | alerts lost | reposted | lineage differences | recover (median s) |"
+        "manual | alerts lost | reposted | lineage differences | versions mixed | "
+        "recover (median s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
         print(
             f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
             f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
             f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
-            f"{r['lineage_differences']} | {r['recover_seconds_median']:.1f} |"
+            f"{r['lineage_differences']} | {r['versions_mixed']} | "
+            f"{r['recover_seconds_median']:.1f} |"
         )
     bad = sum(
         r[k]
@@ -978,6 +1124,7 @@ def main(argv: list[str] | None = None) -> int:
             "manual_interventions",
             "alerts_lost",
             "lineage_differences",
+            "versions_mixed",
         )
     )
     return 1 if bad else 0

@@ -21,7 +21,9 @@ tidemark check             analyse every job against its sources without running
 tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
 tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
                            [--partition DAY|FROM:TO] reconciliation's days to recompute
-tidemark rebuild JOB       reset a job so its next run streams all of bronze again
+tidemark rebuild JOB       run the job's code over bronze beside the live version, then swap
+                           [--partitions N] its state's partitions; [--from-scratch] reset
+tidemark rollback JOB      put back the version the last swap replaced
 tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
 tidemark generate ...      write landing files (python -m streaming_jobs.storage.generator --help)
 tidemark settings          every TIDEMARK_* setting with its default (--write: into the docs)
@@ -449,14 +451,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("maintain", help="retention now: OPTIMIZE, VACUUM, pruning, landing archive")
     rebuild_p = sub.add_parser(
-        "rebuild", help="reset a job: checkpoint, gold, savepoints, ops rows"
+        "rebuild",
+        help="run the job's code over all of bronze beside the live version, then swap it in",
     )
     rebuild_p.add_argument("job")
     rebuild_p.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="the new version's state partitions (a rescale); default: Spark's setting",
+    )
+    rebuild_p.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="instead: delete the checkpoint, gold, savepoints and ops rows; the next run "
+        "streams bronze again (gold is empty until it has)",
+    )
+    rebuild_p.add_argument(
         "--force",
         action="store_true",
-        help="rebuild even though the job fails since its last commit",
+        help="with --from-scratch: even though the job fails since its last commit",
     )
+    rollback_p = sub.add_parser(
+        "rollback", help="put back the version of a job the last swap replaced"
+    )
+    rollback_p.add_argument("job")
     accept_p = sub.add_parser(
         "accept",
         help="run a changed job on its checkpoint: its state is declared fit for the new "

@@ -17,6 +17,7 @@ OPERATIONS = (
     "rescale",
     "check",
     "rebuild",
+    "rollback",
     "accept",
     "release",
     "materialize",
@@ -267,20 +268,67 @@ def check(cfg: TidemarkConfig, args) -> int:
 
 
 def rebuild(cfg: TidemarkConfig, args) -> int:
-    """Reset a job (checkpoint, gold, savepoints, ops rows): the next run streams bronze again."""
+    """Build the job's current version beside the live one and swap it in
+    (`streaming_jobs.operations.shadow`); ``--from-scratch``: reset it instead."""
     from streaming_jobs.core.checkpoints import CheckpointBusy
     from streaming_jobs.operations.rebuild import RebuildRefused, rebuild as reset
+    from streaming_jobs.operations.shadow import RebuildError, build, swap
+
+    spec = _known(args.job)
+    if getattr(args, "from_scratch", False):
+        try:
+            removed = reset(cfg, spec.name, force=getattr(args, "force", False))
+        except (CheckpointBusy, RebuildRefused) as exc:
+            raise OperationError(str(exc)) from None
+        print(
+            f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
+            f"{removed['savepoints']} savepoints, gold table "
+            f"{'yes' if removed['gold'] else 'none'}, checkpoint "
+            f"{'yes' if removed['checkpoint'] else 'none'}; the next run "
+            "(tidemark materialize --select ...) streams all of bronze again"
+        )
+        return 0
+    spark = _spark(cfg)
+    try:
+        built = build(spark, cfg, spec, getattr(args, "partitions", None), "tidemark rebuild")
+        print(
+            f"{spec.name}: version {built['version']} built beside the live one (shadow batch "
+            f"{built['last_batch']}); swapping it in"
+        )
+        done = swap(spark, cfg, spec.name, "rebuild", "tidemark rebuild")
+    except (CheckpointBusy, RebuildError) as exc:
+        raise OperationError(str(exc)) from None
+    print(_swapped(done))
+    return 0
+
+
+def _swapped(done: dict) -> str:
+    partitions = (
+        f", {done['state_partitions']} state partitions" if done.get("state_partitions") else ""
+    )
+    return (
+        f"{done['job']}: {done['kind']} done, version {done['from_version'] or 'none'} -> "
+        f"{done['to_version']}: gold version {done['gold_version']} holds "
+        f"{done['gold_rows']:,} rows{partitions}. The version it replaced is kept: "
+        f"`tidemark rollback {done['job']}` puts it back"
+    )
+
+
+def rollback(cfg: TidemarkConfig, args) -> int:
+    """Put back the version of a job the last swap replaced (`shadow.rollback_locked`)."""
+    from streaming_jobs.core.checkpoints import CheckpointBusy
+    from streaming_jobs.operations.shadow import RebuildError, swap
 
     spec = _known(args.job)
     try:
-        removed = reset(cfg, spec.name, force=getattr(args, "force", False))
-    except (CheckpointBusy, RebuildRefused) as exc:
+        done = swap(_spark(cfg), cfg, spec.name, "rollback", "tidemark rollback")
+    except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
+    print(_swapped(done))
     print(
-        f"{spec.name}: removed {removed['progress_rows']:,} progress rows, "
-        f"{removed['savepoints']} savepoints, gold table {'yes' if removed['gold'] else 'none'}, "
-        f"checkpoint {'yes' if removed['checkpoint'] else 'none'}; the next run "
-        "(tidemark materialize --select ...) streams all of bronze again"
+        f"{spec.name}: version {done['to_version']} serves again. Its runs need that version's "
+        "code: until the job's code is put back, a run refuses a change its state cannot take "
+        "(tidemark check says what differs)"
     )
     return 0
 

@@ -5,7 +5,7 @@
     dbt/         assets (the dbt models and tests), jobs (reconciliation_job), schedules,
                  sensors (reconcile_on_update_sensor)
     ops/         assets (the ops tables, the overview), checks (checkpoint_health, state_size),
-                 jobs (recovery_job, savepoint_job), schedules (savepoint_schedule), sensors
+                 jobs (recovery_job, savepoint_job, rebuild_job), schedules (savepoint_schedule), sensors
     jobs.py      tidemark_all_job (the whole graph)
     resources.py the resources, chosen in one place
 

@@ -154,6 +154,11 @@ class Paths:
         return self.root / "savepoints"
 
     @property
+    def rebuilds(self) -> Where:
+        """Rebuilds beside the live jobs: each job's shadow and its previous version."""
+        return self.root / "rebuilds"
+
+    @property
     def dbt(self) -> Path:
         """dbt's own state: Derby metastore, target, logs (local)."""
         return self._work / "dbt"

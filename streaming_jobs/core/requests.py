@@ -7,7 +7,9 @@ Savepoints of running jobs and, on a store, maintenance of a running writer's ta
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from streaming_jobs.core import locations
@@ -63,3 +65,25 @@ def collect(folder: Location, request_id: str) -> dict:
     payload = json.loads(locations.read_text(reply))
     locations.delete(reply)
     return payload
+
+
+def wait(
+    folder: Location,
+    request_id: str,
+    owner_running: Callable[[], bool],
+    timeout_seconds: float,
+) -> dict | None:
+    """The answer to ``request_id`` (collected). None when the owner stopped without answering:
+    the request is withdrawn, and the asker does the work itself. `TimeoutError` when the owner
+    neither answers nor stops in time (the request withdrawn)."""
+    deadline = time.monotonic() + timeout_seconds
+    while not is_answered(folder, request_id):
+        if not owner_running():
+            withdraw(folder, request_id)
+            if not is_answered(folder, request_id):  # answered while we looked
+                return None
+        if time.monotonic() > deadline:
+            withdraw(folder, request_id)
+            raise TimeoutError(f"no answer within {timeout_seconds:.0f}s")
+        time.sleep(0.5)
+    return collect(folder, request_id)

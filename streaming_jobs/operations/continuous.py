@@ -62,7 +62,8 @@ from streaming_jobs.runtime.changes import (
 from streaming_jobs.runtime.ingestion import bronze_writer, screen_landing
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.storage.registry import get_job
-from streaming_jobs.operations import savepoints
+from streaming_jobs.operations import savepoints, shadow
+from streaming_jobs.storage import swaps
 from streaming_jobs.storage.failures import held, record_failure
 from streaming_jobs.runtime.locate import record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock
@@ -173,6 +174,8 @@ class ContinuousRun:
     held: list[str] = field(default_factory=list)  # queries left out: held (failures.held)
     # jobs left out: a new version their state cannot take (changes.UnsafeChange), each said
     refused: list[str] = field(default_factory=list)
+    # swaps of a hosted job's version this run carried out ("<job> rebuild <a> -> <b>")
+    swapped: list[str] = field(default_factory=list)
 
 
 class _Host:
@@ -374,6 +377,46 @@ class _Host:
                         self.start(job)
                 between()
 
+    def answer_swap_requests(
+        self, out: ContinuousRun, between: Callable[[], None] = lambda: None
+    ) -> None:
+        """Carry out the swaps of hosted jobs' versions asked of this run (`shadow.swap`): the
+        job's query stopped between batches, the swap made in this driver (it holds the lock),
+        and the query started again with the job's code as it is now. A swap that cannot be
+        made is answered with why, and the job runs on as it was."""
+        for job in self.jobs:
+            if job in self.restart_due:
+                continue  # answered once it runs again
+            for request_id, asked in shadow.requested(self.cfg, job):
+                if job in self.queries and self.queries[job].isActive:
+                    self.stop(job)
+                try:
+                    spec = get_job(job)  # the code on disk: the version the shadow ran
+                    done = shadow.carry_out(self.spark, self.cfg, job, asked.get("kind"), spec)
+                except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
+                    shadow.answer(self.cfg, job, request_id, error=str(exc)[:2000])
+                    LOG.warning("continuous: the %s of %s failed: %s", asked.get("kind"), job, exc)
+                else:
+                    self.specs[job] = spec
+                    self.resolvers[job] = sink_version_of(self.cfg, spec)
+                    # the swap's own commit is not this run's output
+                    self.committed_to[job][0] = latest_version(self.cfg.paths.table("gold", job))
+                    out.swapped.append(
+                        f"{job} {done['kind']} {done['from_version']} -> {done['to_version']}"
+                    )
+                    shadow.answer(self.cfg, job, request_id, done=done)
+                    LOG.info("continuous: %s", out.swapped[-1])
+                finally:
+                    self._start_after_swap(job, out)
+                between()
+
+    def _start_after_swap(self, job: str, out: ContinuousRun) -> None:
+        try:
+            self.start(job)
+        except UnsafeChange as exc:  # a rollback to a version the code is not: said, left out
+            LOG.error("continuous: left out %s", exc)
+            out.refused.append(str(exc))
+
     def answer_maintenance_requests(
         self, out: ContinuousRun, between: Callable[[], None] = lambda: None
     ) -> None:
@@ -485,6 +528,7 @@ def run_continuous(
             )
         for name in names:
             finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
+            swaps.finish_pending(lambda: spark, cfg, name)  # and a swap of versions
             forget_previous_lineage(cfg, name)
         # a job whose new version its state cannot take is left out; the others run
         for job in [j for j in jobs if changed_since_checkpoint(cfg, get_job(j))]:
@@ -535,6 +579,7 @@ def run_continuous(
                 if time.monotonic() - last_poll >= REQUEST_POLL_SECONDS:
                     # (reports go on between savepoints: several take minutes)
                     host.answer_savepoint_requests(savepoints_keep, out, flush_when_due)
+                    host.answer_swap_requests(out, flush_when_due)
                     if (
                         cfg.on_store
                         and time.monotonic() - last_maintenance >= MAINTENANCE_POLL_SECONDS

@@ -1,5 +1,8 @@
-"""Rebuild a job from the start of bronze: its checkpoint, gold table, savepoints and ops rows
-go together, so nothing of the old run is counted with the new one.
+"""Reset a job to nothing (`tidemark rebuild JOB --from-scratch`): its checkpoint, gold table,
+savepoints and ops rows go together, so nothing of the old run is counted with the new one.
+Readers see no gold until the next run has streamed bronze again; `tidemark rebuild JOB`
+without ``--from-scratch`` builds the new version beside the live one instead
+(`streaming_jobs.operations.shadow`).
 
 Holding the job's checkpoint lock (refused while a run owns it), it removes, in this order:
 the ops rows of the job (``ops/stream_progress``, ``ops/stream_failures``), its savepoints
@@ -64,7 +67,9 @@ def refusal(cfg: TidemarkConfig, job: str) -> str | None:
         f"at {last['failed_at']:%Y-%m-%d %H:%M:%S} UTC: {error}). A rebuild deletes its gold "
         "table and reads the same bronze again, so it would fail on the same rows with "
         "nothing left to serve. Fix the cause first (the job, or the data: see tidemark "
-        "health), run the job once, then rebuild; or pass --force to rebuild anyway"
+        "health), run the job once, then rebuild; or pass --force to reset it anyway. "
+        f"`tidemark rebuild {job}` without --from-scratch builds a fixed version beside the "
+        "live one instead, which keeps serving until the new one is swapped in"
     )
 
 

@@ -33,7 +33,6 @@ made by the server (`streaming_jobs.core.locations`).
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -200,22 +199,21 @@ def wait_for_answer(
     """The savepoint the owner took for ``request_id``. If the owner stops before answering (the
     continuous run ended), the request is withdrawn and the savepoint taken here; if it neither
     answers nor stops in time, `SavepointError`."""
-    folder = _requests(cfg, job)
-    deadline = time.monotonic() + timeout_seconds
-    while not requests.is_answered(folder, request_id):
-        if not is_running(cfg.paths.checkpoint(job)):
-            requests.withdraw(folder, request_id)
-            if not requests.is_answered(folder, request_id):  # answered while we looked
-                return take(cfg, job, keep=keep, holder=holder)
-        if time.monotonic() > deadline:
-            requests.withdraw(folder, request_id)
-            raise SavepointError(
-                f"job {job}: the run that owns its checkpoint did not answer the savepoint "
-                f"request within {timeout_seconds:.0f}s (a batch that takes that long?); the "
-                "request was withdrawn. Try again later."
-            )
-        time.sleep(0.5)
-    outcome = requests.collect(folder, request_id)
+    try:
+        outcome = requests.wait(
+            _requests(cfg, job),
+            request_id,
+            lambda: is_running(cfg.paths.checkpoint(job)),
+            timeout_seconds,
+        )
+    except TimeoutError:
+        raise SavepointError(
+            f"job {job}: the run that owns its checkpoint did not answer the savepoint "
+            f"request within {timeout_seconds:.0f}s (a batch that takes that long?); the "
+            "request was withdrawn. Try again later."
+        ) from None
+    if outcome is None:  # the owner stopped: taken here
+        return take(cfg, job, keep=keep, holder=holder)
     if outcome.get("error"):
         raise SavepointError(
             f"job {job}: the continuous run could not take the savepoint: {outcome['error']}"

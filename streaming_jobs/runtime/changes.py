@@ -316,7 +316,8 @@ def refusal(spec: JobSpec, old: dict, new: dict, unsafe: list[Change]) -> str:
         f"job {spec.name}: its version changed from {old.get('version')} to {new['version']} "
         f"in a way its checkpoint's state cannot take, so no batch ran and its gold keeps its "
         f"last commit. What changed: {listed}. To run the new version, rebuild the job from "
-        f"bronze: `tidemark rebuild {spec.name}` (its gold is rebuilt by the new version); "
+        f"bronze: `tidemark rebuild {spec.name}` (the new version is built beside this one, "
+        "which keeps serving, and swapped in once it has caught up); "
         "or put the job back as it was; or, if you know the state fits the new version (a "
         "cast made try_cast for rows that never failed, say), `tidemark accept "
         f"{spec.name}`"
@@ -353,11 +354,12 @@ def changed_since_checkpoint(cfg: TidemarkConfig, spec: JobSpec) -> bool:
 
 
 def assess(
-    cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame
+    cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame, checkpoint=None
 ) -> tuple[dict | None, dict, list[Change]]:
     """The checkpoint's record, the new one, and the changes between them (none when the
-    version is the same or no batch was committed yet). Reads only."""
-    checkpoint = cfg.paths.checkpoint(spec.name)
+    version is the same or no batch was committed yet). Reads only. ``checkpoint``: the job's
+    own unless given (a rebuild's shadow)."""
+    checkpoint = checkpoint or cfg.paths.checkpoint(spec.name)
     new = new_record(spec, frame)
     old = read_record(checkpoint)
     changes = []
@@ -367,10 +369,13 @@ def assess(
     return old, new, changes
 
 
-def check_before_start(cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame) -> dict:
+def check_before_start(
+    cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame, checkpoint=None
+) -> dict:
     """Refuse (`UnsafeChange`) a new version of ``spec`` its checkpoint's state cannot take;
-    otherwise record it in the checkpoint and return the record."""
-    checkpoint = cfg.paths.checkpoint(spec.name)
+    otherwise record it in the checkpoint and return the record. ``checkpoint``: the job's own
+    unless given (a rebuild's shadow)."""
+    checkpoint = checkpoint or cfg.paths.checkpoint(spec.name)
     said = Location.of(checkpoint) / REFUSED
     old = read_record(checkpoint)
     if old is not None and old.get("version") == version_of(current_parts(spec)):
@@ -378,7 +383,7 @@ def check_before_start(cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame) -> 
         if locations.exists(said):
             locations.delete(said)
         return old
-    old, new, changes = assess(cfg, spec, frame)
+    old, new, changes = assess(cfg, spec, frame, checkpoint)
     unsafe = [c for c in changes if c.unsafe]
     if unsafe:
         message = refusal(spec, old, new, unsafe)

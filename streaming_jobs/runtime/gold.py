@@ -6,6 +6,8 @@ the job's keys, made idempotent by the batch id, so both are exactly-once across
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
@@ -22,7 +24,7 @@ from streaming_jobs.storage.lake import (
     merge_once,
     spark_path,
 )
-from streaming_jobs.core.locations import is_delta_table
+from streaming_jobs.core.locations import Where, is_delta_table
 
 # A partitioned gold table's files go under short random folders, not Hive-style
 # <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
@@ -54,33 +56,50 @@ def gold_query(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataF
     return spec.apply(*frames)
 
 
-def gold_writer(spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec) -> DataStreamWriter:
+@dataclass(frozen=True)
+class Place:
+    """Where a job's query runs: its name (the query's, and its rows' in the ops tables), its
+    checkpoint and its gold table. `live` is the job's own; a rebuild beside it runs in another
+    (`streaming_jobs.operations.shadow`)."""
+
+    name: str
+    checkpoint: Where
+    target: Where
+
+    @classmethod
+    def live(cls, cfg: TidemarkConfig, spec: JobSpec) -> "Place":
+        return cls(spec.name, cfg.paths.checkpoint(spec.name), cfg.paths.table("gold", spec.name))
+
+
+def gold_writer(
+    spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec, place: Place | None = None
+) -> DataStreamWriter:
     """The job's query, checked against its checkpoint's state (`changes.check_before_start`:
     a new version the state cannot take is refused before any batch), ready to start. Called
-    holding the checkpoint's lock."""
-    paths = cfg.paths
+    holding the checkpoint's lock. ``place``: the job's own unless given."""
+    place = place or Place.live(cfg, spec)
     result = gold_query(spark, cfg, spec)
-    check_before_start(cfg, spec, result)
+    check_before_start(cfg, spec, result, place.checkpoint)
     resolve(result, f"job {spec.name}", spec.expectations)
     # 'fail' rules raise inside the query (the batch never commits); counts are observed per
     # batch (append) or counted by the MERGE's foreachBatch (update)
     result = guard(
         result, f"job {spec.name}", spec.expectations, observe=spec.output_mode == "append"
     )
-    target = paths.table("gold", spec.name)
+    target = place.target
     properties = {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})}
     ensure_table(spark, target, result.schema, properties, list(spec.partition_by))
     if spec.partition_by:
         ensure_properties(spark, target, RANDOM_PREFIXES)  # a table an older tidemark made
-    writer = result.writeStream.queryName(spec.name).option(
-        "checkpointLocation", spark_path(paths.checkpoint(spec.name))
+    writer = result.writeStream.queryName(place.name).option(
+        "checkpointLocation", spark_path(place.checkpoint)
     )
     if spec.output_mode == "append":
         # The Delta sink commits each batch with the checkpoint's batch id: exactly-once.
         if spec.partition_by:
             writer = writer.partitionBy(*spec.partition_by)
         return writer.format("delta").outputMode("append").option("path", spark_path(target))
-    return writer.outputMode("update").foreachBatch(UpsertBatch(spec, target, cfg))
+    return writer.outputMode("update").foreachBatch(UpsertBatch(spec, place, cfg))
 
 
 def merge_app_id(query_id: str) -> str:
@@ -94,9 +113,10 @@ def sink_app_id(spec: JobSpec, query_id: str) -> str:
     return query_id if spec.output_mode == "append" else merge_app_id(query_id)
 
 
-def sink_version_of(cfg: TidemarkConfig, spec: JobSpec):
-    """For a progress row of ``spec``: the gold version holding its batch (see `delta_log`)."""
-    target = cfg.paths.table("gold", spec.name)
+def sink_version_of(cfg: TidemarkConfig, spec: JobSpec, target: Where | None = None):
+    """For a progress row of ``spec``: the gold version holding its batch (see `delta_log`);
+    ``target``: the job's gold table unless given (a rebuild's shadow)."""
+    target = target or cfg.paths.table("gold", spec.name)
 
     def resolve(row: dict) -> int | None:
         if row.get("query_id") is None or row.get("batch_id") is None:
@@ -109,9 +129,9 @@ def sink_version_of(cfg: TidemarkConfig, spec: JobSpec):
 class UpsertBatch:
     """foreachBatch for update-mode jobs: MERGE the batch's rows on the job's keys."""
 
-    def __init__(self, spec: JobSpec, target, cfg: TidemarkConfig) -> None:
-        self.keys, self.target = spec.keys, target
-        self.checkpoint = cfg.paths.checkpoint(spec.name)
+    def __init__(self, spec: JobSpec, place: Place, cfg: TidemarkConfig) -> None:
+        self.keys, self.target = spec.keys, place.target
+        self.checkpoint, self.name = place.checkpoint, place.name
         self.spec, self.cfg = spec, cfg
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -121,7 +141,7 @@ class UpsertBatch:
         app_id = merge_app_id(query_id(self.checkpoint))
         batch = batch.persist()
         try:
-            with stoppable(f"job {self.spec.name}"):
+            with stoppable(f"job {self.name}"):
                 # Evaluate the whole batch first: its state stores must commit even when
                 # Delta skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose
                 # stateful partitions never ran), and the MERGE then reads cached rows.
@@ -131,7 +151,7 @@ class UpsertBatch:
                     record(
                         self.cfg,
                         result_rows(
-                            self.spec.name,
+                            self.name,
                             identity,
                             batch_id,
                             self.spec.expectations,

@@ -35,6 +35,7 @@ from streaming_jobs.runtime.locate import raised_in_python, record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock
 from streaming_jobs.runtime.progress import forget_previous_lineage, progress_log
 from streaming_jobs.storage.registry import stream_schema
+from streaming_jobs.storage import swaps
 from streaming_jobs.storage.restores import finish_pending
 
 
@@ -81,6 +82,7 @@ def _run_available_now(
         if hold is not None:
             raise StreamRunError(f"streaming query {hold.message()}")
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
+        swaps.finish_pending(lambda: spark, cfg, name)  # and a swap of versions
         forget_previous_lineage(cfg, name)
         if not isinstance(writer, DataStreamWriter):  # made under the lock (a job's check)
             writer = writer()

@@ -77,7 +77,9 @@ class Hold:
             )
             + "; a setting; the disk), then `tidemark release "
             f"{self.query}`: the next run tries batch {self.batch_id} again. To start the job "
-            f"over instead: `tidemark rebuild {self.query} --force`."
+            f"over instead: `tidemark rebuild {self.query}` (its fixed version built beside "
+            "this one, swapped in once it has caught up), or `tidemark rebuild "
+            f"{self.query} --from-scratch --force`."
         )
 
 

@@ -200,6 +200,26 @@ RECON_RUN_SCHEMA = T.StructType(
     ]
 )
 
+# Every swap of a job's version (`streaming_jobs.operations.shadow`): a rebuild beside the live
+# version swapped in, or a rollback to the previous one. One row per swap, written when it is
+# done (a swap cut short is finished by the next run that takes the job's checkpoint).
+JOB_CHANGE_SCHEMA = T.StructType(
+    [
+        T.StructField("change_id", T.StringType()),  # <job>:<the swap's stamp>
+        T.StructField("job", T.StringType()),
+        T.StructField("kind", T.StringType()),  # rebuild | rollback
+        T.StructField("from_version", T.StringType()),  # the job's version that served before
+        T.StructField("to_version", T.StringType()),  # the one serving after
+        T.StructField("planned_at", T.TimestampType()),
+        T.StructField("swapped_at", T.TimestampType()),
+        T.StructField("gold_version", T.LongType()),  # the gold commit that swapped the rows
+        T.StructField("previous_gold_version", T.LongType()),  # gold before it (kept)
+        T.StructField("gold_rows", T.LongType()),  # rows gold holds after the swap
+        T.StructField("query_id", T.StringType()),  # the checkpoint serving after
+        T.StructField("state_partitions", T.LongType()),  # of its state (null: stateless)
+    ]
+)
+
 SCHEMAS: dict[str, T.StructType] = {
     "stream_progress": PROGRESS_SCHEMA,
     "stream_failures": FAILURE_SCHEMA,
@@ -207,6 +227,7 @@ SCHEMAS: dict[str, T.StructType] = {
     "expectations": EXPECTATION_SCHEMA,
     "stream_late_rows": LATE_ROWS_SCHEMA,
     "recon_runs": RECON_RUN_SCHEMA,
+    "job_changes": JOB_CHANGE_SCHEMA,
 }
 CHECKPOINT_EVERY = 50
 COMMIT_ATTEMPTS = 8

@@ -115,6 +115,7 @@ def test_definitions_load_with_assets_checks_and_jobs(cfg):
         "continuous_streaming_job",
         "recovery_job",
         "savepoint_job",
+        "rebuild_job",
         "maintenance_job",
     }
     # the operations sensors report a check per job, declared on its gold asset

@@ -1,6 +1,7 @@
 """A few trials of the fault-injection harness (`tools/chaos.py`; the long runs are a command,
-their results in docs/reliability.md): SIGKILL at a random instant of an incremental run, and a
-restore killed right after its swap, and alert delivery killed at a random instant. Each
+their results in docs/reliability.md): SIGKILL at a random instant of an incremental run, a
+restore killed right after its swap, alert delivery killed at a random instant, and on the store
+a rebuild's swap of versions cut short. Each
 recovery must need nobody and end with exactly the bronze and gold rows of an uninterrupted
 run, and every owed notification must reach the webhook."""
 
@@ -44,8 +45,10 @@ def test_on_the_store_a_killed_run_and_a_restore_cut_short_lose_nothing(
     spark, s3_server, tmp_path, monkeypatch
 ):
     """The same, with every trial's data root on the project's S3-compatible server (`--store`):
-    a run killed at a random instant, and a restore cut short after copying the savepoint in
-    (no rename on a store: the next run must finish it)."""
+    a run killed at a random instant, a restore cut short after copying the savepoint in, and a
+    rebuild's swap cut short while the shadow's checkpoint is copied in place of the live one
+    (gold already swapped: readers see the new version whole). No rename on a store: the next
+    run must finish each."""
     from streaming_jobs.core.stores import ensure_bucket
 
     _, s3_cfg = s3_server
@@ -53,11 +56,11 @@ def test_on_the_store_a_killed_run_and_a_restore_cut_short_lose_nothing(
         monkeypatch.setenv(name, str(value))  # the killed workers reach the same server
     ensure_bucket(s3_cfg, "chaos-ci")
     monkeypatch.setattr(chaos, "STORE_ROOT", f"s3://chaos-ci/{tmp_path.name}")
-    points = ["incremental", "restore.copy"]
+    points = ["incremental", "restore.copy", "swap.copy"]
     trials = chaos.run_trials(points, trials=1, seed=13, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert _losses(t) == (0,) * 5, t
+        assert _losses(t, "versions_mixed") == (0,) * 6, t
     assert chaos.snapshot(chaos.trial_root(chaos.Bench(tmp_path, 3000, 13), "restore"))["gold"]
 
 

@@ -47,7 +47,7 @@ def test_a_job_failing_since_its_last_commit_is_not_rebuilt_unless_forced(tmp_pa
     assert (gold / "part-0.parquet").exists()  # nothing removed
     # the command says it and exits 1 (OperationError is printed, exit code 1)
     with pytest.raises(OperationError, match="has failed 2 time"):
-        rebuild_command(cfg, Namespace(job=JOB, force=False))
+        rebuild_command(cfg, Namespace(job=JOB, force=False, from_scratch=True))
 
     # once the job commits again, the failures are history: a rebuild goes ahead
     committed(cfg, datetime.now(timezone.utc) + timedelta(seconds=1))

@@ -10,6 +10,13 @@ checkpoint is sound). Its runs carry the checkpoint tags of the job and its sour
 the continuous run that hosts a job otherwise (`savepoints.request`). It needs no JVM and no
 checkpoint tag, so it runs next to a continuous run instead of queueing behind it.
 
+``rebuild_job`` changes the version that serves a job without stopping it
+(`streaming_jobs.operations.shadow`): the job's current code is run over all of bronze beside
+the live version, then swapped in (by the continuous run that hosts the job, between two
+batches, when one does); with ``rollback: true`` the version the last swap replaced is put
+back. Each swap is a row of ``ops/job_changes`` and the gold asset's materialization metadata.
+Like ``savepoint_job`` it takes no checkpoint tag: it runs next to a continuous run.
+
 ``maintenance_job`` runs retention (`streaming_jobs.operations.retention`): compaction,
 VACUUM, ops pruning, the landing archive. It also runs next to a continuous run: nothing it
 does conflicts with an append, and a MERGE-written gold table is compacted only while its job
@@ -20,7 +27,7 @@ others have run.
 import dagster as dg
 from pydantic import Field
 
-from streaming_jobs.operations import retention, savepoints
+from streaming_jobs.operations import retention, savepoints, shadow
 from streaming_jobs.storage.registry import get_job, registry
 from streaming_jobs.runtime.runner import run_bronze, run_job
 
@@ -107,6 +114,73 @@ def savepoint_job():
     take_savepoints()
 
 
+class RebuildConfig(dg.Config):
+    job: str = Field(description="the streaming job whose version changes")
+    partitions: int | None = Field(
+        None, description="the new version's state partitions (a rescale); default: Spark's"
+    )
+    rollback: bool = Field(False, description="put back the version the last swap replaced")
+
+
+@dg.op(
+    out={},
+    description="Build a job's current version beside the live one and swap it in, or roll "
+    "back to the version the last swap replaced.",
+)
+def change_version(
+    context: dg.OpExecutionContext,
+    config: RebuildConfig,
+    pyspark: TidemarkSparkResource,
+    tidemark: TidemarkResource,
+):
+    cfg = tidemark.config()
+    spec = get_job(config.job)
+    spark = pyspark.spark_session
+    holder = f"Dagster run {context.run_id} ({'rollback' if config.rollback else 'rebuild'})"
+    metadata = {}
+    try:
+        if not config.rollback:
+            built = shadow.build(spark, cfg, spec, config.partitions, holder)
+            context.log.info(
+                f"{spec.name}: version {built['version']} built beside the live one "
+                f"(shadow batch {built['last_batch']})"
+            )
+            metadata["shadow_batches"] = dg.MetadataValue.int((built["last_batch"] or 0) + 1)
+        kind = "rollback" if config.rollback else "rebuild"
+        done = shadow.swap(spark, cfg, spec.name, kind, holder)
+    except shadow.RebuildError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    context.log.info(
+        f"{spec.name}: {done['kind']} done, version {done['from_version']} -> "
+        f"{done['to_version']} (gold version {done['gold_version']})"
+    )
+    metadata.update(
+        {
+            "change": dg.MetadataValue.text(done["kind"]),
+            "from_version": dg.MetadataValue.text(str(done["from_version"])),
+            "to_version": dg.MetadataValue.text(str(done["to_version"])),
+            "gold_version": dg.MetadataValue.int(done["gold_version"]),
+            "gold_rows": dg.MetadataValue.int(done["gold_rows"]),
+            "state_partitions": dg.MetadataValue.int(done["state_partitions"] or 0),
+            "rollback": dg.MetadataValue.text(f"tidemark rollback {spec.name}"),
+        }
+    )
+    yield dg.AssetMaterialization(
+        asset_key=keys.gold(spec.name),
+        description=f"version {done['to_version']} swapped in ({done['kind']})",
+        metadata=metadata,
+    )
+
+
+@dg.job(
+    executor_def=dg.in_process_executor,
+    description="Rebuild a job's current version beside the live one and swap it in "
+    "(rollback: true puts the previous one back).",
+)
+def rebuild_job():
+    change_version()
+
+
 @dg.op(
     out={"report": dg.Out(dg.Nothing)},
     description="Compact and VACUUM the lake, prune ops history, archive ingested landing files.",
@@ -144,4 +218,4 @@ def maintenance_job():
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[recovery_job, savepoint_job, maintenance_job])
+    return dg.Definitions(jobs=[recovery_job, savepoint_job, rebuild_job, maintenance_job])
