@@ -31,8 +31,10 @@ SOURCE ?= landing
 run: setup
 	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
+# Two worker processes (the machine's two cores), a test file each at a time: each worker has
+# its own SparkSession and servers, shared by the tests it runs (docs/testing.md)
 test: setup s3-setup lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # ruff (pyproject.toml's [tool.ruff]) over every Python file of the project: its lint rules and
 # its formatter (`ruff format .` formats the tree)

@@ -23,14 +23,15 @@
 
 {# A schema's tables live under the data root's warehouse, as <schema without the prefix>.db,
    whichever server runs the SQL: the lake keeps them, and tidemark reads them by path
-   (TidemarkConfig.paths.dbt_table). #}
+   (TidemarkConfig.paths.dbt_table). A rebuild's shadow reconciled before its swap has a
+   warehouse of its own (TIDEMARK_DBT_WAREHOUSE, in the shadow's folder). #}
 {% macro spark__create_schema(relation) -%}
 {%- set prefix = env_var('TIDEMARK_DBT_SCHEMA_PREFIX', '') -%}
 {%- set name = relation.schema -%}
 {%- if name.startswith(prefix) -%}{%- set name = name[prefix | length:] -%}{%- endif -%}
 {%- call statement('create_schema') -%}
     create schema if not exists {{ relation }}
-    location '{{ env_var('TIDEMARK_DATA_ROOT') }}/dbt/warehouse/{{ name }}.db'
+    location '{{ env_var('TIDEMARK_DBT_WAREHOUSE', env_var('TIDEMARK_DATA_ROOT') ~ '/dbt/warehouse') }}/{{ name }}.db'
 {%- endcall %}
 {%- endmacro %}
 

@@ -7,6 +7,9 @@
 #}
 {% macro stream_progress_sql(relation) -%}
 {%- set pinned = run_var('progress_version', none) -%}
+{#- a rebuild's shadow reconciled as its job (tidemark-dbt --shadow): the shadow's rows under
+    the job's name, in place of the live version's -#}
+{%- set shadows = run_var('shadow_names', {}) -%}
 with source as (
 
     select * from {{ relation }}
@@ -26,7 +29,16 @@ latest as (
 final as (
 
     select
+        {% if shadows -%}
+        case
+            {% for shadow, job in shadows.items() -%}
+            when job = '{{ shadow }}' then '{{ job }}'
+            {% endfor -%}
+            else job
+        end as job,
+        {%- else -%}
         job,
+        {%- endif %}
         query_id,
         run_id,
         batch_id,
@@ -50,6 +62,7 @@ final as (
         state_disk_bytes
     from latest
     where report_rank = 1
+        {%- if shadows %} and job not in ({{ quoted(shadows.values()) }}){% endif %}
 
 )
 

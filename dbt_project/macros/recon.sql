@@ -19,13 +19,17 @@
 
 {#
   A job's gold table as of the last batch its progress rows record (var gold_versions, which
-  tidemark-dbt reads from ops/stream_progress as pinned by var progress_version). A stream
+  tidemark-dbt reads from ops/stream_progress as pinned by var progress_version). A job in
+  var shadow_gold is read from its rebuild's shadow table instead: the new version,
+  reconciled before it is swapped in (tidemark-dbt --shadow JOB). A stream
   that keeps running while dbt reads has written batches past that: they are left out here, as
   their source ranges and watermark are left out of the batch side.
 #}
 {% macro gold_as_of(job) -%}
 {%- set version = run_var('gold_versions', {}).get(job) -%}
-{{ source('lake', 'gold_' ~ job) }}{% if version is not none %} version as of {{ version }}{% endif %}
+{%- set shadow = run_var('shadow_gold', {}).get(job) -%}
+{%- if shadow %}delta.`{{ shadow }}`{% else %}{{ source('lake', 'gold_' ~ job) }}{% endif %}
+{%- if version is not none %} version as of {{ version }}{% endif %}
 {%- endmacro %}
 
 {# The job's watermark when the recon runs: windows ending after it are not final yet. #}

@@ -21,8 +21,9 @@ tidemark check             analyse every job against its sources without running
 tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
 tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
                            [--partition DAY|FROM:TO] reconciliation's days to recompute
-tidemark rebuild JOB       run the job's code over bronze beside the live version, then swap
-                           [--partitions N] its state's partitions; [--from-scratch] reset
+tidemark rebuild JOB       run the job's code over bronze beside the live version, reconcile
+                           it, then swap; [--partitions N] its state's partitions;
+                           [--skip-recon] without reconciling; [--from-scratch] reset
 tidemark rollback JOB      put back the version the last swap replaced
 tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
 tidemark generate ...      write landing files (python -m streaming_jobs.storage.generator --help)
@@ -460,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="the new version's state partitions (a rescale); default: Spark's setting",
+    )
+    rebuild_p.add_argument(
+        "--skip-recon",
+        action="store_true",
+        help="swap the new version in without reconciling it first",
     )
     rebuild_p.add_argument(
         "--from-scratch",

@@ -288,14 +288,32 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
             "(tidemark materialize --select ...) streams all of bronze again"
         )
         return 0
+    from orchestration.recon.gate import Gate, reconcile_shadow
+
     spark = _spark(cfg)
     try:
         built = build(spark, cfg, spec, getattr(args, "partitions", None), "tidemark rebuild")
         print(
             f"{spec.name}: version {built['version']} built beside the live one (shadow batch "
-            f"{built['last_batch']}); swapping it in"
+            f"{built['last_batch']}); reconciling it"
         )
-        done = swap(spark, cfg, spec.name, "rebuild", "tidemark rebuild")
+        if getattr(args, "skip_recon", False):
+            gate = Gate(
+                spec.name, reconciled=False, message="reconciliation skipped (--skip-recon)"
+            )
+        else:
+            gate = reconcile_shadow(cfg, spec.name)
+        print(f"{spec.name}: {gate.message}")
+        if not gate.allows_swap:
+            raise OperationError(
+                f"{spec.name}: not swapped: its new version does not reconcile. The live "
+                "version serves on; the shadow is kept (the next rebuild goes on from it). Fix "
+                "the job or its batch definition and rebuild again, or swap without a "
+                "reconciliation: --skip-recon"
+            )
+        if not gate.reconciled:
+            print(f"{spec.name}: swapping it in without a reconciliation")
+        done = swap(spark, cfg, spec.name, "rebuild", "tidemark rebuild", gate=gate.as_dict())
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
     print(_swapped(done))

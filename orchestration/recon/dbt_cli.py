@@ -92,8 +92,12 @@ RUN_VARS = (
     "recon_full",
     "text_measures",
     "watermark_ahead_seconds",
+    "shadow_gold",
+    "shadow_names",
 )
 RUN_VARS_ENV = "TIDEMARK_DBT_RUN_VARS"
+# A rebuild's shadow reconciled before its swap (`shadow_setting`)
+SHADOW_ENV = "TIDEMARK_DBT_SHADOW"
 
 
 def with_vars(args: list[str], variables: dict) -> list[str]:
@@ -246,7 +250,32 @@ class SessionWarmup:
 
 # tidemark's own options, before the dbt command: the run's data root, and the Dagster run
 # that started this invocation (recorded with the reconciliation's outcome)
-OWN_OPTIONS = {"--data-root": "TIDEMARK_DATA_ROOT", "--dagster-run-id": "TIDEMARK_DAGSTER_RUN_ID"}
+OWN_OPTIONS = {
+    "--data-root": "TIDEMARK_DATA_ROOT",
+    "--dagster-run-id": "TIDEMARK_DAGSTER_RUN_ID",
+    "--shadow": SHADOW_ENV,
+}
+
+
+def shadow_setting(cfg: TidemarkConfig, job: str) -> tuple[TidemarkConfig, dict]:
+    """``--shadow JOB``: reconcile the new version a rebuild built beside ``job`` before it is
+    swapped in (`orchestration.recon.gate`). The configuration sees the job's checkpoint and
+    gold table through the shadow; the models read the shadow's gold and its progress rows as
+    the job's (vars shadow_gold, shadow_names), in schemas and a warehouse of their own (the
+    live reconciliation's tables are not touched), over every day; and nothing is recorded in
+    ops/recon_runs (the live job's reconciliation status is not the shadow's)."""
+    from orchestration.recon.dbt_vars import shadow_name
+
+    cfg = cfg.with_shadow(job)
+    shadow = Location.of(cfg.paths.shadow(job))
+    os.environ["TIDEMARK_DBT_SCHEMA_PREFIX"] = (
+        os.environ.get("TIDEMARK_DBT_SCHEMA_PREFIX", "") + f"shadow_{job}_"
+    )
+    os.environ["TIDEMARK_DBT_WAREHOUSE"] = (shadow / "dbt").spark
+    return cfg, {
+        "shadow_gold": {job: Location.of(cfg.paths.table("gold", job)).spark},
+        "shadow_names": {shadow_name(job): job},
+    }
 
 
 def split_own_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -263,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     own, args = split_own_options(list(sys.argv[1:] if argv is None else argv))
     os.environ.update(own)  # this process's own environment, and dbt's
     cfg = TidemarkConfig.from_env()
+    shadow = os.environ.get(SHADOW_ENV)
+    shadow_vars = {}
+    if shadow:
+        cfg, shadow_vars = shadow_setting(cfg, shadow)
     # as Spark addresses it (s3a://... on a store): dbt's SQL names lake tables by path
     os.environ["TIDEMARK_DATA_ROOT"] = Location.of(cfg.data_root).spark
     from orchestration.recon.project import run_project_dir
@@ -315,9 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         from orchestration.recon.dbt_models import reconciled_jobs
 
         # --full (tidemark's) or dbt's --full-refresh: every day of every job (a backfill)
-        full = "--full" in args or "--full-refresh" in args
+        full = "--full" in args or "--full-refresh" in args or bool(shadow)
         args = [a for a in args if a != "--full"]
+        # (every job's, with --shadow too: the project's models need them to parse; the
+        # caller selects the shadow's models)
         variables = dbt_vars(reconciled_jobs(), cfg if command in NEEDS_SPARK else None, full)
+        variables.update(shadow_vars)
         for job, reason in variables.get("recon_reasons", {}).items():
             print(f"tidemark-dbt: {job}: {reason}", file=sys.stderr)
         if command in SELECTS_MODELS and "--vars" not in args:
@@ -345,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if metastore is not None:
             metastore.close()
-        if command == "build":
+        if command == "build" and not shadow:
             # the outcome, whatever it is: a failed check skips recon_summary, never this
             recon_runs.record_outcome(cfg, result, started_at)
     if result.exception is not None:

@@ -107,13 +107,25 @@ def read_progress(cfg: TidemarkConfig, jobs: dict) -> tuple[int | None, list[dic
     version = ops_tables.version(cfg, "stream_progress")
     if version is None:
         return None, []
-    return version, ops_tables.read(
+    # a job seen through its rebuild's shadow: the shadow's rows, as the job's
+    names = {shadow_name(job) if job in cfg.shadowed else job: job for job in jobs}
+    rows = ops_tables.read(
         cfg,
         "stream_progress",
         as_of=version,
-        where=f"job in ({', '.join(map(ops_tables.literal, jobs))})" if jobs else "false",
+        where=f"job in ({', '.join(map(ops_tables.literal, names))})" if names else "false",
         columns=["job", "query_id", "batch_id", "ts", "sink_version", "source_versions"],
     )
+    for row in rows:
+        row["job"] = names[row["job"]]
+    return version, rows
+
+
+def shadow_name(job: str) -> str:
+    """The name a rebuild's shadow of ``job`` records its ops rows under."""
+    from streaming_jobs.storage.swaps import SHADOW
+
+    return f"{job}{SHADOW}"
 
 
 def position_vars(

@@ -40,8 +40,9 @@ def late_events(row: dict, between: str = "/") -> str:
     return text + (f" ({lost:,} in lost reports)" if lost else "")
 
 
-def recon_counts(cfg: TidemarkConfig, job: str) -> dict[str, int]:
-    table = locations.delta_table(cfg.paths.dbt_table("recon", f"recon_{job}"))
+def recon_counts(cfg: TidemarkConfig, job: str, table=None) -> dict[str, int]:
+    """Rows per class of ``job``'s recon table (``table``: another place of it, a shadow's)."""
+    table = locations.delta_table(table or cfg.paths.dbt_table("recon", f"recon_{job}"))
     classes = table.to_pyarrow_dataset().to_table(columns=["recon_class"]).column(0)
     found = Counter(classes.to_pylist())
     return {c: int(found.get(c, 0)) for c in RECON_CLASSES}

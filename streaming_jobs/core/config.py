@@ -132,6 +132,9 @@ class Paths:
 
     root: Where
     work: Path | None = None
+    # jobs whose checkpoint and gold table are read from their rebuild's shadow (a
+    # reconciliation of the new version before it is swapped in, `with_shadow`)
+    shadowed: tuple[str, ...] = ()
 
     @property
     def _work(self) -> Path:
@@ -184,11 +187,19 @@ class Paths:
     def landing_dir(self, stream: str) -> Where:
         return self.landing / stream
 
+    def shadow(self, job: str) -> Where:
+        """``rebuilds/<job>/shadow/``: a new version of the job built beside the live one."""
+        return self.rebuilds / job / "shadow"
+
     def table(self, layer: str, name: str) -> Where:
         """A lake table: layer is bronze, quarantine, gold or ops."""
+        if layer == "gold" and name in self.shadowed:
+            return self.shadow(name) / "gold"
         return self.lake / layer / name
 
     def checkpoint(self, name: str) -> Where:
+        if name in self.shadowed:
+            return self.shadow(name) / "checkpoint"
         return self.checkpoints / name
 
 
@@ -493,6 +504,8 @@ class TidemarkConfig:
     unbounded_state: str = "refuse"
     # with a data root on a store: this machine's working folder (None: `default_work_root`)
     work_dir: Path | None = None
+    # jobs seen through their rebuild's shadow (`with_shadow`); none in a user's configuration
+    shadowed: tuple[str, ...] = ()
 
     @property
     def on_store(self) -> bool:
@@ -508,7 +521,12 @@ class TidemarkConfig:
 
     @property
     def paths(self) -> Paths:
-        return Paths(self.data_root, self.work_root)
+        return Paths(self.data_root, self.work_root, self.shadowed)
+
+    def with_shadow(self, job: str) -> "TidemarkConfig":
+        """This configuration with ``job``'s checkpoint and gold table those of its rebuild's
+        shadow: what reconciles a new version before it is swapped in."""
+        return replace(self, shadowed=(*self.shadowed, job))
 
     def with_data_root(self, root: Path | str | Location) -> "TidemarkConfig":
         return replace(self, data_root=data_root_of(root, self.s3))

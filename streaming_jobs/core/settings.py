@@ -23,6 +23,8 @@ INTERNAL = frozenset(
         "TIDEMARK_SQL_HOST",
         "TIDEMARK_DAGSTER_RUN_ID",
         "TIDEMARK_DBT_RUN_VARS",
+        "TIDEMARK_DBT_SHADOW",  # tidemark-dbt --shadow: a rebuild's reconciliation
+        "TIDEMARK_DBT_WAREHOUSE",
         "TIDEMARK_FAULT_POINT",
     }
 )

@@ -392,7 +392,9 @@ class _Host:
                     self.stop(job)
                 try:
                     spec = get_job(job)  # the code on disk: the version the shadow ran
-                    done = shadow.carry_out(self.spark, self.cfg, job, asked.get("kind"), spec)
+                    done = shadow.carry_out(
+                        self.spark, self.cfg, job, asked.get("kind"), spec, asked.get("gate")
+                    )
                 except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
                     shadow.answer(self.cfg, job, request_id, error=str(exc)[:2000])
                     LOG.warning("continuous: the %s of %s failed: %s", asked.get("kind"), job, exc)

@@ -73,8 +73,8 @@ class RebuildError(RuntimeError):
 
 
 def shadow_place(cfg: TidemarkConfig, job: str) -> Place:
-    shadow = folder(cfg, job) / "shadow"
-    return Place(f"{job}{SHADOW}", shadow / "checkpoint", shadow / "gold")
+    seen = cfg.with_shadow(job).paths
+    return Place(f"{job}{SHADOW}", seen.checkpoint(job), seen.table("gold", job))
 
 
 def shadow_info(cfg: TidemarkConfig, job: str) -> dict | None:
@@ -180,10 +180,15 @@ def _live(cfg: TidemarkConfig, job: str) -> dict:
 
 
 def swap_locked(
-    spark: SparkSession, cfg: TidemarkConfig, spec: JobSpec, holder: str = "a rebuild"
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    spec: JobSpec,
+    holder: str = "a rebuild",
+    gate: dict | None = None,
 ) -> dict:
     """Swap the shadow of ``spec`` in (see the module doc); the caller holds the live
-    checkpoint's lock. Returns what `finish` did."""
+    checkpoint's lock. ``gate``: what the shadow's reconciliation said (recorded with the
+    swap). Returns what `finish` did."""
     job = spec.name
     swaps.finish_pending(lambda: spark, cfg, job)
     restores.finish_pending(lambda: spark, cfg, job)
@@ -227,6 +232,7 @@ def swap_locked(
         # the table properties the new version's gold needs (`gold_writer` sets the same)
         "properties": {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})},
         "rows_done": [],
+        "gate": gate,
         **_live(cfg, job),
     }
     return swaps.finish(spark, cfg, swaps.write_plan(cfg, plan))
@@ -289,9 +295,11 @@ def _requests(cfg: TidemarkConfig, job: str) -> Location:
     return folder(cfg, job) / ".requests"
 
 
-def request(cfg: TidemarkConfig, job: str, kind: str, requester: str) -> str:
+def request(
+    cfg: TidemarkConfig, job: str, kind: str, requester: str, gate: dict | None = None
+) -> str:
     """Ask the run that owns ``job``'s checkpoint to swap (``kind``: rebuild or rollback)."""
-    return requests.ask(_requests(cfg, job), {"kind": kind, "requester": requester})
+    return requests.ask(_requests(cfg, job), {"kind": kind, "requester": requester, "gate": gate})
 
 
 def requested(cfg: TidemarkConfig, job: str) -> list[tuple[str, dict]]:
@@ -308,13 +316,20 @@ def answer(cfg: TidemarkConfig, job: str, request_id: str, *, done=None, error=N
     requests.answer(_requests(cfg, job), request_id, {"done": done, "error": error})
 
 
-def carry_out(spark: SparkSession, cfg: TidemarkConfig, job: str, kind: str, spec=None) -> dict:
+def carry_out(
+    spark: SparkSession,
+    cfg: TidemarkConfig,
+    job: str,
+    kind: str,
+    spec=None,
+    gate: dict | None = None,
+) -> dict:
     """The swap ``kind`` of ``job``, by the holder of its checkpoint's lock."""
     if kind == "rollback":
         return rollback_locked(spark, cfg, job)
     from streaming_jobs.storage.registry import get_job
 
-    return swap_locked(spark, cfg, spec or get_job(job))
+    return swap_locked(spark, cfg, spec or get_job(job), gate=gate)
 
 
 def swap(
@@ -324,12 +339,14 @@ def swap(
     kind: str = "rebuild",
     holder: str = "tidemark rebuild",
     timeout_seconds: float = 900.0,
+    gate: dict | None = None,
 ) -> dict:
     """Swap now: by the continuous run that hosts ``job`` (asked, and waited for), else here
-    under the checkpoint's lock (`CheckpointBusy` while another run owns it)."""
+    under the checkpoint's lock (`CheckpointBusy` while another run owns it). ``gate``: what
+    the shadow's reconciliation said, recorded with the swap."""
     checkpoint = cfg.paths.checkpoint(job)
     if takes_savepoint_requests(checkpoint):
-        request_id = request(cfg, job, kind, holder)
+        request_id = request(cfg, job, kind, holder, gate)
         try:
             outcome = requests.wait(
                 _requests(cfg, job), request_id, lambda: is_running(checkpoint), timeout_seconds
@@ -345,4 +362,4 @@ def swap(
                 raise RebuildError(outcome["error"])
             return outcome["done"]
     with checkpoint_lock(checkpoint, holder):
-        return carry_out(spark, cfg, job, kind)
+        return carry_out(spark, cfg, job, kind, gate=gate)

@@ -48,6 +48,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.runtime.ingestion import bronze_schema
+from streaming_jobs.runtime.plans import seq, streaming_nodes
 from streaming_jobs.storage.registry import analysis_cache, catalogue
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.spec import JobSpec
@@ -72,12 +73,8 @@ class Finding:
 # -- the plan, through py4j ---------------------------------------------------------------------
 
 
-def _seq(scala_seq) -> list:
-    return [scala_seq.apply(i) for i in range(scala_seq.size())]
-
-
 def _children(node) -> list:
-    return _seq(node.children())
+    return seq(node.children())
 
 
 def _watermarked(attribute) -> bool:
@@ -85,7 +82,7 @@ def _watermarked(attribute) -> bool:
 
 
 def _references(expression) -> list:
-    return _seq(expression.references().toSeq())
+    return seq(expression.references().toSeq())
 
 
 def _names(expressions) -> str:
@@ -110,11 +107,11 @@ def _join_side_bounded(jvm, join, side: str) -> bool:
     condition = join.condition()
     if condition.isEmpty():
         return False
-    other_marked = [a for a in _seq(other.output()) if _watermarked(a)]
+    other_marked = [a for a in seq(other.output()) if _watermarked(a)]
     # any event watermark will do: the question is only whether a bound exists at all
     # (a number above 2**31 travels through py4j as a Long, as Option[Long] needs)
     bound = helper.getStateValueWatermark(
-        _attribute_set(jvm, _seq(this.output())),
+        _attribute_set(jvm, seq(this.output())),
         _attribute_set(jvm, other_marked),
         condition,
         jvm.scala.Some(10**12),
@@ -135,8 +132,8 @@ def _join_delay_ms(jvm, join) -> int:
     marks = []
     for this, other in ((join.left(), join.right()), (join.right(), join.left())):
         bound = helper.getStateValueWatermark(
-            _attribute_set(jvm, _seq(this.output())),
-            _attribute_set(jvm, [a for a in _seq(other.output()) if _watermarked(a)]),
+            _attribute_set(jvm, seq(this.output())),
+            _attribute_set(jvm, [a for a in seq(other.output()) if _watermarked(a)]),
             condition,
             jvm.scala.Some(PROBE_WATERMARK_MS),
         )
@@ -162,26 +159,19 @@ def emit_delay_seconds(jvm, plan) -> int:
 
 def _aggregates(plan) -> list:
     nodes: list = []
-    _state_operators(plan, nodes)
+    streaming_nodes(plan, nodes)
     return [n for n in nodes if n.nodeName() == "Aggregate"]
-
-
-def _state_operators(node, found: list) -> None:
-    for child in _children(node):
-        _state_operators(child, found)
-    if node.isStreaming():
-        found.append(node)
 
 
 def unbounded_operators(jvm, plan) -> list[str]:
     """What in ``plan`` keeps state it can never evict, each with how to bound it."""
     nodes: list = []
-    _state_operators(plan, nodes)
+    streaming_nodes(plan, nodes)
     problems = []
     for node in nodes:
         kind = node.nodeName()
         if kind == "Aggregate":
-            grouping = _seq(node.groupingExpressions())
+            grouping = seq(node.groupingExpressions())
             if not any(_watermarked(a) for e in grouping for a in _references(e)):
                 problems.append(
                     f"the aggregation by ({_names(grouping)}) keeps a state row per group "
@@ -192,7 +182,7 @@ def unbounded_operators(jvm, plan) -> list[str]:
                     "accept the growth with unbounded_state: warn"
                 )
         elif kind == "Deduplicate":
-            keys = _seq(node.keys())
+            keys = seq(node.keys())
             if not any(_watermarked(a) for e in keys for a in _references(e)):
                 problems.append(
                     f"the deduplication on ({_names(keys)}) keeps every key forever: use "
@@ -311,10 +301,10 @@ def analyze_job(
     except (PySparkException, Py4JJavaError) as exc:
         message = _first_line(exc).split(";;")[0].strip()
         unwindowed = [
-            f"({_names(_seq(n.groupingExpressions()))})"
+            f"({_names(seq(n.groupingExpressions()))})"
             for n in _aggregates(plan)
             if not any(
-                _watermarked(a) for e in _seq(n.groupingExpressions()) for a in _references(e)
+                _watermarked(a) for e in seq(n.groupingExpressions()) for a in _references(e)
             )
         ]
         if "without watermark" in message and unwindowed:

@@ -40,6 +40,7 @@ from streaming_jobs.core.versions import (
     version_parts,
     write_record,
 )
+from streaming_jobs.runtime.plans import seq, streaming_nodes
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.storage.registry import stream_schema
 
@@ -113,10 +114,6 @@ class Change:
 # -- the state shape of a query -----------------------------------------------------------------
 
 
-def _seq(scala_seq) -> list:
-    return [scala_seq.apply(i) for i in range(scala_seq.size())]
-
-
 _IDS = re.compile(r"#\d+L?|-T\d+ms")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HASH = re.compile(r"@[0-9a-f]{4,}")
@@ -131,7 +128,7 @@ def _render(node) -> str:
     ids, a watermark's id, object hashes, the source's path)."""
     kind = node.nodeName()
     if "Relation" in kind and node.children().isEmpty():
-        names = [a.name() for a in _seq(node.output())]
+        names = [a.name() for a in seq(node.output())]
         return f"source({', '.join(names)})"
     if kind == "EventTimeWatermark":
         return f"EventTimeWatermark {node.eventTime().name()}"
@@ -140,44 +137,48 @@ def _render(node) -> str:
 
 def _lines(node, depth: int = 0) -> list[str]:
     out = ["  " * depth + _render(node)]
-    for child in _seq(node.children()):
+    for child in seq(node.children()):
         out += _lines(child, depth + 1)
     return out
 
 
 def _operators(node, found: list) -> None:
-    for child in _seq(node.children()):
-        _operators(child, found)
-    if node.nodeName() in STATEFUL and node.isStreaming():
-        if node.nodeName() != "Join" or all(c.isStreaming() for c in _seq(node.children())):
-            found.append(node)
+    """The plan's stateful operators, leaves first (a join only of two streams)."""
+    streaming: list = []
+    streaming_nodes(node, streaming)
+    found += [
+        n
+        for n in streaming
+        if n.nodeName() in STATEFUL
+        and (n.nodeName() != "Join" or all(c.isStreaming() for c in seq(n.children())))
+    ]
 
 
 def _aggregates(expression) -> bool:
     """Whether ``expression`` computes an aggregate (what an aggregation keeps in state)."""
     return expression.nodeName() == "AggregateExpression" or any(
-        _aggregates(c) for c in _seq(expression.children())
+        _aggregates(c) for c in seq(expression.children())
     )
 
 
 def _key_and_state(node) -> tuple[str, str]:
     kind = node.nodeName()
     if kind == "Aggregate":
-        grouping = [_clean(e.toString()) for e in _seq(node.groupingExpressions())]
+        grouping = [_clean(e.toString()) for e in seq(node.groupingExpressions())]
         functions = [
-            _clean(e.toString()) for e in _seq(node.aggregateExpressions()) if _aggregates(e)
+            _clean(e.toString()) for e in seq(node.aggregateExpressions()) if _aggregates(e)
         ]
         return ", ".join(grouping), ", ".join(functions)
     if kind.startswith("Deduplicate"):
-        return ", ".join(_clean(e.toString()) for e in _seq(node.keys())), ""
+        return ", ".join(_clean(e.toString()) for e in seq(node.keys())), ""
     if kind == "Join":
         return _clean(node.simpleString(10_000)), ""
     if kind == "FlatMapGroupsInPandasWithState":
-        keys = ", ".join(_clean(e.toString()) for e in _seq(node.groupingAttributes()))
+        keys = ", ".join(_clean(e.toString()) for e in seq(node.groupingAttributes()))
         return keys, str(node.stateType().simpleString())
     if "WithState" in kind:
         try:
-            keys = ", ".join(_clean(e.toString()) for e in _seq(node.groupingAttributes()))
+            keys = ", ".join(_clean(e.toString()) for e in seq(node.groupingAttributes()))
         except Exception:  # noqa: BLE001 - a variant without them: its whole line
             keys = _render(node)
         return keys, ""
@@ -185,7 +186,7 @@ def _key_and_state(node) -> tuple[str, str]:
 
 
 def _watermarks(node, found: list) -> None:
-    for child in _seq(node.children()):
+    for child in seq(node.children()):
         _watermarks(child, found)
     if node.nodeName() == "EventTimeWatermark":
         found.append(f"{node.eventTime().name()}: {node.delay().toString()}")
@@ -200,7 +201,7 @@ def state_shape(frame: DataFrame) -> dict:
     operators = []
     for node in nodes:
         key, state = _key_and_state(node)
-        below = [line for child in _seq(node.children()) for line in _lines(child)]
+        below = [line for child in seq(node.children()) for line in _lines(child)]
         operators.append({"kind": node.nodeName(), "key": key, "state": state, "input": below})
     watermarks: list = []
     _watermarks(plan, watermarks)

@@ -217,6 +217,9 @@ JOB_CHANGE_SCHEMA = T.StructType(
         T.StructField("gold_rows", T.LongType()),  # rows gold holds after the swap
         T.StructField("query_id", T.StringType()),  # the checkpoint serving after
         T.StructField("state_partitions", T.LongType()),  # of its state (null: stateless)
+        # a rebuild's reconciliation before its swap (null: not reconciled, or a rollback)
+        T.StructField("recon_compared", T.LongType()),
+        T.StructField("recon_unexplained", T.LongType()),
     ]
 )
 

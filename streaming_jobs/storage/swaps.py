@@ -195,6 +195,8 @@ def finish(spark, cfg: TidemarkConfig, plan: dict) -> dict:
         "gold_rows": spark.read.format("delta").load(spark_path(gold)).count(),
         "query_id": plan["source_qid"],
         "state_partitions": _state_partitions(spark, live),
+        "recon_compared": (plan.get("gate") or {}).get("compared"),
+        "recon_unexplained": (plan.get("gate") or {}).get("unexplained"),
     }
     recorded = ops_tables.exists(cfg, "job_changes") and ops_tables.read(
         cfg, "job_changes", where=f"change_id = {ops_tables.literal(change_id)}", columns=["job"]

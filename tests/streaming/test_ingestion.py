@@ -79,6 +79,7 @@ def test_every_lake_table_exists_before_any_stream_ran(spark, cfg):
             "ops/alerts",
             "ops/expectations",
             "ops/recon_runs",
+            "ops/job_changes",
         }
         | {f"gold/{j}" for j in registry()}
     )

@@ -5,6 +5,7 @@ rolled back, and rebuilt again with another state partition count (a rescale).""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -16,11 +17,13 @@ from helpers import dbt, land, txn
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import job_version, read_record
+from streaming_jobs.operations import shadow
 from streaming_jobs.operations.continuous import run_continuous
 from streaming_jobs.operations.rescale import state_partitions
 from streaming_jobs.runtime.changes import UnsafeChange
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage import ops_tables
+from streaming_jobs.storage.lake import spark_path
 from streaming_jobs.storage.registry import get_job, streams
 
 JOB = "merchant_counts"
@@ -140,6 +143,10 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
             reading.set()
             reader.join()
         said = capsys.readouterr().out
+        # reconciled against its own batch definition before the swap, in tables of its own
+        assert re.search(
+            rf"{JOB}'s new version reconciled: [1-9][\d,]* rows compared, 0 unexplained", said
+        ), said
         assert f"{JOB}: rebuild done, version {v1} -> {v2}" in said, said
         assert f"`tidemark rollback {JOB}`" in said
         assert len(seen) > 3
@@ -163,7 +170,9 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     assert read_record(checkpoint)["version"] == v2
     assert gold_now(cfg) == expected(everything, 15, 70 - 5)
 
-    # the new version's reconciliation: its progress rows are the shadow's, then the run's
+    # the shadow's reconciliation left the live one's status alone; the new version's own,
+    # after the swap: its progress rows are the shadow's, then the run's
+    assert not ops_tables.read(cfg, "recon_runs", where=f"job = '{JOB}'")
     result = dbt("build", "--select", f"+recon_{JOB}")
     assert result.returncode == 0, result.stdout[-3000:]
     recon = ops_tables.read(cfg, "recon_runs", where=f"job = '{JOB}'")
@@ -196,12 +205,30 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     run_job(spark, cfg, get_job(JOB))  # version 1 goes on from its checkpoint: wave c
     assert gold_now(cfg) == expected(everything, 10, 70 - 5)
 
-    # the same version rebuilt into 3 state partitions: a rescale, gold unchanged
+    # the same version rebuilt into 3 state partitions: a rescale, gold unchanged. Its shadow
+    # first gets a row its batch definition has not: the reconciliation refuses the swap
     before_partitions = state_partitions(spark, cfg, JOB)
     assert before_partitions and before_partitions != {3}
     batches_before = last_committed_batch(checkpoint)
-    assert tidemark(["rebuild", JOB, "--partitions", "3"]) == 0
-    assert "3 state partitions" in capsys.readouterr().out
+    shadow.build(spark, cfg, get_job(JOB), partitions=3)
+    shadow_gold = spark_path(shadow.shadow_place(cfg, JOB).target)
+    spark.sql(
+        f"insert into delta.`{shadow_gold}` values "
+        "('m9', timestamp'2026-01-01 00:00:00', timestamp'2026-01-01 00:10:00', 1)"
+    )
+    live_before = gold_now(cfg)
+    assert tidemark(["rebuild", JOB, "--partitions", "3"]) == 2
+    said = capsys.readouterr()
+    assert re.search(
+        r"reconciled: [\d,]+ rows compared, 1 unexplained \(.*missing_in_batch 1", said.out
+    ), said
+    assert f"{JOB}: not swapped: its new version does not reconcile" in said.err, said.err
+    assert gold_now(cfg) == live_before and last_committed_batch(checkpoint) == batches_before
+    # the row taken out of the shadow again; swapped without a second reconciliation
+    spark.sql(f"delete from delta.`{shadow_gold}` where merchant = 'm9'")
+    assert tidemark(["rebuild", JOB, "--partitions", "3", "--skip-recon"]) == 0
+    said = capsys.readouterr().out
+    assert "reconciliation skipped (--skip-recon)" in said and "3 state partitions" in said
     assert state_partitions(spark, cfg, JOB) == {3}
     assert gold_now(cfg) == expected(everything, 10, 70 - 5)
     assert last_committed_batch(checkpoint) != batches_before  # the shadow's batches now
@@ -215,6 +242,9 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
         ("rebuild", v1, v1),
     ]
     assert changes[-1]["state_partitions"] == 3
+    # each rebuild's reconciliation before its swap (a rollback has none)
+    assert [c["recon_unexplained"] for c in changes] == [0, None, None]
+    assert changes[0]["recon_compared"] > 0
     # nothing of the shadows or plans is left behind
     assert not locations.exists(locations.Location.of(cfg.paths.rebuilds) / JOB / "shadow")
     assert not locations.exists(locations.Location.of(cfg.paths.rebuilds) / JOB / "swap.json")

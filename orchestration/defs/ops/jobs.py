@@ -32,6 +32,7 @@ from streaming_jobs.storage.registry import get_job, registry
 from streaming_jobs.runtime.runner import run_bronze, run_job
 
 from orchestration.lib import keys
+from orchestration.recon.gate import Gate, reconcile_shadow
 from orchestration.lib.metadata import run_metadata
 from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 
@@ -120,6 +121,9 @@ class RebuildConfig(dg.Config):
         None, description="the new version's state partitions (a rescale); default: Spark's"
     )
     rollback: bool = Field(False, description="put back the version the last swap replaced")
+    skip_recon: bool = Field(
+        False, description="swap the new version in without reconciling it first"
+    )
 
 
 @dg.op(
@@ -146,8 +150,26 @@ def change_version(
                 f"(shadow batch {built['last_batch']})"
             )
             metadata["shadow_batches"] = dg.MetadataValue.int((built["last_batch"] or 0) + 1)
+            gate = (
+                Gate(spec.name, reconciled=False, message="reconciliation skipped (skip_recon)")
+                if config.skip_recon
+                else reconcile_shadow(cfg, spec.name)
+            )
+            context.log.info(f"{spec.name}: {gate.message}")
+            metadata["recon"] = dg.MetadataValue.text(gate.message[:2000])
+            if gate.reconciled:
+                metadata["recon_unexplained"] = dg.MetadataValue.int(gate.unexplained or 0)
+            if not gate.allows_swap:
+                raise dg.Failure(
+                    description=f"{spec.name}: not swapped: its new version does not "
+                    f"reconcile ({gate.message}). The live version serves on; the shadow is "
+                    "kept. Fix the job and run again, or set skip_recon",
+                    metadata=metadata,
+                )
         kind = "rollback" if config.rollback else "rebuild"
-        done = shadow.swap(spark, cfg, spec.name, kind, holder)
+        done = shadow.swap(
+            spark, cfg, spec.name, kind, holder, gate=None if config.rollback else gate.as_dict()
+        )
     except shadow.RebuildError as exc:
         raise dg.Failure(description=str(exc)) from None
     context.log.info(
