@@ -303,7 +303,7 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
             )
         else:
             gate = reconcile_shadow(cfg, spec.name)
-        print(f"{spec.name}: {gate.message}")
+        print(gate.message)
         if not gate.allows_swap:
             raise OperationError(
                 f"{spec.name}: not swapped: its new version does not reconcile. The live "
