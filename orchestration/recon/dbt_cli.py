@@ -356,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         variables.update(shadow_vars)
         for job, reason in variables.get("recon_reasons", {}).items():
             print(f"tidemark-dbt: {job}: {reason}", file=sys.stderr)
+        if command in NEEDS_SPARK and not shadow:
+            for job, note in recon_runs.version_notes(cfg, reconciled_jobs()).items():
+                print(f"tidemark-dbt: {job}: warning: {note}", file=sys.stderr)
         if command in SELECTS_MODELS and "--vars" not in args:
             # (a caller that passes its own --vars, as Dagster's asset does, leaves them out
             # itself: it knows its selection)

@@ -56,6 +56,30 @@ def _late_events(cfg: TidemarkConfig) -> dict[str, dict]:
     return {r["job"]: r for r in rows}
 
 
+def version_notes(cfg: TidemarkConfig, jobs) -> dict[str, str]:
+    """Per job whose gold was written by another version than its code's now (a rollback whose
+    code was not put back, a change not run yet): what its reconciliation then means. The
+    models hold the code's definition only, so that is what gold is compared with."""
+    from streaming_jobs.core.versions import read_record, version_of
+    from streaming_jobs.runtime.changes import current_parts
+    from streaming_jobs.storage.registry import registry
+
+    specs, out = registry(), {}
+    for job in sorted(jobs):
+        record = read_record(cfg.paths.checkpoint(job)) if job in specs else None
+        if not record or not record.get("version"):
+            continue
+        code = version_of(current_parts(specs[job]))
+        if record["version"] != code:
+            out[job] = (
+                f"gold holds version {record['version']} of the job (its checkpoint's) and the "
+                f"code is version {code}: reconciled against the code's definition, so rows the "
+                f"two versions define differently count as unexplained. Put version "
+                f"{record['version']}'s code back, or rebuild the job (tidemark rebuild {job})"
+            )
+    return out
+
+
 def rows_from_results(
     cfg: TidemarkConfig,
     results: list,
@@ -97,6 +121,7 @@ def rows_from_results(
                 else f"{name}: {status} ({r.message})"
             )
     late = _late_events(cfg)
+    notes = version_notes(cfg, models)
     rows = []
     for job, result in sorted(models.items()):
         row = {
@@ -115,6 +140,8 @@ def rows_from_results(
                 unexplained_rows=sum(counts[c] for c in UNEXPLAINED),
                 class_rows=counts,
             )
+            if job in notes:
+                row["message"] = notes[job]
             replay = late.get(job)
             if replay:
                 row.update(
@@ -285,6 +312,7 @@ class ReconStatus:
                 checks = "; ".join(row["failed_checks"] or []) or "no failed check recorded"
                 out.append(
                     f"{job}: {row['unexplained_rows']:,} unexplained rows (failed checks: {checks})"
+                    + (f". {row['message']}" if row.get("message") else "")
                 )
         return out
 

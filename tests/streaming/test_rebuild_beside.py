@@ -201,6 +201,15 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     assert read_record(checkpoint)["version"] == v1
     with pytest.raises(UnsafeChange):
         run_job(spark, cfg, get_job(JOB))  # the code is still version 2
+    # a reconciliation meanwhile compares version 1's gold with version 2's definition: it
+    # says so, in the terminal and in its record
+    result = dbt("build", "--select", f"+recon_{JOB}")
+    said = f"{JOB}: warning: gold holds version {v1} of the job (its checkpoint's) and the code is version {v2}"
+    assert said in result.stderr, result.stderr[-2000:]
+    latest = max(
+        ops_tables.read(cfg, "recon_runs", where=f"job = '{JOB}'"), key=lambda r: r["finished_at"]
+    )
+    assert latest["message"].startswith(f"gold holds version {v1}") and latest["unexplained_rows"]
     path.write_text(FILE.format(minutes=10))
     run_job(spark, cfg, get_job(JOB))  # version 1 goes on from its checkpoint: wave c
     assert gold_now(cfg) == expected(everything, 10, 70 - 5)
