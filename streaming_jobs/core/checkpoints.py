@@ -262,16 +262,7 @@ def is_running(checkpoint: Where) -> bool:
     if place.on_store:
         record = owner(place)
         return bool(record) and not record.get("released") and not holder_gone_here(record)
-    path = lock_path(place.path)
-    if not path.exists():
-        return False
-    with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    return locations.lock_held(lock_path(place.path))
 
 
 def takes_savepoint_requests(checkpoint: Where) -> bool:

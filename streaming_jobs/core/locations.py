@@ -13,6 +13,7 @@ has no rename either, so nothing here offers one; a write of one object is atomi
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -139,6 +140,20 @@ class Item:
 
 _clients: dict[tuple, object] = {}
 _clients_guard = threading.Lock()
+
+
+def lock_held(path: Path) -> bool:
+    """Another open file holds an exclusive ``flock`` on the local file ``path`` (a process's
+    exit releases it, so this is True only while its holder lives)."""
+    if not path.exists():
+        return False
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 def store_of(where: Location):

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
+from streaming_jobs.core.locations import lock_held
 from streaming_jobs.services.processes import (
     accepts,
     alive,
@@ -124,7 +125,11 @@ class Service:
     def announce(self, **info) -> None:
         """Written by the supervisor once the server answers (the pid is the supervisor's)."""
         self.info_file.parent.mkdir(parents=True, exist_ok=True)
-        write_json(self.info_file, {"host": HOST, "port": self.port, "pid": os.getpid(), **info})
+        owner = int(os.environ.get(self.owner_variable, "0") or 0)
+        write_json(
+            self.info_file,
+            {"host": HOST, "port": self.port, "pid": os.getpid(), "owner": owner, **info},
+        )
 
     def withdraw(self) -> None:
         self.info_file.unlink(missing_ok=True)
@@ -141,10 +146,17 @@ class Service:
             return None
         return info
 
+    @staticmethod
+    def leaving(info: dict) -> bool:
+        """Its owner has ended: its supervisor stops it (in a moment, or it has already)."""
+        owner = int(info.get("owner") or 0)
+        return bool(owner) and not alive(owner)
+
     def discover(self) -> dict | None:
-        """The running server's info, or None (no file, its process gone, or its port shut)."""
+        """The running server's info, or None (no file, its process gone, its port shut, or
+        its owner gone: a server about to stop is not one to use)."""
         info = self.read_info()
-        if info is None or not alive(int(info["pid"])):
+        if info is None or not alive(int(info["pid"])) or self.leaving(info):
             return None
         if not accepts(info.get("host", HOST), int(info["port"])):
             return None
@@ -156,6 +168,7 @@ class Service:
         found = self.discover()
         if found:
             return found
+        self._await_leaving()
         if not port_free(HOST, self.port):
             raise ServiceError(
                 f"port {self.port} on {HOST} is taken by another program (or {self.title} of "
@@ -183,6 +196,25 @@ class Service:
         raise ServiceError(
             f"{self.title} did not answer on {HOST}:{self.port} in {limit:.0f} s; see {self.log}"
         )
+
+    def _await_leaving(self) -> None:
+        """A server whose owner has ended holds its port until its supervisor has stopped it:
+        wait for that (up to ``stop_timeout``) rather than start beside it or use it."""
+        info = self.read_info()
+        if info is None or not self.leaving(info):
+            return
+        deadline = time.monotonic() + self.stop_timeout
+        while self.supervisor_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def supervisor_running(self) -> bool:
+        """A supervisor holds the lock: until its last process is gone (even one no process
+        reaps: its exit releases the lock)."""
+        return lock_held(self.supervisor_lock)
+
+    @property
+    def supervisor_lock(self) -> Path:
+        return self.info_file.with_name(f"{self.info_file.stem}.supervisor.lock")
 
     def supervise(
         self,
@@ -260,7 +292,7 @@ class Service:
     def sole_supervisor(self, wait_seconds: float):
         """Hold the supervisor lock (closing the returned file releases it, as does this
         process's exit), waiting up to ``wait_seconds`` for a supervisor still stopping."""
-        path = self.info_file.with_name(f"{self.info_file.stem}.supervisor.lock")
+        path = self.supervisor_lock
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a")  # noqa: SIM115 - held for the supervisor's life
         deadline = time.monotonic() + wait_seconds

@@ -4,7 +4,9 @@ unchanged) through tidemark's one Python storage layer (`streaming_jobs.core.sto
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -16,7 +18,9 @@ import obstore
 import pytest
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.stores import ensure_bucket, server_keys
+from streaming_jobs.services.processes import accepts
 
 
 @pytest.fixture
@@ -77,7 +81,11 @@ def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
     temporarily unavailable"); now a supervisor holds its lock until its last process is gone,
     and the next one waits. And each start gave the master a new port, so a new folder for its
     state: the restarted master froze volume growth, and a new bucket's first write hung for
-    good; now the master keeps its port (`server_ports`)."""
+    good; now the master keeps its port (`server_ports`). And a server whose owner had just
+    ended was used while its supervisor was about to stop it (a CI run's write went to it, its
+    read was refused): here the first owner freezes its supervisor as it ends, so the server is
+    left answering with its owner gone, deterministically; it is not used, and the next start
+    waits for it to stop."""
     from streaming_jobs.services import object_store
 
     env = {
@@ -98,10 +106,14 @@ def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
         "place = locations.Location.of(f's3://{sys.argv[1]}/a/b.json')\n"
         "locations.write_bytes(place, b'{}')\n"
         "print(locations.read_bytes(place).decode(), flush=True)\n"
+        "if sys.argv[2:]:\n"
+        "    import os, signal\n"
+        "    os.kill(object_store.discover(cfg).pid, signal.SIGSTOP)\n"
     )
     for bucket in ("first", "second"):  # each owned by a process that ends at once
+        freeze = ["freeze"] if bucket == "first" else []
         done = subprocess.run(
-            [sys.executable, "-c", start_and_write, bucket],
+            [sys.executable, "-c", start_and_write, bucket, *freeze],
             env=env,
             capture_output=True,
             text=True,
@@ -110,6 +122,14 @@ def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         endpoint, written = done.stdout.split()
         assert endpoint.startswith("http://127.0.0.1:") and written == "{}"
+        if freeze:
+            cfg = TidemarkConfig.from_env(env)
+            info = json.loads((tmp_path / "s3" / "server.json").read_text())
+            try:
+                assert accepts("127.0.0.1", int(info["port"]))  # it answers, its owner gone
+                assert object_store.discover(cfg) is None
+            finally:
+                os.kill(int(info["pid"]), signal.SIGCONT)  # it stops now, as the next starts
     log = (tmp_path / "s3" / "s3.log").read_text(errors="replace")
     assert "resource temporarily unavailable" not in log
     assert "volume growth is frozen" not in log
