@@ -1,5 +1,5 @@
 """A changed job, checked before any batch: a safe change runs on under its new version; each
-unsafe class (window length, key, state schema, watermark) is refused before any batch with
+unsafe class (window length, key, state schema, watermark, TTL) is refused before any batch with
 its message, and the job keeps its checkpoint, its gold and its recorded version."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from helpers import land, txn
+from helpers import click, land, txn
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import job_version, read_record
 from streaming_jobs.runtime.changes import UnsafeChange
@@ -182,3 +182,59 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
     closed = datetime(2026, 1, 1, 1, 20)
     everything = counts(first + second + third + fourth)
     assert rows == {k: n for k, n in everything.items() if k[2] <= closed}
+
+
+@pytest.mark.slow
+def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_run_leaves_it_out(
+    spark, cfg, tmp_path, monkeypatch
+):
+    """The TTL class, on a keyed job (transformWithState): its state's shape does not change
+    with the TTL (a number in the processor), so only its spec tells; keys in state would
+    expire under the old TTL while new ones used the new one. The user edits the job's file."""
+    from pathlib import Path
+
+    import streaming_jobs.jobs.user_activity_profile as builtin
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    source = Path(builtin.__file__).read_text()
+    assert source.count('name="user_activity_profile"') == 1
+    assert source.count('ttl="30 minutes"') == 1
+    path = folder / "idle_profile.py"
+    path.write_text(source.replace('name="user_activity_profile"', 'name="idle_profile"'))
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+
+    land(
+        cfg, "c1.jsonl", [click(f"k{i}", f"u{i % 3}", i * 4, amount=i) for i in range(9)], "clicks"
+    )
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, get_job("idle_profile"))
+    checkpoint = cfg.paths.checkpoint("idle_profile")
+    gold = cfg.paths.table("gold", "idle_profile")
+    v1 = read_record(checkpoint)["version"]
+    committed = last_committed_batch(checkpoint)
+    before = sorted(map(tuple, read_table(spark, gold).collect()))
+    assert len(before) == 3  # one profile per user
+
+    path.write_text(path.read_text().replace('ttl="30 minutes"', 'ttl="60 minutes"'))
+    land(cfg, "c2.jsonl", [click("k99", "u9", 50, amount=1.0)], "clicks")
+    run_bronze(spark, cfg, "clicks")
+    with pytest.raises(UnsafeChange) as refused:
+        run_job(spark, cfg, get_job("idle_profile"))
+    said = str(refused.value)
+    assert "What changed: ttl: was 30 minutes; now 60 minutes" in said, said
+    assert "keys in state expire under the old TTL while new ones use the new" in said, said
+    assert f"its version changed from {v1} to " in said and "no batch ran" in said, said
+    assert "`tidemark rebuild idle_profile`" in said, said
+    assert last_committed_batch(checkpoint) == committed
+    assert read_record(checkpoint)["version"] == v1
+    assert sorted(map(tuple, read_table(spark, gold).collect())) == before
+
+    # a continuous run hosting it leaves it out, and serves the rest
+    run = run_continuous(
+        spark, cfg, streams=["clicks"], jobs=["idle_profile"], trigger_seconds=1, max_seconds=5
+    )
+    assert len(run.refused) == 1 and "What changed: ttl: " in run.refused[0], run.refused
+    assert set(run.metrics) == {"bronze_clicks"}
+    assert last_committed_batch(checkpoint) == committed
+    assert sorted(map(tuple, read_table(spark, gold).collect())) == before
