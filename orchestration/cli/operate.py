@@ -272,7 +272,7 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
     (`streaming_jobs.operations.shadow`); ``--from-scratch``: reset it instead."""
     from streaming_jobs.core.checkpoints import CheckpointBusy
     from streaming_jobs.operations.rebuild import RebuildRefused, rebuild as reset
-    from streaming_jobs.operations.shadow import RebuildError, build, swap
+    from streaming_jobs.operations.shadow import RebuildError
 
     spec = _known(args.job)
     if getattr(args, "from_scratch", False):
@@ -288,32 +288,25 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
             "(tidemark materialize --select ...) streams all of bronze again"
         )
         return 0
-    from orchestration.recon.gate import Gate, reconcile_shadow
+    from orchestration.recon.gate import NotSwapped, rebuild_and_swap
 
-    spark = _spark(cfg)
     try:
-        built = build(spark, cfg, spec, getattr(args, "partitions", None), "tidemark rebuild")
-        print(
-            f"{spec.name}: version {built['version']} built beside the live one (shadow batch "
-            f"{built['last_batch']}); reconciling it"
+        _, _, done = rebuild_and_swap(
+            _spark(cfg),
+            cfg,
+            spec,
+            partitions=getattr(args, "partitions", None),
+            holder="tidemark rebuild",
+            skip_recon=getattr(args, "skip_recon", False),
+            say=print,
         )
-        if getattr(args, "skip_recon", False):
-            gate = Gate(
-                spec.name, reconciled=False, message="reconciliation skipped (--skip-recon)"
-            )
-        else:
-            gate = reconcile_shadow(cfg, spec.name)
-        print(gate.message)
-        if not gate.allows_swap:
-            raise OperationError(
-                f"{spec.name}: not swapped: its new version does not reconcile. The live "
-                "version serves on; the shadow is kept (the next rebuild goes on from it). Fix "
-                "the job or its batch definition and rebuild again, or swap without a "
-                "reconciliation: --skip-recon"
-            )
-        if not gate.reconciled:
-            print(f"{spec.name}: swapping it in without a reconciliation")
-        done = swap(spark, cfg, spec.name, "rebuild", "tidemark rebuild", gate=gate.as_dict())
+    except NotSwapped:
+        raise OperationError(
+            f"{spec.name}: not swapped: its new version does not reconcile. The live "
+            "version serves on; the shadow is kept (the next rebuild goes on from it). Fix "
+            "the job or its batch definition and rebuild again, or swap without a "
+            "reconciliation: --skip-recon"
+        ) from None
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
     print(_swapped(done))
@@ -321,14 +314,16 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
 
 
 def _swapped(done: dict) -> str:
+    from orchestration.recon.gate import catch_up_said
+
     partitions = (
         f", {done['state_partitions']} state partitions" if done.get("state_partitions") else ""
     )
     return (
         f"{done['job']}: {done['kind']} done, version {done['from_version'] or 'none'} -> "
         f"{done['to_version']}: gold version {done['gold_version']} holds "
-        f"{done['gold_rows']:,} rows{partitions}. The version it replaced is kept: "
-        f"`tidemark rollback {done['job']}` puts it back"
+        f"{done['gold_rows']:,} rows{partitions}{catch_up_said(done)}. The version it "
+        f"replaced is kept: `tidemark rollback {done['job']}` puts it back"
     )
 
 

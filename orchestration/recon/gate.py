@@ -8,6 +8,11 @@ schemas and a warehouse of their own under the shadow's folder
 (`orchestration.recon.dbt_cli.shadow_setting`). The live version's reconciliation tables and
 status are not touched. A job with no batch definition (no recon models) cannot be gated: it
 is said so, and the caller decides.
+
+`rebuild_and_swap` is the whole change, as `tidemark rebuild` and Dagster's ``rebuild_job`` run
+it: build, reconcile, swap. The swap first lets the shadow catch up with what bronze gained
+since its reconciliation; those batches are counted in the swap's record
+(``unreconciled_batches``), for the next reconciliation covers them, not this one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +58,61 @@ class Gate:
             "compared": self.compared,
             "unexplained": self.unexplained,
         }
+
+
+class NotSwapped(Exception):
+    """The new version did not reconcile: nothing was swapped; ``gate`` says why."""
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__(gate.message)
+        self.gate = gate
+
+
+def rebuild_and_swap(
+    spark,
+    cfg: TidemarkConfig,
+    spec,
+    *,
+    partitions: int | None,
+    holder: str,
+    skip_recon: bool,
+    say: Callable[[str], None],
+) -> tuple[dict, Gate, dict]:
+    """Build ``spec`` beside the live version, reconcile it (unless ``skip_recon``), swap it
+    in; ``say`` is told each step. Returns what the build, the gate and the swap said. Raises
+    `NotSwapped` (the live version serves on, the shadow is kept) and the shadow's
+    `RebuildError` and `CheckpointBusy`."""
+    from streaming_jobs.operations import shadow
+
+    built = shadow.build(spark, cfg, spec, partitions, holder)
+    say(
+        f"{spec.name}: version {built['version']} built beside the live one (shadow batch "
+        f"{built['last_batch']})"
+    )
+    if skip_recon:
+        gate = Gate(spec.name, reconciled=False, message="reconciliation skipped")
+    else:
+        gate = reconcile_shadow(cfg, spec.name)
+    say(gate.message)
+    if not gate.allows_swap:
+        raise NotSwapped(gate)
+    if not gate.reconciled:
+        say(f"{spec.name}: swapping it in without a reconciliation")
+    recorded = {**gate.as_dict(), "shadow_batch": built["last_batch"] if gate.reconciled else None}
+    done = shadow.swap(spark, cfg, spec.name, "rebuild", holder, gate=recorded)
+    return built, gate, done
+
+
+def catch_up_said(done: dict) -> str:
+    """The words for batches swapped in after the reconciliation, or nothing."""
+    late = done.get("unreconciled_batches")
+    if not late:
+        return ""
+    return (
+        f"; {late} batch{'es' if late > 1 else ''} the new version streamed after its "
+        "reconciliation (what bronze gained meanwhile) are not reconciled yet: the next "
+        f"reconciliation of {done['job']} covers them"
+    )
 
 
 def shadow_recon_table(cfg: TidemarkConfig, job: str) -> Location:

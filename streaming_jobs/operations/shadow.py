@@ -206,7 +206,8 @@ def swap_locked(
             f"{info['version']}, the code now: {version}); nothing was swapped. Run "
             f"`tidemark rebuild {job}` again to build the current version"
         )
-    build(spark, cfg, spec, info.get("partitions"), holder)  # what bronze gained meanwhile
+    caught = build(spark, cfg, spec, info.get("partitions"), holder)  # bronze's newest rows
+    reconciled_to = (gate or {}).get("shadow_batch")
     source_qid = query_id(place.checkpoint)
     app = sink_app_id(spec, source_qid)
     marker = _marker(place.target, app)
@@ -233,6 +234,10 @@ def swap_locked(
         "properties": {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})},
         "rows_done": [],
         "gate": gate,
+        # batches after the one the gate reconciled: the next reconciliation covers them
+        "unreconciled_batches": None
+        if reconciled_to is None
+        else caught["last_batch"] - reconciled_to,
         **_live(cfg, job),
     }
     return swaps.finish(spark, cfg, swaps.write_plan(cfg, plan))

@@ -197,6 +197,7 @@ def finish(spark, cfg: TidemarkConfig, plan: dict) -> dict:
         "state_partitions": _state_partitions(spark, live),
         "recon_compared": (plan.get("gate") or {}).get("compared"),
         "recon_unexplained": (plan.get("gate") or {}).get("unexplained"),
+        "unreconciled_batches": plan.get("unreconciled_batches"),
     }
     recorded = ops_tables.exists(cfg, "job_changes") and ops_tables.read(
         cfg, "job_changes", where=f"change_id = {ops_tables.literal(change_id)}", columns=["job"]

@@ -128,6 +128,23 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
         v2 = job_version(get_job(JOB), streams())
         assert v2 != v1
 
+        # bronze gains a wave while the shadow is reconciled: the swap's catch-up streams it
+        # into the new version unreconciled, and says so (the next reconciliation covers it)
+        from orchestration.recon import gate
+
+        reconcile, late = gate.reconcile_shadow, []
+
+        def reconciled_then_a_wave_lands(*args):
+            result = reconcile(*args)
+            if late:  # this rebuild's only: later ones are reconciled as they are
+                return result
+            late.extend(wave(cfg, "l", 50, 5))  # minutes 50 .. 58
+            settled = expected(first + second + late, 10, 58 - 5)
+            wait_for(lambda: gold_now(cfg) == settled, "the late wave in the live version")
+            return result
+
+        monkeypatch.setattr(gate, "reconcile_shadow", reconciled_then_a_wave_lands)
+
         # readers during the rebuild and the swap: each snapshot the old rows or the new ones
         seen, reading = [], threading.Event()
 
@@ -149,17 +166,20 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
         ), said
         assert f"{JOB}: rebuild done, version {v1} -> {v2}" in said, said
         assert f"`tidemark rollback {JOB}`" in said
+        caught_up = re.search(r"; (\d+) batch(es)? the new version streamed after its reconc", said)
+        assert caught_up and int(caught_up[1]) >= 1, said
         assert len(seen) > 3
         old = expected(first + second, 10, 48 - 5)
-        new = expected(first + second, 15, 48 - 5)
-        assert all(snapshot in (old, new) for snapshot in seen), [
-            s for s in seen if s not in (old, new)
+        old_with_late = expected(first + second + late, 10, 58 - 5)
+        new = expected(first + second + late, 15, 58 - 5)
+        assert all(snapshot in (old, old_with_late, new) for snapshot in seen), [
+            s for s in seen if s not in (old, old_with_late, new)
         ][:1]
         assert seen[0] == old and seen[-1] == new
 
         # the continuous run goes on with the new version: the next wave is in 15 minutes
         third = wave(cfg, "c", 60, 6)  # minutes 60 .. 70
-        everything = first + second + third
+        everything = first + second + late + third
         wait_for(lambda: gold_now(cfg) == expected(everything, 15, 70 - 5), "wave c")
     finally:
         stop.set()
@@ -197,7 +217,7 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     shown = {k: v.value for k, v in materialized.metadata.items()}
     assert (shown["change"], shown["from_version"], shown["to_version"]) == ("rollback", v2, v1)
     assert materialized.asset_key.path == ["gold", JOB]
-    assert gold_now(cfg) == expected(first + second, 10, 48 - 5)
+    assert gold_now(cfg) == old_with_late
     assert read_record(checkpoint)["version"] == v1
     with pytest.raises(UnsafeChange):
         run_job(spark, cfg, get_job(JOB))  # the code is still version 2
@@ -233,11 +253,27 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     ), said
     assert f"{JOB}: not swapped: its new version does not reconcile" in said.err, said.err
     assert gold_now(cfg) == live_before and last_committed_batch(checkpoint) == batches_before
-    # the row taken out of the shadow again; swapped without a second reconciliation
+    # the row taken out of the shadow again; swapped without a second reconciliation, as
+    # Dagster's rebuild_job does it: the materialization shows what is known, nothing as 0
     spark.sql(f"delete from delta.`{shadow_gold}` where merchant = 'm9'")
-    assert tidemark(["rebuild", JOB, "--partitions", "3", "--skip-recon"]) == 0
-    said = capsys.readouterr().out
-    assert "reconciliation skipped (--skip-recon)" in said and "3 state partitions" in said
+    run = (
+        build_definitions()
+        .resolve_job_def("rebuild_job")
+        .execute_in_process(
+            run_config={
+                "ops": {
+                    "change_version": {"config": {"job": JOB, "partitions": 3, "skip_recon": True}}
+                }
+            },
+            instance=DagsterInstance.ephemeral(),
+        )
+    )
+    assert run.success
+    [materialized] = run.asset_materializations_for_node("change_version")
+    shown = {k: v.value for k, v in materialized.metadata.items()}
+    assert (shown["change"], shown["from_version"], shown["to_version"]) == ("rebuild", v1, v1)
+    assert shown["recon"] == "reconciliation skipped" and shown["state_partitions"] == 3
+    assert "recon_unexplained" not in shown and "unreconciled_batches" not in shown
     assert state_partitions(spark, cfg, JOB) == {3}
     assert gold_now(cfg) == expected(everything, 10, 70 - 5)
     assert last_committed_batch(checkpoint) != batches_before  # the shadow's batches now
@@ -254,6 +290,8 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     # each rebuild's reconciliation before its swap (a rollback has none)
     assert [c["recon_unexplained"] for c in changes] == [0, None, None]
     assert changes[0]["recon_compared"] > 0
+    # the late wave: batches swapped in after the reconciliation, as printed; none otherwise
+    assert [c["unreconciled_batches"] for c in changes] == [int(caught_up[1]), None, None]
     # nothing of the shadows or plans is left behind
     assert not locations.exists(locations.Location.of(cfg.paths.rebuilds) / JOB / "shadow")
     assert not locations.exists(locations.Location.of(cfg.paths.rebuilds) / JOB / "swap.json")

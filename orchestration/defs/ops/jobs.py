@@ -32,7 +32,7 @@ from streaming_jobs.storage.registry import get_job, registry
 from streaming_jobs.runtime.runner import run_bronze, run_job
 
 from orchestration.lib import keys
-from orchestration.recon.gate import Gate, reconcile_shadow
+from orchestration.recon.gate import Gate, NotSwapped, rebuild_and_swap
 from orchestration.lib.metadata import run_metadata
 from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 
@@ -126,6 +126,13 @@ class RebuildConfig(dg.Config):
     )
 
 
+def _gate_metadata(gate: Gate) -> dict:
+    shown = {"recon": dg.MetadataValue.text(gate.message[:2000])}
+    if gate.reconciled and gate.unexplained is not None:
+        shown["recon_unexplained"] = dg.MetadataValue.int(gate.unexplained)
+    return shown
+
+
 @dg.op(
     out={},
     description="Build a job's current version beside the live one and swap it in, or roll "
@@ -143,33 +150,31 @@ def change_version(
     holder = f"Dagster run {context.run_id} ({'rollback' if config.rollback else 'rebuild'})"
     metadata = {}
     try:
-        if not config.rollback:
-            built = shadow.build(spark, cfg, spec, config.partitions, holder)
-            context.log.info(
-                f"{spec.name}: version {built['version']} built beside the live one "
-                f"(shadow batch {built['last_batch']})"
+        if config.rollback:
+            done = shadow.swap(spark, cfg, spec.name, "rollback", holder)
+        else:
+            built, gate, done = rebuild_and_swap(
+                spark,
+                cfg,
+                spec,
+                partitions=config.partitions,
+                holder=holder,
+                skip_recon=config.skip_recon,
+                say=context.log.info,
             )
             metadata["shadow_batches"] = dg.MetadataValue.int((built["last_batch"] or 0) + 1)
-            gate = (
-                Gate(spec.name, reconciled=False, message="reconciliation skipped (skip_recon)")
-                if config.skip_recon
-                else reconcile_shadow(cfg, spec.name)
-            )
-            context.log.info(f"{spec.name}: {gate.message}")
-            metadata["recon"] = dg.MetadataValue.text(gate.message[:2000])
-            if gate.reconciled:
-                metadata["recon_unexplained"] = dg.MetadataValue.int(gate.unexplained or 0)
-            if not gate.allows_swap:
-                raise dg.Failure(
-                    description=f"{spec.name}: not swapped: its new version does not "
-                    f"reconcile ({gate.message}). The live version serves on; the shadow is "
-                    "kept. Fix the job and run again, or set skip_recon",
-                    metadata=metadata,
+            metadata.update(_gate_metadata(gate))
+            if done.get("unreconciled_batches") is not None:
+                metadata["unreconciled_batches"] = dg.MetadataValue.int(
+                    done["unreconciled_batches"]
                 )
-        kind = "rollback" if config.rollback else "rebuild"
-        done = shadow.swap(
-            spark, cfg, spec.name, kind, holder, gate=None if config.rollback else gate.as_dict()
-        )
+    except NotSwapped as refused:
+        raise dg.Failure(
+            description=f"{spec.name}: not swapped: its new version does not reconcile "
+            f"({refused.gate.message}). The live version serves on; the shadow is kept. Fix "
+            "the job and run again, or set skip_recon",
+            metadata=_gate_metadata(refused.gate),
+        ) from None
     except shadow.RebuildError as exc:
         raise dg.Failure(description=str(exc)) from None
     context.log.info(
@@ -179,14 +184,15 @@ def change_version(
     metadata.update(
         {
             "change": dg.MetadataValue.text(done["kind"]),
-            "from_version": dg.MetadataValue.text(str(done["from_version"])),
+            "from_version": dg.MetadataValue.text(done["from_version"] or "none (no live version)"),
             "to_version": dg.MetadataValue.text(str(done["to_version"])),
             "gold_version": dg.MetadataValue.int(done["gold_version"]),
             "gold_rows": dg.MetadataValue.int(done["gold_rows"]),
-            "state_partitions": dg.MetadataValue.int(done["state_partitions"] or 0),
             "rollback": dg.MetadataValue.text(f"tidemark rollback {spec.name}"),
         }
     )
+    if done.get("state_partitions") is not None:  # unknown is left out, never shown as 0
+        metadata["state_partitions"] = dg.MetadataValue.int(done["state_partitions"])
     yield dg.AssetMaterialization(
         asset_key=keys.gold(spec.name),
         description=f"version {done['to_version']} swapped in ({done['kind']})",
