@@ -49,16 +49,15 @@ from streaming_jobs.runtime.gold import (
     sink_app_id,
     sink_version_of,
 )
-from streaming_jobs.runtime.progress import progress_log
+from streaming_jobs.runtime.progress import forget_lineage, progress_log
 from streaming_jobs.spec import JobSpec
-from streaming_jobs.storage import ops_tables, restores, swaps
+from streaming_jobs.storage import restores, swaps
 from streaming_jobs.storage.failures import record_failure
 from streaming_jobs.storage.lake import spark_path
 from streaming_jobs.storage.restores import write_json
 from streaming_jobs.storage.swaps import (
     PREVIOUS,
     SHADOW,
-    VERSIONED_ROWS,
     folder,
     now,
     read_json,
@@ -85,12 +84,6 @@ def shadow_info(cfg: TidemarkConfig, job: str) -> dict | None:
 def previous_info(cfg: TidemarkConfig, job: str) -> dict | None:
     """The version kept for a rollback of ``job`` (version, gold version, query id), or None."""
     return read_json(folder(cfg, job) / "previous" / "previous.json")
-
-
-def _forget(cfg: TidemarkConfig, name: str) -> None:
-    """Remove the ops rows recorded under ``name`` (a shadow that is gone)."""
-    for table in VERSIONED_ROWS:
-        ops_tables.delete(cfg, table, f"job = {ops_tables.literal(name)}")
 
 
 @contextmanager
@@ -132,7 +125,7 @@ def build(
             locations.delete_tree(home)
             info = None
         if last_planned_batch(place.checkpoint) is None:
-            _forget(cfg, place.name)  # rows of a shadow that is gone
+            forget_lineage(cfg, place.name)  # rows of a shadow that is gone
         if info is None:
             info = {"job": job, "version": version, "partitions": partitions, "started": now()}
             write_json(home / "shadow.json", info)

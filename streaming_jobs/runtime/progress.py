@@ -262,8 +262,13 @@ def forget_previous_lineage(cfg: TidemarkConfig, query: str) -> int:
 
     if last_planned_batch(cfg.paths.checkpoint(query)) is not None:
         return 0
+    return forget_lineage(cfg, query)
+
+
+def forget_lineage(cfg: TidemarkConfig, query: str) -> int:
+    """Remove every ops row recorded under ``query`` (`ops_tables.QUERY_ROWS`); the count."""
     removed = 0
-    for table in ("stream_progress", "stream_late_rows", "stream_failures", "expectations"):
+    for table in ops_tables.QUERY_ROWS:
         with ops_tables.locked(cfg, table) as handle:
             predicate = f"job = {ops_tables.literal(query)}"
             stale = handle.read(where=predicate, columns=["job"])

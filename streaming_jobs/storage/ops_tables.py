@@ -226,6 +226,10 @@ JOB_CHANGE_SCHEMA = T.StructType(
     ]
 )
 
+# The tables whose rows a query records under its name (``job``): its lineage, as a rebuild
+# renames it and a new checkpoint forgets it.
+QUERY_ROWS = ("stream_progress", "stream_late_rows", "stream_failures", "expectations")
+
 SCHEMAS: dict[str, T.StructType] = {
     "stream_progress": PROGRESS_SCHEMA,
     "stream_failures": FAILURE_SCHEMA,

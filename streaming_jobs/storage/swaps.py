@@ -46,7 +46,6 @@ LOG = logging.getLogger(__name__)
 
 SHADOW, PREVIOUS, SWAPPING = "@rebuild", "@previous", "@swapping"
 # the ops tables whose rows belong to one version of a job (by its name)
-VERSIONED_ROWS = ("stream_progress", "stream_late_rows", "stream_failures", "expectations")
 PLAN = "swap.json"
 
 
@@ -169,7 +168,7 @@ def finish(spark, cfg: TidemarkConfig, plan: dict) -> dict:
     for step, old, new in _row_steps(plan):
         if step in plan["rows_done"]:
             continue
-        for table in VERSIONED_ROWS:
+        for table in ops_tables.QUERY_ROWS:
             predicate = f"job = {ops_tables.literal(old)}"
             if new is None:
                 ops_tables.delete(cfg, table, predicate)
