@@ -135,8 +135,8 @@ class Service:
         self.info_file.unlink(missing_ok=True)
 
     def owner_gone(self) -> bool:
-        owner = int(os.environ.get(self.owner_variable, "0") or 0)
-        return bool(owner) and not alive(owner)
+        """In the supervisor: the process it serves has ended."""
+        return self.leaving({"owner": os.environ.get(self.owner_variable)})
 
     def read_info(self) -> dict | None:
         try:

@@ -162,7 +162,8 @@ def change_version(
                 skip_recon=config.skip_recon,
                 say=context.log.info,
             )
-            metadata["shadow_batches"] = dg.MetadataValue.int((built["last_batch"] or 0) + 1)
+            if built["last_batch"] is not None:  # batches 0 .. last
+                metadata["shadow_batches"] = dg.MetadataValue.int(built["last_batch"] + 1)
             metadata.update(_gate_metadata(gate))
             if done.get("unreconciled_batches") is not None:
                 metadata["unreconciled_batches"] = dg.MetadataValue.int(
