@@ -64,6 +64,26 @@ def last_planned_batch(checkpoint: Where) -> int | None:
     return ids[-1] if ids else None
 
 
+def committed_batches(checkpoint: Where) -> list[int]:
+    """The batch ids in ``commits/``, oldest first (Spark keeps the newest 100 or so)."""
+    return _batch_ids(Location.of(checkpoint) / "commits")
+
+
+def batch_metadata(checkpoint: Where, batch: int) -> dict | None:
+    """A planned batch's metadata line in ``offsets/<batch>`` (``batchWatermarkMs``: the
+    watermark the batch ran with; ``batchTimestampMs``: its trigger's time), or None."""
+    try:
+        lines = locations.read_text(Location.of(checkpoint) / "offsets" / str(batch)).splitlines()
+        return json.loads(lines[1])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
+def batch_offsets(checkpoint: Where, batch: int) -> list[dict] | None:
+    """A planned batch's end offset per source (see `_offsets`), or None when it is gone."""
+    return _offsets(Location.of(checkpoint), batch)
+
+
 def _offsets(checkpoint: Location, batch: int) -> list[dict] | None:
     """A planned batch's source offsets (``offsets/<batch>``: a version line, the batch's
     metadata, then one line per source), or None when it is not there."""

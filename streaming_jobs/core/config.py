@@ -23,7 +23,7 @@ Environment variables (all optional):
 - ``TIDEMARK_IDLE_SECONDS``     no commit for this long while the source has data (default 3600)
 - ``TIDEMARK_GROWTH_HORIZON_HOURS`` warn when state reaches critical within this (default 6)
 - ``TIDEMARK_RESTART_ATTEMPTS`` restarts of a failed streaming run before giving up (default 3)
-- ``TIDEMARK_RESTART_BACKOFF_SECONDS`` wait before the first restart; doubles each time (default 60)
+- ``TIDEMARK_RESTART_BACKOFF_SECONDS`` wait before the first restart; doubles each time (default 15)
 - ``TIDEMARK_MAX_CONCURRENT_RUNS`` runs the Dagster instance runs at once (default 8)
 - ``TIDEMARK_LATE_SHARE``       share of rows dropped as late that raises late_share (default 0.5)
 - ``TIDEMARK_WATERMARK_AHEAD_SECONDS`` a watermark this far past the clock is critical (86400)
@@ -246,7 +246,7 @@ class OpsSettings:
     idle_seconds: float = 3600.0
     growth_horizon_hours: float = 6.0
     restart_attempts: int = 3
-    restart_backoff_seconds: float = 60.0
+    restart_backoff_seconds: float = 15.0  # a killed run: its locks are free at once (leases: 30 s)
     max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
     late_share: float = 0.5  # share of rows dropped as late over recent batches that warns
     watermark_ahead_seconds: float = 86400.0  # a watermark this far past the clock is critical

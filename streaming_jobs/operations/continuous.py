@@ -68,7 +68,11 @@ from streaming_jobs.storage.failures import held, record_failure
 from streaming_jobs.runtime.locate import record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock
 from streaming_jobs.storage.restores import finish_pending
-from streaming_jobs.runtime.progress import forget_previous_lineage, progress_log
+from streaming_jobs.runtime.progress import (
+    forget_previous_lineage,
+    progress_log,
+    restore_lost_progress,
+)
 from streaming_jobs.runtime.runner import (
     RunMetrics,
     StreamRunError,
@@ -532,6 +536,8 @@ def run_continuous(
             finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
             swaps.finish_pending(lambda: spark, cfg, name)  # and a swap of versions
             forget_previous_lineage(cfg, name)
+            if name in jobs:  # the rows a killed run did not flush, from the checkpoint
+                restore_lost_progress(cfg, get_job(name))
         # a job whose new version its state cannot take is left out; the others run
         for job in [j for j in jobs if changed_since_checkpoint(cfg, get_job(j))]:
             spec = get_job(job)

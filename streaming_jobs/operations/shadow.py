@@ -49,7 +49,7 @@ from streaming_jobs.runtime.gold import (
     sink_app_id,
     sink_version_of,
 )
-from streaming_jobs.runtime.progress import forget_lineage, progress_log
+from streaming_jobs.runtime.progress import forget_lineage, progress_log, restore_lost_progress
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.storage import restores, swaps
 from streaming_jobs.storage.failures import record_failure
@@ -126,6 +126,8 @@ def build(
             info = None
         if last_planned_batch(place.checkpoint) is None:
             forget_lineage(cfg, place.name)  # rows of a shadow that is gone
+        else:  # the rows a killed rebuild did not flush, from the shadow's checkpoint
+            restore_lost_progress(cfg, spec, place)
         if info is None:
             info = {"job": job, "version": version, "partitions": partitions, "started": now()}
             write_json(home / "shadow.json", info)

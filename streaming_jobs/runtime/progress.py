@@ -19,7 +19,7 @@ import json
 import re
 import threading
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Callable
 
 from pyspark.sql import SparkSession
@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.expectations import from_progress, record
+from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
 
 
@@ -263,6 +264,96 @@ def forget_previous_lineage(cfg: TidemarkConfig, query: str) -> int:
     if last_planned_batch(cfg.paths.checkpoint(query)) is not None:
         return 0
     return forget_lineage(cfg, query)
+
+
+RESTORED = "restored from the checkpoint"  # progress_json of a row `restore_lost_progress` made
+
+
+def restore_lost_progress(cfg: TidemarkConfig, spec, place=None) -> list[int]:
+    """Write a progress row for each committed batch of the job that has none; the batch ids.
+
+    A process killed after a batch committed and before its rows were flushed (a continuous run
+    flushes every few seconds, an incremental run at its end) leaves those batches out of
+    ``ops/stream_progress``, and reconciliation then cannot say which batch read their bronze
+    rows nor which of them were late: they showed as unexplained. The checkpoint still knows
+    each batch: the bronze versions it read (``offsets/N-1`` to ``offsets/N``) and the watermark
+    it ran with (``offsets/N``'s metadata). The row built from them has no counts: its input
+    count is null, so reconciliation takes its late rows as those of a batch whose report was
+    lost (as for a batch replayed after a crash). Call it holding the checkpoint's lock, before
+    the query starts. ``place``: the job's own unless given (`gold.Place`).
+    """
+    from streaming_jobs.core.checkpoints import (
+        batch_metadata,
+        batch_offsets,
+        committed_batches,
+        query_id,
+    )
+    from streaming_jobs.runtime.gold import Place, sink_version_of
+
+    place = place or Place.live(cfg, spec)
+    qid = query_id(place.checkpoint)
+    committed = committed_batches(place.checkpoint)
+    if qid is None or not committed:
+        return []
+    recorded = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(place.name)} and query_id = {ops_tables.literal(qid)}",
+        columns=["batch_id", "rolled_up_batches"],
+    )
+    have = {r["batch_id"] for r in recorded}
+    folded = max((r["batch_id"] for r in recorded if r["rolled_up_batches"]), default=-1)
+    lost = [b for b in committed if b not in have and b > folded]
+    if not lost:
+        return []
+    tables = {}
+    for source in spec.sources:
+        bronze = cfg.paths.table("bronze", source)
+        if locations.is_delta_table(bronze):
+            tables[locations.delta_table(bronze).metadata().id] = source
+    rows = []
+    for batch in lost:
+        meta, ends = batch_metadata(place.checkpoint, batch), batch_offsets(place.checkpoint, batch)
+        starts = batch_offsets(place.checkpoint, batch - 1) if batch > 0 else []
+        if meta is None or ends is None or starts is None:
+            continue  # its offsets are gone (Spark keeps the newest): nothing to rebuild from
+        reads = [
+            {
+                "source_table": tables[end["reservoirId"]],
+                "version_from": delta_done_version(starts[i] if i < len(starts) else None),
+                "version_to": delta_done_version(end),
+            }
+            for i, end in enumerate(ends)
+            if end.get("reservoirId") in tables
+        ]
+        rows.append(
+            {
+                "job": place.name,
+                "query_id": qid,
+                "batch_id": batch,
+                "ts": _epoch_ms(meta.get("batchTimestampMs")),
+                "watermark": _epoch_ms(meta.get("batchWatermarkMs")),
+                "source_version_from": reads[0]["version_from"] if reads else None,
+                "source_version_to": reads[0]["version_to"] if reads else None,
+                "source_versions": reads,
+                "progress_json": json.dumps({"batchId": batch, "note": RESTORED}),
+            }
+        )
+    if rows:
+        resolve = sink_version_of(cfg, spec, place.target)
+        version = _version(spec)
+        for row in rows:
+            row["sink_version"] = resolve(row)
+            row["job_version"] = version
+        ops_tables.append(cfg, "stream_progress", rows)
+    return [r["batch_id"] for r in rows]
+
+
+def _epoch_ms(value) -> datetime | None:
+    """Spark's epoch milliseconds as naive UTC, as `progress_row` records times."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(int(value) / 1000.0, timezone.utc).replace(tzinfo=None)
 
 
 def forget_lineage(cfg: TidemarkConfig, query: str) -> int:

@@ -33,7 +33,11 @@ from streaming_jobs.core.delta_log import latest_version, rows_written
 from streaming_jobs.storage.failures import held
 from streaming_jobs.runtime.locate import raised_in_python, record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock
-from streaming_jobs.runtime.progress import forget_previous_lineage, progress_log
+from streaming_jobs.runtime.progress import (
+    forget_previous_lineage,
+    progress_log,
+    restore_lost_progress,
+)
 from streaming_jobs.storage.registry import stream_schema
 from streaming_jobs.storage import swaps
 from streaming_jobs.storage.restores import finish_pending
@@ -84,6 +88,8 @@ def _run_available_now(
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
         swaps.finish_pending(lambda: spark, cfg, name)  # and a swap of versions
         forget_previous_lineage(cfg, name)
+        if spec is not None:  # a job: the rows a killed run did not flush, from its checkpoint
+            restore_lost_progress(cfg, spec)
         if not isinstance(writer, DataStreamWriter):  # made under the lock (a job's check)
             writer = writer()
         started = time.time()
@@ -232,7 +238,9 @@ def last_reading(cfg: TidemarkConfig, name: str) -> dict:
             "state_disk_bytes",
         ],
     )
-    return max(rows, key=lambda r: (r["batch_id"], r["ts"])) if rows else {}
+    # a row restored from the checkpoint (`progress.restore_lost_progress`) has no readings
+    read = [r for r in rows if r["state_rows"] is not None] or rows
+    return max(read, key=lambda r: (r["batch_id"], r["ts"])) if read else {}
 
 
 def metrics(

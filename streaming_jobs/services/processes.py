@@ -27,6 +27,38 @@ def alive(pid: int) -> bool:
     return True
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (from the state on), or None
+    where there is no such file (the process is gone, or no /proc on this system)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()  # the name may hold spaces and parentheses
+
+
+def identity(pid: int | None = None) -> str:
+    """This process (or ``pid``) as ``host:pid:start``. The start (clock ticks after boot, from
+    /proc; empty without it) tells it from a later process that is given the same id."""
+    pid = pid or os.getpid()
+    fields = _stat(pid)
+    return f"{socket.gethostname()}:{pid}:{fields[19] if fields else ''}"
+
+
+def ended(named: str) -> bool | None:
+    """Whether the process ``named`` (an `identity`) has ended: a zombie counts as ended, and so
+    does a process that took its id later. None when this host cannot tell (another host's)."""
+    host, pid, start = named.rsplit(":", 2)
+    if host != socket.gethostname():
+        return None
+    if not alive(int(pid)):
+        return True
+    fields = _stat(int(pid))
+    if fields is None:  # no /proc here: the id alone
+        return False
+    return fields[0] in ("Z", "X") or (bool(start) and fields[19] != start)
+
+
 def accepts(host: str, port: int, timeout: float = 1.0) -> bool:
     """Something accepts TCP connections on host:port."""
     try:

@@ -391,6 +391,83 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
     assert failed.run_id in alert["dedup_key"] and last.run_id in alert["message"]
 
 
+# A continuous run in a process of its own, recorded in the test's instance, as a run worker
+# runs it (the op tags the run with its process, then starts Spark and its queries).
+KILLED_WORKER = """
+import sys
+from dagster import DagsterInstance
+from orchestration.defs.streaming.jobs import continuous_streaming_job
+from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
+home, root = sys.argv[1:3]
+continuous_streaming_job().execute_in_process(
+    run_config={"ops": {"run_continuously": {"config": {"jobs": ["events_by_type"],
+        "trigger_seconds": 1.0, "max_seconds": 600.0}}}},
+    resources={"tidemark": TidemarkResource(data_root=root),
+               "pyspark": TidemarkSparkResource(spark_config={}, data_root=root)},
+    instance=DagsterInstance.local_temp(home),
+)
+"""
+
+
+def test_a_continuous_run_whose_process_is_killed_is_failed_and_restarted(
+    cfg, instance, tmp_path, monkeypatch
+):
+    """A run whose process is killed with no code server left to notice (here: started
+    outside one) stays STARTED for ever under Dagster's default run launcher, which has no
+    health check; the restart sensor finds its process gone, fails it with that reason, and
+    starts it again."""
+    import os
+    import signal
+    import time
+
+    import dagster as dg
+
+    from orchestration.defs.streaming.jobs import WORKER_TAG
+    from orchestration.defs.streaming.sensors import ATTEMPT_TAG, streaming_restart_sensor
+
+    land(cfg, "k.jsonl", [click(f"k{i}", "u1", i) for i in range(3)], stream="clicks")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, str(tmp_path / "dagster"), str(cfg.data_root)],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            tagged = [r for r in instance.get_runs() if WORKER_TAG in r.tags]
+            if tagged:
+                break
+            assert worker.poll() is None, "the continuous run ended by itself"
+            time.sleep(0.2)
+        [run] = tagged
+        assert run.tags[WORKER_TAG].split(":")[1] == str(worker.pid)
+        monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
+        alive = streaming_restart_sensor(
+            build_sensor_context(resources=resources(cfg), instance=instance)
+        )
+        assert alive.run_requests == [] and alerts.open_alerts(cfg) == []
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    # Dagster itself never notices: the run is still STARTED
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+
+    waiting = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=alive.cursor)
+    )
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert waiting.run_requests == []  # inside the backoff
+    [crashed] = alerts.open_alerts(cfg)
+    assert crashed["kind"] == "continuous_run_failed" and run.run_id in crashed["message"]
+    assert f"(pid {worker.pid}) ended without reporting" in crashed["message"]
+    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
+    tick = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor)
+    )
+    [request] = tick.run_requests
+    assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == run.run_config
+
+
 def test_health_finds_a_failed_query_and_a_job_falling_behind(spark, cfg):
     from streaming_jobs.storage.failures import record_failure
 

@@ -12,6 +12,7 @@ from helpers import click, land
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.storage import ops_tables
 
 ACTIONS = ("view", "purchase")
 
@@ -116,3 +117,41 @@ def test_any_event_type_is_written_and_the_stream_goes_on(spark, cfg):
     )
     assert table.metadata().configuration.get("delta.randomizeFilePrefixes") == "true"
     assert not any("=" in p.name for p in target.iterdir())
+
+
+def test_batches_a_killed_run_did_not_report_get_their_rows_back_from_the_checkpoint(spark, cfg):
+    """A process killed between a batch's commit and its progress flush leaves the batch out
+    of ops/stream_progress (the state a SIGKILL of a continuous run leaves; its rows are taken
+    out here). The next run, continuous or incremental, writes the row again from the
+    checkpoint before it starts: the bronze versions and the watermark Spark recorded for it,
+    its gold version, and no counts (null: its report is lost, not zero)."""
+    from streaming_jobs.operations.continuous import run_continuous
+    from streaming_jobs.runtime.progress import RESTORED
+
+    spec = get_job("events_by_type")
+    kept = ["batch_id", "watermark", "source_versions", "sink_version", "query_id", "job_version"]
+    for wave in range(3):
+        events = [click(f"w{wave}-{i}", "u1", 20 * wave + i) for i in range(4)]
+        late = [click(f"late{wave}", "u2", 1.0)] if wave else []  # behind the watermark
+        land(cfg, f"k{wave}.jsonl", events + late, stream="clicks")
+        run_bronze(spark, cfg, "clicks")
+        run_job(spark, cfg, spec)
+    where = f"job = '{spec.name}'"
+    reported = {r["batch_id"]: r for r in ops_tables.read(cfg, "stream_progress", where=where)}
+    # each run: a batch of the wave, then one that moves the watermark on
+    assert sorted(reported) == list(range(6))
+    assert [reported[b]["rows_dropped_by_watermark"] for b in range(6)] == [0, 0, 0, 0, 1, 0]
+    lost = [3, 4, 5]  # the third run's batches, the late row's among them
+    ops_tables.delete(cfg, "stream_progress", f"{where} and batch_id >= 3")
+
+    run_continuous(spark, cfg, jobs=[spec.name], trigger_seconds=1.0, max_seconds=3.0)
+    back = {r["batch_id"]: r for r in ops_tables.read(cfg, "stream_progress", where=where)}
+    assert sorted(back) == list(range(6))  # no new batch: nothing new landed
+    for batch in lost:
+        assert {k: back[batch][k] for k in kept} == {k: reported[batch][k] for k in kept}
+        assert back[batch]["num_input_rows"] is None
+        assert back[batch]["rows_dropped_by_watermark"] is None
+        assert RESTORED in back[batch]["progress_json"]
+    # restored once: a later run finds every batch reported
+    run_job(spark, cfg, spec)
+    assert len(ops_tables.read(cfg, "stream_progress", where=where)) == 6

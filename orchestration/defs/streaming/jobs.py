@@ -25,6 +25,7 @@ from dagster._core.errors import DagsterExecutionInterruptedError
 from pydantic import Field
 
 from streaming_jobs.operations.continuous import QueryReport, run_continuous
+from streaming_jobs.services import processes
 from streaming_jobs.storage.registry import get_job, registry
 
 from orchestration.lib import keys
@@ -32,6 +33,8 @@ from orchestration.lib.concurrency import CONTINUOUS_TAG, all_queries, checkpoin
 from orchestration.defs.streaming.assets import STREAMING_GROUP
 from orchestration.lib.metadata import continuous_description, run_metadata
 from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
+
+WORKER_TAG = "tidemark/worker"  # host:pid:start of the process running a continuous run
 
 STOPPING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 CONTINUOUS_JOB = "continuous_streaming_job"
@@ -66,6 +69,9 @@ def run_continuously(
     specs = [get_job(name) for name in names]  # unknown names fail here, with the list
     streams = sorted({s for spec in specs for s in spec.sources}) if config.ingest else []
     run_id = context.run_id
+    # who runs it: streaming_restart_sensor marks the run failed once this process has ended
+    # without a word when no code server is left to say so (see its module doc)
+    context.instance.add_run_tags(run_id, {WORKER_TAG: processes.identity()})
 
     def should_stop() -> bool:
         run = context.instance.get_run_by_id(run_id)

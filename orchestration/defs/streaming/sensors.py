@@ -5,6 +5,15 @@ chain of restarts), resolved when a restart of it commits (reports a batch). The
 waits ``TIDEMARK_RESTART_BACKOFF_SECONDS`` x 2^(n-1) after the failure; after
 ``TIDEMARK_RESTART_ATTEMPTS`` restarts it gives up with one critical ``restart_exhausted`` alert.
 A restarted run resumes every query from its last committed batch.
+
+A run whose process ends without a word (SIGKILL, the OOM killer) is marked failed by the code
+server that started it, which waits on its process. If that code server is gone too (killed
+with it, restarted, reloaded), nobody does: Dagster's default run launcher has no health check,
+and the run would stay STARTED for ever. So the op tags its run with its process
+(``tidemark/worker``), and at each tick the sensor marks a STARTED run whose process has ended
+failed, with that reason; it is then restarted like any other. A process on another host cannot
+be checked from here: such a deployment uses a run launcher with health checks (Docker,
+Kubernetes), whose run monitoring fails the run.
 """
 
 import json
@@ -13,8 +22,9 @@ import time
 import dagster as dg
 
 from streaming_jobs.operations import alerts
+from streaming_jobs.services import processes
 
-from orchestration.defs.streaming.jobs import CONTINUOUS_JOB
+from orchestration.defs.streaming.jobs import CONTINUOUS_JOB, WORKER_TAG
 from orchestration.lib.resources import TidemarkResource
 
 ATTEMPT_TAG = "tidemark/restart_attempt"
@@ -25,7 +35,7 @@ FAILED_KIND = "continuous_run_failed"
 @dg.sensor(
     name="streaming_restart_sensor",
     job_name=CONTINUOUS_JOB,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Restarts a failed streaming run with backoff; after the last attempt, a "
     "critical alert.",
@@ -33,6 +43,7 @@ FAILED_KIND = "continuous_run_failed"
 def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
     handled = set(json.loads(context.cursor or "[]"))
+    _fail_ended_workers(context)
     requests, now = [], time.time()
     failed = context.instance.get_runs(
         filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, statuses=[dg.DagsterRunStatus.FAILURE]),
@@ -92,13 +103,40 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
     return dg.SensorResult(run_requests=requests, cursor=json.dumps(sorted(handled)[-500:]))
 
 
+def _fail_ended_workers(context: dg.SensorEvaluationContext) -> None:
+    """Mark failed each STARTED continuous run whose process has ended (see the module doc)."""
+    started = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, statuses=[dg.DagsterRunStatus.STARTED]),
+        limit=50,
+    )
+    for run in started:
+        worker = run.tags.get(WORKER_TAG)
+        if not worker or processes.ended(worker) is not True:
+            continue
+        pid = worker.rsplit(":", 2)[1]
+        context.instance.report_run_failed(
+            run,
+            message=(
+                f"{CONTINUOUS_JOB}: the process running run {run.run_id} (pid {pid}) ended "
+                "without reporting (killed, or out of memory); its queries resume from their "
+                "last committed batch when streaming_restart_sensor starts it again"
+            ),
+        )
+        context.log.warning(f"run {run.run_id}: its process {pid} ended; marked failed")
+
+
 def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
-    """The run's failure, in one line (its step failure's message)."""
+    """The run's failure, in one line: its step failure's message, else the run failure's (a
+    run whose process ended has no step failure)."""
     records = context.instance.get_records_for_run(
         run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1
     ).records
     if not records:
-        return "no step failure recorded"
+        failures = context.instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1
+        ).records
+        message = failures[0].event_log_entry.dagster_event.message if failures else None
+        return message.strip().splitlines()[0][:300] if message else "no failure recorded"
     error = records[0].event_log_entry.dagster_event.event_specific_data.error
     cause = error.cause or error
     return f"{cause.cls_name}: {cause.message.strip().splitlines()[0][:300]}"
