@@ -9,7 +9,7 @@ JARS_CACHE ?= $(CURDIR)/.tidemark/ivy
 SETUP_DONE := $(JARS_CACHE)/setup-done
 PORT ?= 3000
 
-.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-ingestion-profile bench-compare bench-batch-cost bench-store bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
+.PHONY: setup run test lint test-long test-unit dev live summary recon dbt dbt-models bench bench-velocity-profile bench-ingestion-profile bench-compare bench-batch-cost bench-latency bench-store bench-checkpoint bench-recon bench-recon-incremental bench-recon-history bench-user-recon bench-kafka bench-live kafka-start kafka-stop s3-setup s3-start s3-stop cluster-start cluster-stop chaos soak clean
 
 setup: $(SETUP_DONE)
 
@@ -145,6 +145,11 @@ bench-compare: setup $(BENCH_VENV)/.installed
 # The fixed cost of a micro-batch carrying a handful of events, per job and for ingestion.
 bench-batch-cost: setup
 	$(BIN)/python tools/benchmarks/batch_cost.py
+
+# Event-to-gold latency in a continuous run hosting every job (1,000 events/s per stream for
+# 5 minutes, live's trigger), then SIGKILL and the restart's first commit per query.
+bench-latency: setup
+	$(BIN)/python tools/benchmarks/latency.py $(if $(RESULTS),--results $(RESULTS))
 
 # On local disk and on the project's S3 server (docs/benchmarks.md): tidemark and bare Spark
 # side by side in one run (tumbling, sliding_60s), then the batch cost on each.
