@@ -119,15 +119,26 @@ def test_any_event_type_is_written_and_the_stream_goes_on(spark, cfg):
     assert not any("=" in p.name for p in target.iterdir())
 
 
-def test_batches_a_killed_run_did_not_report_get_their_rows_back_from_the_checkpoint(spark, cfg):
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_batches_a_killed_run_did_not_report_get_their_rows_back_from_the_checkpoint(
+    spark, cfg, where, request
+):
     """A process killed between a batch's commit and its progress flush leaves the batch out
     of ops/stream_progress (the state a SIGKILL of a continuous run leaves; its rows are taken
     out here). The next run, continuous or incremental, writes the row again from the
     checkpoint before it starts: the bronze versions and the watermark Spark recorded for it,
-    its gold version, and no counts (null: its report is lost, not zero)."""
+    its gold version, and no counts (null: its report is lost, not zero). On local disk and
+    with the data root on the project's S3 server."""
+    from dataclasses import replace
+
     from streaming_jobs.operations.continuous import run_continuous
     from streaming_jobs.runtime.progress import RESTORED
+    from streaming_jobs.storage.spark import use_object_store
 
+    if where == "store":
+        _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
+        cfg = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+        use_object_store(spark, cfg)
     spec = get_job("events_by_type")
     kept = ["batch_id", "watermark", "source_versions", "sink_version", "query_id", "job_version"]
     for wave in range(3):
