@@ -345,6 +345,9 @@ class Trial:
     lineage_compared: int = 0  # entries of `lineage` compared (0: nothing to compare)
     # swap trials: gold right after the kill held neither version whole (a mix, or nothing)
     versions_mixed: int = 0
+    # committed batches of the job left with no progress row after the recovery run (their
+    # bronze rows would be unexplained to reconciliation)
+    unreported_batches: int = 0
     recover_seconds: float = 0.0
     note: str = ""
 
@@ -416,7 +419,32 @@ def judge(trial: Trial, want: dict, root: Path) -> Trial:
         named(got["bronze"]), named(want["bronze"])
     )
     trial.gold_rows_lost, trial.gold_rows_duplicated = difference(got["gold"], want["gold"])
+    trial.unreported_batches = len(unreported(root, JOB))
     return trial
+
+
+def unreported(root, job: str) -> list[int]:
+    """The job's committed batches (its checkpoint's ``commits/``) with no row in
+    ``ops/stream_progress`` under the checkpoint's query id (batches folded by retention
+    aside)."""
+    from streaming_jobs.core.checkpoints import committed_batches, query_id
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.storage import ops_tables
+
+    cfg = TidemarkConfig.from_env().with_data_root(root)
+    checkpoint = cfg.paths.checkpoint(job)
+    qid = query_id(checkpoint)
+    if qid is None:
+        return []
+    rows = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(job)} and query_id = {ops_tables.literal(qid)}",
+        columns=["batch_id", "rolled_up_batches"],
+    )
+    folded = max((r["batch_id"] for r in rows if r["rolled_up_batches"]), default=-1)
+    have = {r["batch_id"] for r in rows}
+    return [b for b in committed_batches(checkpoint) if b > folded and b not in have]
 
 
 def kill_during(root: Path, step: str, span: float, rng: random.Random) -> tuple[float, bool]:
@@ -978,6 +1006,7 @@ def summarize(results: list[Trial]) -> list[dict]:
                 "alerts_reposted": sum(t.alerts_reposted for t in mine),
                 "lineage_differences": sum(t.lineage_differences for t in mine),
                 "versions_mixed": sum(t.versions_mixed for t in mine),
+                "unreported_batches": sum(t.unreported_batches for t in mine),
                 "recover_seconds_median": recover[len(recover) // 2] if recover else None,
             }
         )
@@ -1110,16 +1139,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
         "manual | alerts lost | reposted | lineage differences | versions mixed | "
-        "recover (median s) |"
+        "unreported batches | recover (median s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
         print(
             f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
             f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
             f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
             f"{r['lineage_differences']} | {r['versions_mixed']} | "
-            f"{r['recover_seconds_median']:.1f} |"
+            f"{r.get('unreported_batches', 0)} | {r['recover_seconds_median']:.1f} |"
         )
     bad = sum(
         r[k]
@@ -1133,6 +1162,7 @@ def main(argv: list[str] | None = None) -> int:
             "alerts_lost",
             "lineage_differences",
             "versions_mixed",
+            "unreported_batches",
         )
     )
     return 1 if bad else 0

@@ -3,7 +3,8 @@ their results in docs/reliability.md): SIGKILL at a random instant of an increme
 restore killed right after its swap, alert delivery killed at a random instant, and on the store
 a rebuild's swap of versions cut short. Each
 recovery must need nobody and end with exactly the bronze and gold rows of an uninterrupted
-run, and every owed notification must reach the webhook."""
+run and a progress row for every committed batch, and every owed notification must reach the
+webhook."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_killed_runs_and_restores_recover_with_nothing_lost_or_doubled(spark, tm
     trials = chaos.run_trials(points, trials=1, seed=11, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert _losses(t, "alerts_lost") == (0,) * 6, t
+        assert _losses(t, "alerts_lost", "unreported_batches") == (0,) * 7, t
     # a kill between a 2xx answer and its commit re-sends that one notification, no more
     assert trials[2].alerts_reposted <= 1
     summary = chaos.summarize(trials)
@@ -60,7 +61,7 @@ def test_on_the_store_a_killed_run_and_a_restore_cut_short_lose_nothing(
     trials = chaos.run_trials(points, trials=1, seed=13, work=tmp_path, events=3000, spark=spark)
     assert [t.point for t in trials] == points
     for t in trials:
-        assert _losses(t, "versions_mixed") == (0,) * 6, t
+        assert _losses(t, "versions_mixed", "unreported_batches") == (0,) * 7, t
     assert chaos.snapshot(chaos.trial_root(chaos.Bench(tmp_path, 3000, 13), "restore"))["gold"]
 
 
