@@ -424,27 +424,12 @@ def judge(trial: Trial, want: dict, root: Path) -> Trial:
 
 
 def unreported(root, job: str) -> list[int]:
-    """The job's committed batches (its checkpoint's ``commits/``) with no row in
-    ``ops/stream_progress`` under the checkpoint's query id (batches folded by retention
-    aside)."""
-    from streaming_jobs.core.checkpoints import committed_batches, query_id
+    """The job's committed batches left with no progress row (`progress.unreported_batches`)."""
     from streaming_jobs.core.config import TidemarkConfig
-    from streaming_jobs.storage import ops_tables
+    from streaming_jobs.runtime.progress import unreported_batches
 
     cfg = TidemarkConfig.from_env().with_data_root(root)
-    checkpoint = cfg.paths.checkpoint(job)
-    qid = query_id(checkpoint)
-    if qid is None:
-        return []
-    rows = ops_tables.read(
-        cfg,
-        "stream_progress",
-        where=f"job = {ops_tables.literal(job)} and query_id = {ops_tables.literal(qid)}",
-        columns=["batch_id", "rolled_up_batches"],
-    )
-    folded = max((r["batch_id"] for r in rows if r["rolled_up_batches"]), default=-1)
-    have = {r["batch_id"] for r in rows}
-    return [b for b in committed_batches(checkpoint) if b > folded and b not in have]
+    return unreported_batches(cfg, job, cfg.paths.checkpoint(job))[1]
 
 
 def kill_during(root: Path, step: str, span: float, rng: random.Random) -> tuple[float, bool]:

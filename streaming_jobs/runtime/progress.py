@@ -269,6 +269,26 @@ def forget_previous_lineage(cfg: TidemarkConfig, query: str) -> int:
 RESTORED = "restored from the checkpoint"  # progress_json of a row `restore_lost_progress` made
 
 
+def unreported_batches(cfg: TidemarkConfig, query: str, checkpoint) -> tuple[str | None, list]:
+    """The checkpoint's query id, and its committed batches (``commits/``) with no row of
+    ``query`` in ``ops/stream_progress`` under that id (batches retention folded aside)."""
+    from streaming_jobs.core.checkpoints import committed_batches, query_id
+
+    qid = query_id(checkpoint)
+    committed = committed_batches(checkpoint)
+    if qid is None or not committed:
+        return qid, []
+    recorded = ops_tables.read(
+        cfg,
+        "stream_progress",
+        where=f"job = {ops_tables.literal(query)} and query_id = {ops_tables.literal(qid)}",
+        columns=["batch_id", "rolled_up_batches"],
+    )
+    have = {r["batch_id"] for r in recorded}
+    folded = max((r["batch_id"] for r in recorded if r["rolled_up_batches"]), default=-1)
+    return qid, [b for b in committed if b not in have and b > folded]
+
+
 def restore_lost_progress(cfg: TidemarkConfig, spec, place=None) -> list[int]:
     """Write a progress row for each committed batch of the job that has none; the batch ids.
 
@@ -282,28 +302,11 @@ def restore_lost_progress(cfg: TidemarkConfig, spec, place=None) -> list[int]:
     lost (as for a batch replayed after a crash). Call it holding the checkpoint's lock, before
     the query starts. ``place``: the job's own unless given (`gold.Place`).
     """
-    from streaming_jobs.core.checkpoints import (
-        batch_metadata,
-        batch_offsets,
-        committed_batches,
-        query_id,
-    )
+    from streaming_jobs.core.checkpoints import batch_metadata, batch_offsets
     from streaming_jobs.runtime.gold import Place, sink_version_of
 
     place = place or Place.live(cfg, spec)
-    qid = query_id(place.checkpoint)
-    committed = committed_batches(place.checkpoint)
-    if qid is None or not committed:
-        return []
-    recorded = ops_tables.read(
-        cfg,
-        "stream_progress",
-        where=f"job = {ops_tables.literal(place.name)} and query_id = {ops_tables.literal(qid)}",
-        columns=["batch_id", "rolled_up_batches"],
-    )
-    have = {r["batch_id"] for r in recorded}
-    folded = max((r["batch_id"] for r in recorded if r["rolled_up_batches"]), default=-1)
-    lost = [b for b in committed if b not in have and b > folded]
+    qid, lost = unreported_batches(cfg, place.name, place.checkpoint)
     if not lost:
         return []
     tables = {}
