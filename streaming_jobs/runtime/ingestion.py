@@ -34,7 +34,7 @@ from streaming_jobs.storage.lake import (
     spark_path,
 )
 from streaming_jobs.schemas import StreamSchema
-from streaming_jobs.core.validation import LINE, parse_lines
+from streaming_jobs.core.validation import LINE, LineParser
 
 LINEAGE = [
     T.StructField("_source_file", T.StringType()),
@@ -161,6 +161,7 @@ class BronzeBatchWriter:
         self.quarantine = paths.table("quarantine", schema.name)
         self.checkpoint = paths.checkpoint(query_name(schema.name))
         self.written: dict[int, tuple[int, int]] = {}
+        self.parse = LineParser(schema)
         ensure_table(spark, self.bronze, bronze_schema(schema), ROW_TRACKING)
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
         add_missing_columns(spark, self.bronze, bronze_schema(schema))  # older data roots
@@ -175,7 +176,7 @@ class BronzeBatchWriter:
 
     def _write(self, lines: DataFrame, batch_id: int) -> None:
         parsed = (
-            parse_lines(lines, self.schema)
+            self.parse(lines)
             .withColumn("_ingested_at", F.current_timestamp())
             .withColumn("_ingest_batch_id", F.lit(batch_id).cast("long"))
             .persist()
@@ -191,7 +192,11 @@ class BronzeBatchWriter:
             bad = parsed.where(F.col("_reason").isNotNull())
             if failed is not None:
                 bad = bad.unionByName(failed)
-            good, conflicting, kept_rows = self._conflicts(good)
+            # the counts come with the conflict check's aggregation (over every parsed row
+            # when no expectation took rows out: then the good rows are the rows with no reason)
+            good, conflicting, kept_rows, bad_rows = self._conflicts(
+                good, parsed if failed is None else None
+            )
             if conflicting is not None:
                 bad = bad.unionByName(conflicting)
             # raw_line is text every reader can decode (bytes that are not UTF-8 become U+FFFD:
@@ -216,7 +221,7 @@ class BronzeBatchWriter:
                     found,
                 ),
             )
-            written = (kept_rows, bad.count())  # on the cached rows
+            written = (kept_rows, bad.count() if bad_rows is None else bad_rows)
             # A layer gets no commit for a batch with none of its rows: an empty commit costs a
             # Delta transaction, about what a small write costs (most batches of a continuous
             # run have no bad line). The batch's rows decide it, so a replay decides the same.
@@ -229,8 +234,15 @@ class BronzeBatchWriter:
         finally:
             parsed.unpersist()
 
-    def _conflicts(self, good: DataFrame) -> tuple[DataFrame, DataFrame | None, int]:
-        """(rows bronze keeps, copies that conflict with them or None, how many rows are kept).
+    def _conflicts(
+        self, good: DataFrame, parsed: DataFrame | None
+    ) -> tuple[DataFrame, DataFrame | None, int, int | None]:
+        """(rows bronze keeps, copies that conflict with them or None, how many rows are kept,
+        how many of ``parsed``'s rows have a reason, or None when not counted here).
+
+        ``parsed``, when given, is the batch's every parsed row, ``good`` those with no
+        reason: then one aggregation counts both (a count is a Spark action, about 0.1 s
+        whatever a batch holds). With a conflict, the caller counts the bad rows itself.
 
         Copies of one event (equal dedup keys) in one batch whose fields differ: the stream's
         deduplication would keep whichever it met first and the batch recomputation another, so
@@ -249,24 +261,29 @@ class BronzeBatchWriter:
         outside the table's log).
         """
         key = self.schema.key
+        rows_of = good if parsed is None else parsed
+        kept = F.col("_reason").isNull() if parsed is not None else F.lit(True)
         if not key:
-            return good, None, good.count()
+            rows, bad_rows = rows_of.agg(F.count_if(kept), F.count_if(~kept)).first()
+            return good, None, rows, bad_rows if parsed is not None else None
         fields = [F.col(c) for c in self.schema.field_names]
         digest = F.xxhash64(*fields)
-        per_key = good.groupBy(*key).agg(
+        per_key = rows_of.groupBy(kept.alias("_kept"), *key).agg(
             F.count(F.lit(1)).alias("_rows"),
             F.min(digest).alias("_least"),
             F.max(digest).alias("_greatest"),
         )
+        clash = F.col("_kept") & (F.col("_least") != F.col("_greatest"))
         totals = per_key.agg(
-            F.sum("_rows").alias("rows"),
-            F.count_if(F.col("_least") != F.col("_greatest")).alias("clashes"),
+            F.sum(F.when(F.col("_kept"), F.col("_rows"))).alias("rows"),
+            F.sum(F.when(~F.col("_kept"), F.col("_rows"))).alias("bad"),
+            F.count_if(clash).alias("clashes"),
         )
-        rows, clashes = totals.collect()[0]
+        rows, bad_rows, clashes = totals.first()
         if not clashes:
-            return good, None, rows or 0
+            return good, None, rows or 0, (bad_rows or 0) if parsed is not None else None
         payload = F.to_json(F.struct(*fields))
-        clashing = per_key.where(F.col("_least") != F.col("_greatest")).select(*key)
+        clashing = per_key.where(clash).select(*key)
         first = (
             good.join(F.broadcast(clashing), on=list(key), how="left_semi")
             .groupBy(*key)
@@ -275,7 +292,7 @@ class BronzeBatchWriter:
         marked = good.join(F.broadcast(first), on=list(key), how="left").withColumn(
             "_conflict", F.col("_first").isNotNull() & (payload != F.col("_first"))
         )
-        kept = marked.where(~F.col("_conflict")).drop("_first", "_conflict")
+        kept_rows = marked.where(~F.col("_conflict")).drop("_first", "_conflict")
         names = ", ".join(key)
         conflicting = (
             marked.where(F.col("_conflict"))
@@ -288,7 +305,7 @@ class BronzeBatchWriter:
                 ),
             )
         )
-        return kept, conflicting, kept.count()
+        return kept_rows, conflicting, kept_rows.count(), None
 
 
 def landing_lines(
