@@ -3,11 +3,12 @@
 Two facts are needed in places that must not start a JVM (sensors, the progress flush, the dbt
 entry point): the table's latest version, and which version a streaming batch committed. The
 second is the version whose commit carries the batch's idempotency marker, a ``txn`` action
-``{"appId": <writer>, "version": <batch id>}``: the Delta sink writes one per batch (app id =
-the query id), and tidemark's foreachBatch writers write their own (see `lake`). A third comes
-from the commits since a version: the statistics of the files they added (the earliest new
-event, the least ingestion batch), which incremental reconciliation and retention's progress
-fold use to read only what is new.
+``{"appId": <writer>, "version": <batch id>}``: the Delta sink and ``txnAppId`` writes put one in
+each batch's commit (app id = the query id), and tidemark's own marker, the same pair in the
+commit's ``userMetadata`` (`batch_written`, `lake.append_marked`), stands for it where Delta's
+lookup costs too much. A third comes from the commits since a version: the statistics of the
+files they added (the earliest new event, the least ingestion batch), which incremental
+reconciliation and retention's progress fold use to read only what is new.
 
 A table is a local folder or a place on an object store (`streaming_jobs.core.locations`).
 Only the JSON commit files are read (Delta keeps them for 30 days by default, checkpoints or
@@ -128,13 +129,64 @@ def changed_outside_its_writer(table: Where, since: dt.datetime) -> str | None:
     return None
 
 
+# tidemark's own idempotency marker, in a commit's ``userMetadata`` (`lake.append_marked`)
+MARKER = "tidemark_txn"
+# How far before a batch's trigger time its commit may carry an earlier timestamp (a clock
+# stepped back between the two): commits older than that cannot hold the batch
+CLOCK_MARGIN_MS = 10 * 60 * 1000
+
+
+def marker_metadata(app_id: str, batch_id: int) -> str:
+    """The ``userMetadata`` of a commit writing ``app_id``'s batch ``batch_id``."""
+    return json.dumps({MARKER: {"appId": app_id, "version": batch_id}})
+
+
+def _marker(action: dict, app_id: str) -> int | None:
+    """The batch id ``app_id`` recorded in one action: Delta's ``txn``, or tidemark's marker
+    in the ``commitInfo``."""
+    txn = action.get("txn")
+    if txn and txn.get("appId") == app_id:
+        return int(txn["version"])
+    metadata = (action.get("commitInfo") or {}).get("userMetadata")
+    if not metadata or MARKER not in metadata:
+        return None
+    try:
+        mark = json.loads(metadata)[MARKER]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if isinstance(mark, dict) and mark.get("appId") == app_id:
+        return int(mark["version"])
+    return None
+
+
+def _marker_in(actions: list[dict], app_id: str) -> int | None:
+    marks = [m for m in (_marker(a, app_id) for a in actions) if m is not None]
+    return max(marks) if marks else None
+
+
 def txn_of(table: Where, version: int, app_id: str) -> int | None:
     """The batch id ``app_id`` recorded in commit ``version``, if that commit has its marker."""
-    for action in commit_actions(table, version):
-        txn = action.get("txn")
-        if txn and txn.get("appId") == app_id:
-            return int(txn["version"])
-    return None
+    return _marker_in(commit_actions(table, version), app_id)
+
+
+def batch_written(table: Where, app_id: str, batch_id: int, since_ms: int | None) -> bool:
+    """Whether ``app_id`` committed ``batch_id`` (or a later batch) to the table: the check
+    that makes a replayed batch write nothing twice, read from the newest commits.
+
+    ``app_id`` writes its batches in order, so its newest commit decides. The search stops
+    there, or at the first commit older than ``since_ms`` (the batch's trigger time, less
+    `CLOCK_MARGIN_MS`): a batch is committed after it was triggered. Only the batch's writer
+    may call this, holding its checkpoint's lock (no one else writes ``app_id``'s batches).
+    """
+    for version in reversed(commit_versions(table)):
+        actions = commit_actions(table, version)
+        mark = _marker_in(actions, app_id)
+        if mark is not None:
+            return mark >= batch_id
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if since_ms is not None and info.get("timestamp", since_ms) < since_ms - CLOCK_MARGIN_MS:
+            return False
+    return False
 
 
 def version_of_batch(

@@ -1,7 +1,11 @@
 """The gold side of a job: bronze as a stream in, the job's ``build``, a Delta table out.
 
-Append jobs write through the Delta sink; update jobs upsert each micro-batch with a MERGE on
-the job's keys, made idempotent by the batch id, so both are exactly-once across restarts.
+Every write is exactly-once across restarts: a replayed batch writes nothing twice.
+- Append jobs on a local disk append each micro-batch with tidemark's own marker (`AppendBatch`:
+  the query id and batch id in the commit, checked in the table's newest commits).
+- Append jobs on an object store write through the Delta sink (Delta's ``txn`` key, looked up
+  in the table's state and checked again at the commit).
+- Update jobs upsert each micro-batch with a MERGE on the job's keys, keyed by the batch id.
 """
 
 from __future__ import annotations
@@ -11,20 +15,22 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.core.checkpoints import query_id, still_owned
+from streaming_jobs.core.checkpoints import batch_metadata, query_id, still_owned
 from streaming_jobs.runtime.changes import check_before_start
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.core.delta_log import version_of_batch
+from streaming_jobs.core.delta_log import batch_written, version_of_batch
 from streaming_jobs.storage.expectations import counts, guard, record, resolve, result_rows
 from streaming_jobs.core.interrupts import stoppable
 from streaming_jobs.spec import JobSpec
 from streaming_jobs.storage.lake import (
+    append_marked,
     ensure_properties,
     ensure_table,
     merge_once,
     spark_path,
 )
-from streaming_jobs.core.locations import Where, is_delta_table
+from streaming_jobs.core.locations import Location, Where, is_delta_table
+from streaming_jobs.storage.spark import without_adaptive_plans
 
 # A partitioned gold table's files go under short random folders, not Hive-style
 # <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
@@ -94,12 +100,44 @@ def gold_writer(
     writer = result.writeStream.queryName(place.name).option(
         "checkpointLocation", spark_path(place.checkpoint)
     )
-    if spec.output_mode == "append":
-        # The Delta sink commits each batch with the checkpoint's batch id: exactly-once.
-        if spec.partition_by:
-            writer = writer.partitionBy(*spec.partition_by)
-        return writer.format("delta").outputMode("append").option("path", spark_path(target))
-    return writer.outputMode("update").foreachBatch(UpsertBatch(spec, place, cfg))
+    if spec.output_mode == "update":
+        return writer.outputMode("update").foreachBatch(UpsertBatch(spec, place, cfg))
+    if not Location.of(target).on_store:
+        return writer.outputMode("append").foreachBatch(AppendBatch(spec, place))
+    # On a store a run's lease can lapse while it is paused between a check and its commit:
+    # Delta's key, checked again inside the commit, keeps that late commit from doubling a batch
+    if spec.partition_by:
+        writer = writer.partitionBy(*spec.partition_by)
+    return writer.format("delta").outputMode("append").option("path", spark_path(target))
+
+
+class AppendBatch:
+    """foreachBatch for append-mode jobs on a local disk: append each micro-batch once.
+
+    A batch is appended with the pair (query id, batch id) in its commit (`lake.append_marked`).
+    A replayed batch (the run died after its commit, before the checkpoint recorded it) finds its
+    pair in the table's newest commits (`delta_log.batch_written`) and writes nothing. This
+    replaces Delta's own key, whose lookup rebuilds the table's state: three Spark jobs of a
+    batch's four when it carries a handful of rows. It is safe here because the checkpoint's
+    ``flock`` makes this run the table's only writer of the query id until it exits: a paused
+    run keeps the lock, and a killed one cannot commit."""
+
+    def __init__(self, spec: JobSpec, place: Place) -> None:
+        self.target, self.checkpoint, self.name = place.target, place.checkpoint, place.name
+        self.partition_by = spec.partition_by
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # the checkpoint's identity, read now: a restored or rebuilt checkpoint has a new one
+        app_id = query_id(self.checkpoint)
+        since = (batch_metadata(self.checkpoint, batch_id) or {}).get("batchTimestampMs")
+        without_adaptive_plans(batch)
+        with stoppable(f"job {self.name}"):
+            if batch_written(self.target, app_id, batch_id, since):
+                # run it all the same: its state stores must commit (Spark 4.2 fails a batch
+                # whose stateful partitions never ran)
+                batch.write.format("noop").mode("overwrite").save()
+                return
+            append_marked(batch, self.target, app_id, batch_id, self.partition_by)
 
 
 def merge_app_id(query_id: str) -> str:
@@ -108,8 +146,9 @@ def merge_app_id(query_id: str) -> str:
 
 
 def sink_app_id(spec: JobSpec, query_id: str) -> str:
-    """Who marks the job's commits in its gold table's log: the Delta sink marks them with the
-    query id, an update-mode job's MERGE with `merge_app_id`."""
+    """Who marks the job's commits in its gold table's log: an append-mode job's writer (the
+    Delta sink or `AppendBatch`) marks them with the query id, an update-mode job's MERGE with
+    `merge_app_id`."""
     return query_id if spec.output_mode == "append" else merge_app_id(query_id)
 
 

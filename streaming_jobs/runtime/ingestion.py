@@ -34,6 +34,7 @@ from streaming_jobs.storage.lake import (
     spark_path,
 )
 from streaming_jobs.schemas import StreamSchema
+from streaming_jobs.storage.spark import without_adaptive_plans
 from streaming_jobs.core.validation import LINE, LineParser
 
 LINEAGE = [
@@ -149,19 +150,6 @@ def screen_landing(folder: Where) -> list[tuple[Location, str]]:
 
 def bronze_schema(schema: StreamSchema) -> T.StructType:
     return T.StructType([*schema.struct.fields, *LINEAGE, *POSITION, *IDENTITY])
-
-
-def without_adaptive_plans(batch: DataFrame) -> None:
-    """Plan this micro-batch's queries whole, without adaptive execution.
-
-    Spark gives each ``foreachBatch`` call a session of its own with adaptive execution on
-    (a streaming query runs without it). Adaptive execution runs each stage of a plan as a
-    Spark job and plans the next from its result: the duplicate-payload check's two
-    aggregations took 4 jobs, and Delta's lookup of the table's state before the append 3,
-    each with its fixed cost. Without it a batch of a handful of lines runs 3 Spark jobs
-    instead of 8. At the batch's size there is nothing for it to adapt: the shuffles have the
-    lake's few partitions, and the one join (keys in conflict) is a broadcast already."""
-    batch.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
 
 
 class BronzeBatchWriter:

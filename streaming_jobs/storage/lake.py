@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from streaming_jobs.core import locations
+from streaming_jobs.core.delta_log import marker_metadata
 from streaming_jobs.core.locations import Location, Where
 
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
@@ -144,6 +145,25 @@ def append_once(df: DataFrame, path: Where, app_id: str, version: int) -> None:
         .option("txnVersion", version)
         .save(spark_path(path))
     )
+
+
+def append_marked(
+    df: DataFrame, path: Where, app_id: str, version: int, partition_by: tuple[str, ...] = ()
+) -> None:
+    """Append ``df`` with tidemark's own idempotency marker, (``app_id``, ``version``) in the
+    commit's ``userMetadata`` (`delta_log.batch_written` finds it again).
+
+    No ``txnAppId``: Delta would rebuild the table's whole state to look its key up, three
+    Spark jobs before every write. The caller checks the marker first, holding the lock that
+    makes it the only writer of ``app_id`` (a local disk's ``flock``)."""
+    writer = (
+        df.write.format("delta")
+        .mode("append")
+        .option("userMetadata", marker_metadata(app_id, version))
+    )
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(spark_path(path))
 
 
 def merge_once(

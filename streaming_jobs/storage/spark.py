@@ -21,10 +21,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streaming_jobs.core.locations import Location
 from streaming_jobs.core.checkpoints import STATE_MAINTENANCE_SECONDS
 from streaming_jobs.core.config import TidemarkConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 SPARK_VERSION = "4.2.0"
 LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
@@ -586,3 +590,16 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
 
 if __name__ == "__main__":
     _dump_classes(sys.argv[1])
+
+
+def without_adaptive_plans(batch: DataFrame) -> None:
+    """Plan this micro-batch's queries whole, without adaptive execution.
+
+    Spark gives each ``foreachBatch`` call a session of its own with adaptive execution on
+    (a streaming query runs without it). Adaptive execution runs each stage of a plan as a
+    Spark job and plans the next from its result: in ingestion, the duplicate-payload check's
+    two aggregations took 4 jobs, and Delta's lookup of the table's state before the append 3,
+    each with its fixed cost. Without it a batch of a handful of lines runs 3 Spark jobs
+    instead of 8. At the batch's size there is nothing for it to adapt: the shuffles have the
+    lake's few partitions, and the one join (keys in conflict) is a broadcast already."""
+    batch.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")

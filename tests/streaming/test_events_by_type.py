@@ -58,7 +58,10 @@ def test_clicks_land_once_in_their_partition_with_one_file_per_partition_per_bat
     per_commit = []
     for entry in log:
         actions = [json.loads(line) for line in entry.read_text().splitlines()]
-        if any(a.get("commitInfo", {}).get("operation") == "STREAMING UPDATE" for a in actions):
+        if any(
+            a.get("commitInfo", {}).get("operation") in ("STREAMING UPDATE", "WRITE")
+            for a in actions
+        ):
             per_commit.append(
                 Counter(
                     json.dumps(a["add"]["partitionValues"], sort_keys=True)

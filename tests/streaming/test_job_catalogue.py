@@ -1,9 +1,9 @@
 """Every built-in job: exactly-once across a restart between batches, and state that drains.
 
 On generated data (duplicates, out-of-order, late and malformed lines), each job streams two
-waves. Then the last batch's commit is deleted, as a crash between writing the sink and
-committing the checkpoint would leave it, and the job runs again: the batch is replayed and the
-gold table must be exactly what it was. Then one wave days later in event time moves the
+waves. Then the newest batch that wrote gold rows loses its checkpoint commit, as a crash
+between writing the sink and committing the checkpoint would leave it, and the job runs again:
+the batch is replayed and the gold table must be exactly what it was. Then one wave days later in event time moves the
 watermark past everything the sample left in state: every operator's state must fall back to
 (almost) nothing, so state is bounded by the watermark or the TTL, not by the data seen.
 """
@@ -19,6 +19,9 @@ from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
+from streaming_jobs.runtime.gold import sink_app_id
+from streaming_jobs.core.checkpoints import query_id
+from streaming_jobs.core.delta_log import commit_versions, latest_version, rows_written, txn_of
 
 BUILT_IN = [
     "failed_txn_velocity",
@@ -35,6 +38,28 @@ def _gold(spark, cfg, name) -> list[tuple]:
     return sorted(
         (tuple(r) for r in read_table(spark, cfg.paths.table("gold", name)).collect()), key=repr
     )
+
+
+def _rewind_to_last_write(cfg, spec) -> int:
+    """Delete the checkpoint's record of the newest batch that committed rows to gold, and of
+    every batch after it; returns that batch's id."""
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    target = cfg.paths.table("gold", spec.name)
+    app = sink_app_id(spec, query_id(checkpoint))
+    written = [
+        txn_of(target, v, app)
+        for v in commit_versions(target)
+        if txn_of(target, v, app) is not None
+        and rows_written(target, v - 1)[0] > rows_written(target, v)[0]  # commit v's own rows
+    ]
+    assert written, f"{spec.name}: no batch wrote rows"
+    batch = max(written)
+    for folder, first in (("commits", batch), ("offsets", batch + 1)):
+        for path in (checkpoint / folder).iterdir():
+            if path.name.isdigit() and int(path.name) >= first:
+                path.unlink()
+                (checkpoint / folder / f".{path.name}.crc").unlink(missing_ok=True)
+    return batch
 
 
 # CI runs two shapes (24-hour panes in keyed state, a join); the other four are long (make
@@ -62,13 +87,17 @@ def test_exactly_once_across_a_restart_and_state_drains(spark, cfg, name):
     before = _gold(spark, cfg, name)
     assert before, f"{name} wrote nothing: the sample is too small to test it"
 
-    commits = cfg.paths.checkpoint(name) / "commits"
-    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-    (commits / str(last)).unlink()
-    (commits / f".{last}.crc").unlink(missing_ok=True)
+    # the crash: the newest batch that wrote rows to gold committed there, and then the run
+    # died before its checkpoint recorded it (so no later batch was planned either)
+    target = cfg.paths.table("gold", name)
+    versions = latest_version(target)
+    replayed = _rewind_to_last_write(cfg, spec)
     replay = run_job(spark, cfg, spec)
     assert replay.batches >= 1  # the uncommitted batch ran again...
     assert _gold(spark, cfg, name) == before  # ...and wrote nothing twice
+    app = sink_app_id(spec, query_id(cfg.paths.checkpoint(name)))
+    new = range(versions + 1, latest_version(target) + 1)
+    assert all(txn_of(target, v, app) != replayed for v in new)  # no second commit of it
 
     for source in spec.sources:
         later = GeneratorConfig(
