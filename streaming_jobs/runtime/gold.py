@@ -10,6 +10,7 @@ Every write is exactly-once across restarts: a replayed batch writes nothing twi
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +32,8 @@ from streaming_jobs.storage.lake import (
 )
 from streaming_jobs.core.locations import Location, Where, is_delta_table
 from streaming_jobs.storage.spark import without_adaptive_plans
+
+LOG = logging.getLogger("tidemark.gold")
 
 # A partitioned gold table's files go under short random folders, not Hive-style
 # <column>=<value> ones: its partition values live in the Delta log, so no value can make a path
@@ -133,6 +136,11 @@ class AppendBatch:
         without_adaptive_plans(batch)
         with stoppable(f"job {self.name}"):
             if batch_written(self.target, app_id, batch_id, since):
+                LOG.info(
+                    "job %s: batch %d is in its gold table already; not written again",
+                    self.name,
+                    batch_id,
+                )
                 # run it all the same: its state stores must commit (Spark 4.2 fails a batch
                 # whose stateful partitions never ran)
                 batch.write.format("noop").mode("overwrite").save()
