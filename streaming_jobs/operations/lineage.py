@@ -70,7 +70,10 @@ class Fold:
         last = self.batches[-1]
         row = {name: last.get(name) for name in ops_tables.arrow_schema(PROGRESS).names}
         for name in SUMMED:
-            row[name] = sum(p.get(name) or 0 for p in parts)
+            # a figure no folded batch reported (a foreachBatch sink's output rows) stays
+            # unknown: it is not a zero
+            readings = [p[name] for p in parts if p.get(name) is not None]
+            row[name] = sum(readings) if readings else None
         ranges: dict[str, list] = {}
         for part in parts:
             for read in part.get("source_versions") or []:

@@ -73,6 +73,15 @@ def test_the_old_batches_of_a_lineage_fold_into_one_row_that_keeps_sums_ranges_a
     assert fold.predicate == "job = 'j' and query_id = 'q1' and batch_id <= 3"
 
 
+def test_a_figure_no_folded_batch_reported_stays_unknown_in_the_rollup():
+    """A foreachBatch sink reports no output rows: the rollup says so, not 0."""
+    rows = [batch(b, num_output_rows=None) for b in range(3)]
+    rows[2]["num_input_rows"] = None  # a batch restored from the checkpoint has no reading
+    row = plan(rows, cutoff=T0 + timedelta(minutes=2, seconds=1), savepoint_batches={})[0].rollup()
+    assert row["num_output_rows"] is None
+    assert row["num_input_rows"] == 20  # the readings there are, summed
+
+
 def test_the_newest_batch_a_savepoints_batches_and_recent_ones_are_never_folded():
     rows = [batch(b) for b in range(6)]
     everything_old = T0 + timedelta(days=1)
