@@ -105,14 +105,15 @@ def changed_outside_its_writer(table: Where, since: dt.datetime) -> str | None:
     """The newest commit after ``since`` that changed the table's rows without a streaming
     writer's transaction marker (a DELETE, UPDATE, RESTORE or write by hand), described; None
     when there is none. A job's own commits (the Delta sink, its idempotent MERGE) carry a
-    ``txn`` action; OPTIMIZE and VACUUM change no data (``dataChange`` false, or no file)."""
+    ``txn`` action, or tidemark's marker (`AppendBatch`); OPTIMIZE and VACUUM change no data
+    (``dataChange`` false, or no file)."""
     since_ms = since.timestamp() * 1000
     for version in reversed(commit_versions(table)):
         actions = commit_actions(table, version)
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if info.get("timestamp", 0) <= since_ms:
             return None  # every later one was checked
-        if any("txn" in a for a in actions):
+        if any("txn" in a or _own_marker(a) for a in actions):
             continue
         changed = [
             a
@@ -141,12 +142,8 @@ def marker_metadata(app_id: str, batch_id: int) -> str:
     return json.dumps({MARKER: {"appId": app_id, "version": batch_id}})
 
 
-def _marker(action: dict, app_id: str) -> int | None:
-    """The batch id ``app_id`` recorded in one action: Delta's ``txn``, or tidemark's marker
-    in the ``commitInfo``."""
-    txn = action.get("txn")
-    if txn and txn.get("appId") == app_id:
-        return int(txn["version"])
+def _own_marker(action: dict) -> dict | None:
+    """tidemark's marker in a ``commitInfo`` action (``{"appId": ..., "version": ...}``)."""
     metadata = (action.get("commitInfo") or {}).get("userMetadata")
     if not metadata or MARKER not in metadata:
         return None
@@ -154,7 +151,14 @@ def _marker(action: dict, app_id: str) -> int | None:
         mark = json.loads(metadata)[MARKER]
     except (ValueError, TypeError, KeyError):
         return None
-    if isinstance(mark, dict) and mark.get("appId") == app_id:
+    return mark if isinstance(mark, dict) and "appId" in mark and "version" in mark else None
+
+
+def _marker(action: dict, app_id: str) -> int | None:
+    """The batch id ``app_id`` recorded in one action: Delta's ``txn``, or tidemark's marker
+    in the ``commitInfo``."""
+    mark = action.get("txn") or _own_marker(action)
+    if mark and mark.get("appId") == app_id:
         return int(mark["version"])
     return None
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from streaming_jobs.core.delta_log import (
     CLOCK_MARGIN_MS,
     batch_written,
+    changed_outside_its_writer,
     marker_metadata,
     txn_of,
     version_of_batch,
@@ -77,3 +79,17 @@ def test_metadata_that_is_not_a_marker_is_ignored(tmp_path):
         assert txn_of(tmp_path, 1, "q1") is None
         assert not batch_written(tmp_path, "q1", 0, T0)
     assert not batch_written(tmp_path / "missing", "q1", 0, T0)  # no table yet
+
+
+def test_the_writers_own_commits_are_no_change_outside_it(tmp_path):
+    """Reconciliation's incremental scope asks whether gold changed outside its stream since
+    the last run: the stream's own commits (either marker) are not such a change, a write by
+    anyone else is."""
+    commit(tmp_path, 0, T0)  # the table's creation, before the last reconciliation
+    commit(tmp_path, 1, T0 + 2000, marker=("q1", 0))
+    commit(tmp_path, 2, T0 + 3000, txn=("q1", 1))  # the Delta sink's, before an upgrade
+    commit(tmp_path, 3, T0 + 4000, marker=("q1", 2))
+    since = dt.datetime.fromtimestamp((T0 + 1000) / 1000, dt.timezone.utc)
+    assert changed_outside_its_writer(tmp_path, since) is None
+    commit(tmp_path, 4, T0 + 5000)  # a write by hand
+    assert changed_outside_its_writer(tmp_path, since).startswith("version 4, WRITE at ")
