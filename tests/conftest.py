@@ -68,9 +68,13 @@ class _SharedSql:
             }
         )
 
+        # the environment now, before any test runs: a test's monkeypatched variables (a jobs
+        # folder of its own) must not reach the shared server, whenever its thread launches it
+        environ = dict(os.environ)
+
         def start() -> None:
             try:
-                cls.endpoint = sql_endpoint.start(cls.owner)
+                cls.endpoint = sql_endpoint.start(cls.owner, environ=environ)
             except BaseException as error:  # noqa: BLE001 - raised by the fixture
                 cls.error = error
 

@@ -7,6 +7,8 @@ A gold table's schema is the schema of its job's ``build`` applied to an empty b
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import SparkSession
 
 from streaming_jobs.storage import ops_tables
@@ -16,9 +18,21 @@ from streaming_jobs.storage.registry import registry, streams
 from streaming_jobs.core.locations import is_delta_table
 from streaming_jobs.storage.lake import ROW_TRACKING, ensure_table
 
+LOG = logging.getLogger(__name__)
 
-def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
-    """Create the missing lake tables; returns the ones it created (as layer/name)."""
+
+class GoldSchemaError(RuntimeError):
+    """A job's gold schema cannot be derived (its query does not resolve on empty bronze)."""
+
+
+def ensure_lake(
+    spark: SparkSession, cfg: TidemarkConfig, *, skip_broken: bool = False
+) -> list[str]:
+    """Create the missing lake tables; returns the ones it created (as layer/name).
+
+    A job whose gold schema cannot be derived raises `GoldSchemaError` naming the job and its
+    file; with ``skip_broken`` (a server that serves every other table: the SQL endpoint) it is
+    logged once and skipped, and its gold table stays missing."""
     paths, created = cfg.paths, []
 
     def ensure(layer: str, name: str, schema, properties=None, partition_by=None) -> None:
@@ -37,19 +51,38 @@ def ensure_lake(spark: SparkSession, cfg: TidemarkConfig) -> list[str]:
         ensure("quarantine", name, QUARANTINE_SCHEMA)
     created += ops_tables.ensure_all(cfg)
 
-    def gold_schema(spec):
+    def gold_schema(name, spec):
         empty = [spark.createDataFrame([], bronze_schema(known[s])) for s in spec.sources]
-        return spec.apply(*empty).schema
+        try:
+            return spec.apply(*empty).schema
+        except Exception as exc:  # noqa: BLE001 - any failure of the job's own code or query
+            text = str(exc).strip()
+            first = text.splitlines()[0].rstrip("; ") if text else type(exc).__name__
+            raise GoldSchemaError(
+                f"job {name} ({spec.at()}): its gold table cannot be created, "
+                f"its query does not run on empty input: {first}; fix the job "
+                "('tidemark check' names the problem)"
+            ) from exc
 
     for name, spec in registry().items():
-        ensure(
-            "gold",
-            name,
-            lambda spec=spec: gold_schema(spec),
-            spec.table_properties,
-            list(spec.partition_by),
-        )
+        try:
+            ensure(
+                "gold",
+                name,
+                lambda name=name, spec=spec: gold_schema(name, spec),
+                spec.table_properties,
+                list(spec.partition_by),
+            )
+        except GoldSchemaError as exc:
+            if not skip_broken:
+                raise
+            if str(exc) not in _REPORTED:
+                _REPORTED.add(str(exc))
+                LOG.error("%s", exc)
     return created
+
+
+_REPORTED: set[str] = set()  # skipped jobs' errors, logged once per process
 
 
 def missing(cfg: TidemarkConfig) -> list[str]:

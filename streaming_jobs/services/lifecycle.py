@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
@@ -82,8 +82,11 @@ class Service:
     start_timeout = 120.0
     stop_timeout = 60.0
 
-    def __init__(self, cfg: TidemarkConfig) -> None:
+    def __init__(self, cfg: TidemarkConfig, environ: Mapping[str, str] | None = None) -> None:
         self.cfg = cfg
+        # the environment its supervisor inherits (None: this process's, when it starts); a
+        # server started from a thread takes a copy made before, not what other threads set
+        self.environ = environ
 
     # --- what each server says -----------------------------------------------------------
 
@@ -176,7 +179,13 @@ class Service:
             )
         self.prepare()
         proc = launch_supervisor(
-            self.module, self.log, self.supervisor_env(), self.owner_variable, owned, cwd=CHECKOUT
+            self.module,
+            self.log,
+            self.supervisor_env(),
+            self.owner_variable,
+            owned,
+            cwd=CHECKOUT,
+            base=self.environ,
         )
 
         def answered() -> dict | None:

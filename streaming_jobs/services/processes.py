@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Mapping, TypeVar
 
 T = TypeVar("T")
 
@@ -123,11 +123,13 @@ def launch_supervisor(
     owner_variable: str,
     owned: bool,
     cwd: Path | None = None,
+    base: Mapping[str, str] | None = None,
 ) -> subprocess.Popen:
     """Start a service's supervisor, ``python -m <module>``, in a session of its own (Ctrl-C
     in this terminal does not reach it), its output appended to ``log``. ``owned``: it learns
-    this process's id from ``owner_variable`` and stops when this process ends."""
-    full = {**os.environ, **env}
+    this process's id from ``owner_variable`` and stops when this process ends. ``env`` goes
+    over ``base`` (default: this process's environment as it is now)."""
+    full = {**(os.environ if base is None else base), **env}
     if owned:
         full[owner_variable] = str(os.getpid())
     else:

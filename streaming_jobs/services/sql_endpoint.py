@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,7 +140,7 @@ class SqlEndpoint(Service):
 
             started = time.monotonic()
             spark = start_session(cfg, endpoint_conf(cfg))
-            ensure_lake(spark, cfg)
+            ensure_lake(spark, cfg, skip_broken=True)
             jvm = spark.sparkContext._jvm  # noqa: SLF001 - the server's entry point is JVM-only
             thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
             server = thrift.startWithContext(spark._jsparkSession.sqlContext())  # noqa: SLF001
@@ -161,8 +162,9 @@ class SqlEndpoint(Service):
                     LOG.warning("the process that started the endpoint is gone; stopping")
                     break
                 if missing(cfg):  # cheap: files only; Spark only when a table must be made
-                    made = ensure_lake(spark, cfg)
-                    LOG.warning("creating missing lake tables: %s", ", ".join(made))
+                    made = ensure_lake(spark, cfg, skip_broken=True)
+                    if made:
+                        LOG.warning("created missing lake tables: %s", ", ".join(made))
             server.stop()
         finally:
             self.withdraw()
@@ -194,7 +196,13 @@ def discover(cfg: TidemarkConfig) -> Endpoint | None:
     return _endpoint(info) if info else None
 
 
-def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Endpoint:
+def start(
+    cfg: TidemarkConfig,
+    *,
+    owned: bool = True,
+    timeout: float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Endpoint:
     """Start the data root's SQL endpoint unless it runs; return its address once it answers.
     ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests);
     without, it runs until stopped (``tidemark sql start``). With a shared endpoint
@@ -210,7 +218,7 @@ def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = No
                 )
             time.sleep(1.0)
         return found
-    return _endpoint(SqlEndpoint(cfg).start(owned=owned, timeout=timeout))
+    return _endpoint(SqlEndpoint(cfg, environ).start(owned=owned, timeout=timeout))
 
 
 def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import is_valid_transaction as is_valid
 from helpers import write_wave
 
@@ -141,3 +143,32 @@ def test_a_table_another_process_creates_is_seen_once_it_commits(spark, tmp_path
     assert is_delta_table(path)
     assert sorted(r.id for r in read_table(spark, path).collect()) == [1, 2, 3]
     assert not is_delta_table(tmp_path / "never_made")
+
+
+def test_a_job_whose_query_does_not_run_names_itself_and_stops_no_other_table(
+    spark, cfg, tmp_path, monkeypatch
+):
+    """The SQL endpoint makes the lake with ``skip_broken``: one broken job file must not keep
+    dbt from every other table, and everything else still says which job to fix."""
+    from streaming_jobs.runtime.tables import GoldSchemaError, ensure_lake, missing
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "broken_counts.sql").write_text(
+        "-- broken_counts: a query that names a column clicks do not have.\n"
+        "-- source: clicks\n"
+        "-- keys: window_start, window_end\n"
+        "-- measures: n\n"
+        "-- watermark: 5 minutes\n"
+        "select window.start as window_start, window.end as window_end, count(*) as n\n"
+        "from events\n"
+        "group by window(no_such_column, '5 minutes')\n"
+    )
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    with pytest.raises(GoldSchemaError) as failed:
+        ensure_lake(spark, cfg)
+    assert f"job broken_counts ({folder / 'broken_counts.sql'}" in str(failed.value)
+    assert "cannot be resolved" in str(failed.value)  # Spark's own reason, first line
+    assert "tidemark check" in str(failed.value)
+    ensure_lake(spark, cfg, skip_broken=True)
+    assert missing(cfg) == ["gold/broken_counts"]
