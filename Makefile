@@ -32,9 +32,10 @@ run: setup
 	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
 # Two worker processes (the machine's two cores), a test file each at a time: each worker has
-# its own SparkSession and servers, shared by the tests it runs (docs/testing.md)
+# its own SparkSession and servers, shared by the tests it runs (docs/testing.md). Each test's
+# time goes to .tidemark/test-report.xml (JUnit): tools/test_times.py sums it per file.
 test: setup s3-setup lint
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --junitxml=.tidemark/test-report.xml
 
 # ruff (pyproject.toml's [tool.ruff]) over every Python file of the project: its lint rules and
 # its formatter (`ruff format .` formats the tree)

@@ -160,6 +160,50 @@ def keep_connections_open() -> None:
     SparkConnectionManager.release = release
 
 
+FIRST_POLL_SECONDS = 0.05  # then doubled, up to the profile's poll_interval
+
+
+def poll_quickly() -> None:
+    """A statement on the endpoint is polled at 0.05 s, then twice as long each time, up to
+    the profile's ``poll_interval``.
+
+    dbt-spark runs each statement asynchronously and sleeps ``poll_interval`` seconds (a whole
+    number: the profile's schema takes no fraction) between asking whether it is done, so a
+    statement of 0.2 s took a whole second, and a build of hundreds of them waited most of its
+    time (docs/benchmarks.md, "dbt's polling"). Its loop reads ``poll_interval`` before each
+    sleep: here that attribute answers the next wait of the back-off, restarted by each
+    statement. A long statement is still asked at most every ``poll_interval`` seconds.
+    """
+    from dbt.adapters.spark import connections
+
+    base = connections.PyhiveConnectionWrapper
+    if getattr(base, "quick_polls", False):
+        return
+
+    class QuickPolls(base):
+        quick_polls = True
+
+        def __init__(self, handle, poll_interval: int = 5, *args, **kwargs) -> None:
+            self._polls = 0
+            super().__init__(handle, poll_interval, *args, **kwargs)
+
+        @property
+        def poll_interval(self) -> float:
+            wait = min(self._longest, FIRST_POLL_SECONDS * 2**self._polls)
+            self._polls += 1
+            return wait
+
+        @poll_interval.setter
+        def poll_interval(self, value: float) -> None:
+            self._longest = value
+
+        def execute(self, sql: str, bindings=None) -> None:
+            self._polls = 0
+            return super().execute(sql, bindings)
+
+    connections.PyhiveConnectionWrapper = QuickPolls
+
+
 def _wait_for_lake(cfg: TidemarkConfig) -> None:
     """The endpoint creates missing lake tables within seconds; wait for them."""
     from streaming_jobs.runtime.tables import missing
@@ -340,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if command in NEEDS_SPARK and endpoint is not None:
         keep_connections_open()
+        poll_quickly()
 
     from orchestration.recon import recon_runs
 

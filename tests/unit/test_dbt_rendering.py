@@ -303,3 +303,48 @@ def test_a_job_that_never_ran_is_pinned_where_its_gold_table_stands(cfg):
     pinned = position_vars(cfg, jobs)
     assert pinned["gold_versions"] == {"user_sessions": 1}  # events_by_type: no table yet
     assert pinned["progress_version"] == ops_tables.version(cfg, "stream_progress")
+
+
+def test_a_statement_on_the_endpoint_is_polled_soon_then_less_often(monkeypatch):
+    """dbt-spark's own polling loop, with tidemark's waits (`poll_quickly`): 0.05 s, doubled up
+    to the profile's poll_interval, and again from 0.05 s for the next statement. The cursor
+    stands for the Thrift server's: it reports each statement running for a number of polls."""
+    import time
+    from types import SimpleNamespace
+
+    from dbt.adapters.spark import connections
+    from TCLIService.ttypes import TOperationState
+
+    from orchestration.recon.dbt_cli import poll_quickly
+
+    class Cursor:
+        def __init__(self, running_polls: list[int]) -> None:
+            self.running_polls = running_polls
+
+        def execute(self, sql, bindings, async_):
+            self.left = self.running_polls.pop(0)
+
+        def poll(self):
+            self.left -= 1
+            state = (
+                TOperationState.RUNNING_STATE if self.left >= 0 else TOperationState.FINISHED_STATE
+            )
+            return SimpleNamespace(operationState=state, errorMessage=None)
+
+    waits: list[float] = []
+    # the module's own name for `time`, not the time module's sleep: other threads sleep too
+    monkeypatch.setattr(connections, "time", SimpleNamespace(sleep=waits.append, time=time.time))
+    monkeypatch.setattr(connections, "PyhiveConnectionWrapper", connections.PyhiveConnectionWrapper)
+    poll_quickly()
+    poll_quickly()  # a second call wraps nothing twice
+    assert connections.PyhiveConnectionWrapper.__bases__[0].__name__ == "PyhiveConnectionWrapper"
+    cursor = Cursor([8, 1])
+    wrapper = connections.PyhiveConnectionWrapper(
+        SimpleNamespace(cursor=lambda: cursor), poll_interval=1
+    )
+    wrapper.cursor()
+    wrapper.execute("select 1")
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1, 1, 1]
+    waits.clear()
+    wrapper.execute("select 2")  # the next statement starts short again
+    assert waits == [0.05]

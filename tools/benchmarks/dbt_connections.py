@@ -1,13 +1,17 @@
-"""Benchmark: a dbt build on the SQL endpoint with each thread's connection kept or closed.
+"""Benchmark: a dbt build on the SQL endpoint, with one of tidemark-dbt's changes to how dbt
+talks to the endpoint and without it.
 
-    .venv/bin/python tools/benchmarks/dbt_connections.py --runs 3 [-- DBT_ARGS...]
+    .venv/bin/python tools/benchmarks/dbt_connections.py --runs 3 [--change polls] [-- DBT_ARGS...]
 
-``tidemark-dbt`` keeps each dbt thread's connection to the endpoint open from one node to the
-next (`orchestration.recon.dbt_cli.keep_connections_open`); dbt itself closes it after every
-node, and each close ends a session on Spark's Thrift server. This runs the same ``tidemark-dbt
-build`` (``DBT_ARGS``, default ``build --select fqn:*``) in a new process each time, alternating
-with the connections closed as dbt does (the only difference) and kept, and reports each
-build's wall time, the endpoint's CPU time and the connections opened.
+``--change connections`` (the default): ``tidemark-dbt`` keeps each dbt thread's connection to
+the endpoint open from one node to the next (`orchestration.recon.dbt_cli.keep_connections_open`);
+dbt itself closes it after every node, and each close ends a session on Spark's Thrift server.
+``--change polls``: ``tidemark-dbt`` asks whether a statement is done after 0.05 s, then twice
+as long each time (`poll_quickly`); dbt-spark asks every ``poll_interval`` seconds (1 in the
+project's profile). This runs the same ``tidemark-dbt build`` (``DBT_ARGS``, default ``build
+--select fqn:*``) in a new process each time, alternating without the change (the only
+difference) and with it, and reports each build's wall time, the endpoint's CPU time, the
+connections opened and the polls.
 
 The data root is ``TIDEMARK_DATA_ROOT``, with its lake built (``tidemark run``) and its endpoint
 running (``tidemark sql start``). Prints each run and a markdown table of the medians for
@@ -24,8 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-KEPT = "import sys; import orchestration.recon.dbt_cli as m; "
-CLOSED = KEPT + "m.keep_connections_open = lambda: None; "
+WITH = "import sys; import orchestration.recon.dbt_cli as m; "
+WITHOUT = {  # the change switched off: dbt's own way
+    "connections": WITH + "m.keep_connections_open = lambda: None; ",
+    "polls": WITH + "m.poll_quickly = lambda: None; ",
+}
 RUN = "sys.exit(m.main(sys.argv[1:]))"
 
 
@@ -48,9 +55,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_build(kept: bool, dbt_args: list[str], pid: int, log: Path) -> dict[str, float]:
-    code = (KEPT if kept else CLOSED) + RUN
-    before_log = log.read_text().count("Opening a new connection") if log.exists() else 0
+def _counts(log: Path) -> tuple[int, int]:
+    text = log.read_text() if log.exists() else ""
+    return text.count("Opening a new connection"), text.count("Poll status")
+
+
+def one_build(change: str, on: bool, dbt_args: list[str], pid: int, log: Path) -> dict[str, float]:
+    code = (WITH if on else WITHOUT[change]) + RUN
+    opened, polls = _counts(log)
     cpu, started = cpu_seconds(pid), time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", code, *dbt_args],
@@ -61,16 +73,19 @@ def one_build(kept: bool, dbt_args: list[str], pid: int, log: Path) -> dict[str,
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"the build failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    opened_after, polls_after = _counts(log)
     return {
         "wall": wall,
         "endpoint_cpu": cpu_seconds(pid) - cpu,
-        "opened": log.read_text().count("Opening a new connection") - before_log,
+        "opened": opened_after - opened,
+        "polls": polls_after - polls,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="builds of each kind, alternating")
+    parser.add_argument("--change", choices=sorted(WITHOUT), default="connections")
     parser.add_argument("dbt_args", nargs="*", default=["build", "--select", "fqn:*"])
     args = parser.parse_args()
     from streaming_jobs.core.config import TidemarkConfig
@@ -80,21 +95,24 @@ def main() -> None:
     log = cfg.paths.dbt / "logs" / "dbt.log"
     runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for i in range(args.runs):
-        for kept in (False, True):
-            took = one_build(kept, args.dbt_args, pid, log)
-            runs[kept].append(took)
+        for on in (False, True):
+            took = one_build(args.change, on, args.dbt_args, pid, log)
+            runs[on].append(took)
             print(
-                f"run {i + 1}, connections {'kept  ' if kept else 'closed'}: "
+                f"run {i + 1}, {args.change} {'tidemark-dbt' if on else 'as dbt does'}: "
                 f"{took['wall']:.1f} s, endpoint CPU {took['endpoint_cpu']:.1f} s, "
-                f"{took['opened']} opened",
+                f"{took['opened']} connections opened, {took['polls']} polls",
                 flush=True,
             )
-    print("\n| median | connections closed (dbt) | kept (tidemark-dbt) |\n|---|---:|---:|")
-    for key, label in (("wall", "build (s)"), ("endpoint_cpu", "endpoint CPU (s)")):
-        closed, kept = (statistics.median(r[key] for r in runs[k]) for k in (False, True))
-        print(f"| {label} | {closed:.1f} | {kept:.1f} |")
-    closed, kept = (statistics.median(r["opened"] for r in runs[k]) for k in (False, True))
-    print(f"| connections opened | {closed:.0f} | {kept:.0f} |")
+    print(f"\n| median | {args.change} as dbt does | tidemark-dbt |\n|---|---:|---:|")
+    for key, label, form in (
+        ("wall", "build (s)", ".1f"),
+        ("endpoint_cpu", "endpoint CPU (s)", ".1f"),
+        ("opened", "connections opened", ".0f"),
+        ("polls", "polls", ".0f"),
+    ):
+        without, with_ = (statistics.median(r[key] for r in runs[k]) for k in (False, True))
+        print(f"| {label} | {without:{form}} | {with_:{form}} |")
 
 
 if __name__ == "__main__":

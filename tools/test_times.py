@@ -1,0 +1,64 @@
+"""Where the test suite's time goes, from the JUnit report `make test` writes.
+
+    .venv/bin/python tools/test_times.py [.tidemark/test-report.xml] [--top 25]
+
+Prints each test file's time (its tests' setup, call and teardown), the slowest tests, and
+the sum against the two workers' share: `make test` hands out whole files (``--dist
+loadfile``), so a file is never split between the workers and the longest one bounds the wall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+
+def read_report(path: Path) -> list[tuple[str, str, float, str]]:
+    """(file, test, seconds, outcome) per test case of the report."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise SystemExit(f"test_times: cannot read {path} ({exc}); run `make test` first") from exc
+    cases = []
+    for case in root.iter("testcase"):
+        module = case.get("classname", "")
+        file = module.replace(".", "/") + ".py" if module else "?"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = child.tag
+        cases.append((file, case.get("name", "?"), float(case.get("time") or 0.0), outcome))
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", nargs="?", default=".tidemark/test-report.xml", type=Path)
+    parser.add_argument("--top", type=int, default=25, help="how many of the slowest tests")
+    parser.add_argument("--workers", type=int, default=2, help="pytest -n of the run")
+    args = parser.parse_args(argv)
+    cases = read_report(args.report)
+    if not cases:
+        print(f"test_times: {args.report} holds no test case", file=sys.stderr)
+        return 1
+    per_file: dict[str, float] = defaultdict(float)
+    for file, _, seconds, _ in cases:
+        per_file[file] += seconds
+    total = sum(per_file.values())
+    print(f"{len(cases)} tests in {len(per_file)} files: {total:,.0f} s in all")
+    print(f"the share of each of {args.workers} workers: {total / args.workers:,.0f} s at best")
+    print("\nper file (s, share of all):")
+    for file, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
+        print(f"  {seconds:8.1f}  {seconds / total:6.1%}  {file}")
+    print(f"\nthe {args.top} slowest tests (s):")
+    for file, name, seconds, outcome in sorted(cases, key=lambda c: -c[2])[: args.top]:
+        mark = "" if outcome == "passed" else f"  [{outcome}]"
+        print(f"  {seconds:8.1f}  {file}::{name}{mark}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
