@@ -35,7 +35,7 @@ run: setup
 # its own SparkSession and servers, shared by the tests it runs (docs/testing.md). Each test's
 # time goes to .tidemark/test-report.xml (JUnit): tools/test_times.py sums it per file.
 test: setup s3-setup lint
-	$(BIN)/pytest -n 2 --dist loadfile --junitxml=.tidemark/test-report.xml
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=.tidemark/test-report.xml
 
 # ruff (pyproject.toml's [tool.ruff]) over every Python file of the project: its lint rules and
 # its formatter (`ruff format .` formats the tree)

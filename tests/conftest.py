@@ -82,6 +82,33 @@ class _SharedSql:
         cls.thread.start()
 
 
+# The test files that take longest, longest first (seconds in CI on 2026-11-30: `make test`'s
+# JUnit report through tools/test_times.py). `make test` hands whole files to its two workers
+# in collection order (--no-loadscope-reorder; xdist's own order, most tests first, started a
+# one-test file of two minutes last, alone). So: the pure tests first (they fail in seconds),
+# then these, then the rest, which fill in around them. A file missing here only runs later.
+LONGEST_FILES = (
+    "orchestration/test_dagster.py",  # 279 s
+    "streaming/test_chaos.py",  # 177 s
+    "orchestration/test_operations.py",  # 164 s
+    "orchestration/test_add_a_job.py",  # 134 s
+    "streaming/test_rebuild_beside.py",  # 121 s
+    "streaming/test_retention_on_store.py",  # 99 s
+    "streaming/test_retention.py",  # 96 s
+    "orchestration/test_recon.py",  # 92 s
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        if item.path.parent.name == "unit":
+            return -1
+        where = f"{item.path.parent.name}/{item.path.name}"
+        return LONGEST_FILES.index(where) if where in LONGEST_FILES else len(LONGEST_FILES)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
 def _uses_shared_sql(item) -> bool:
     return item.path.parent.name != "unit" and item.get_closest_marker("own_sql") is None
 
