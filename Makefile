@@ -104,7 +104,7 @@ dbt: setup
 	$(BIN)/tidemark-dbt $(ARGS)
 
 # Fault injection (docs/reliability.md): TRIALS kill -9 trials per fault point, results under
-# the data root (results/chaos.json holds the committed evidence: pass --results to add to it). CI runs two trials (tests/streaming/test_chaos.py).
+# the data root (results/chaos.json holds the committed evidence: pass --results to add to it). CI runs four trials (tests/streaming/test_chaos.py).
 TRIALS ?= 20
 SEED ?= 7
 chaos: setup
