@@ -19,6 +19,7 @@ from streaming_jobs.core.locations import is_delta_table
 from streaming_jobs.storage.lake import ROW_TRACKING, ensure_table
 
 LOG = logging.getLogger(__name__)
+_REPORTED: set[str] = set()  # the errors of jobs ensure_lake skipped, logged once per process
 
 
 class GoldSchemaError(RuntimeError):
@@ -80,9 +81,6 @@ def ensure_lake(
                 _REPORTED.add(str(exc))
                 LOG.error("%s", exc)
     return created
-
-
-_REPORTED: set[str] = set()  # skipped jobs' errors, logged once per process
 
 
 def missing(cfg: TidemarkConfig) -> list[str]:

@@ -39,6 +39,7 @@ from streaming_jobs.services.processes import accepts, port_free
 
 LOG = logging.getLogger("tidemark.sql_endpoint")
 LAKE_CHECK_SECONDS = 5.0
+BROKEN_RETRY_SECONDS = 30.0  # within tidemark-dbt's wait for missing tables (60 s)
 
 
 @dataclass(frozen=True)
@@ -157,12 +158,19 @@ class SqlEndpoint(Service):
                 cfg.data_root,
                 time.monotonic() - started,
             )
+            # what a broken job leaves missing (ensure_lake logged why): tried again only when
+            # the missing tables change or BROKEN_RETRY_SECONDS passed, not with Spark every check
+            left, tried_at = set(missing(cfg)), time.monotonic()
             while not stop.wait(LAKE_CHECK_SECONDS):
                 if self.owner_gone():
                     LOG.warning("the process that started the endpoint is gone; stopping")
                     break
-                if missing(cfg):  # cheap: files only; Spark only when a table must be made
+                absent = set(missing(cfg))  # cheap: files only; Spark only when one is made
+                if absent and (
+                    absent != left or time.monotonic() - tried_at > BROKEN_RETRY_SECONDS
+                ):
                     made = ensure_lake(spark, cfg, skip_broken=True)
+                    left, tried_at = set(missing(cfg)), time.monotonic()
                     if made:
                         LOG.warning("created missing lake tables: %s", ", ".join(made))
             server.stop()

@@ -63,7 +63,7 @@ def _counts(log: Path) -> tuple[int, int]:
 
 def one_build(change: str, on: bool, dbt_args: list[str], pid: int, log: Path) -> dict[str, float]:
     code = (WITH if on else WITHOUT[change]) + RUN
-    opened, polls = _counts(log)
+    opened, statements = _counts(log)
     cpu, started = cpu_seconds(pid), time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", code, *dbt_args],
@@ -74,12 +74,12 @@ def one_build(change: str, on: bool, dbt_args: list[str], pid: int, log: Path) -
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"the build failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
-    opened_after, polls_after = _counts(log)
+    opened_after, statements_after = _counts(log)
     return {
         "wall": wall,
         "endpoint_cpu": cpu_seconds(pid) - cpu,
         "opened": opened_after - opened,
-        "statements": polls_after - polls,
+        "statements": statements_after - statements,
     }
 
 
