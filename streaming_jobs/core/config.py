@@ -15,7 +15,8 @@ Environment variables (all optional):
 - ``TIDEMARK_SPARK_UI``         ``1`` to start the Spark UI (off by default)
 - ``TIDEMARK_JARS_CACHE``       where resolved jars are cached (default ``<checkout>/.tidemark/ivy``)
 - ``TIDEMARK_EXTRA_PACKAGES``   more Maven coordinates for Spark, comma-separated (e.g. Kafka)
-- ``TIDEMARK_SHUFFLE_PARTITIONS`` shuffle partitions (default 4: two cores, a little headroom)
+- ``TIDEMARK_SHUFFLE_PARTITIONS`` shuffle partitions (default: one per core of a local master,
+  2 on ``local[2]``; 4 on a cluster)
 - ``TIDEMARK_RECON_CRON``       when the reconciliation schedule runs (default hourly, UTC)
 - ``TIDEMARK_SAVEPOINT_CRON``   when savepoints of every job are taken (default hourly at :30)
 - ``TIDEMARK_SAVEPOINTS_KEEP``  savepoints kept per job (default 3)
@@ -203,10 +204,30 @@ class Paths:
         return self.checkpoints / name
 
 
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?$")
+
+
+def default_partitions(master: str) -> int:
+    """Shuffle partitions (and so each stateful operator's state partitions, fixed by a job's
+    first checkpoint) when none is set: one per core of a local master (``local[2]``: 2). Every
+    partition's state store is loaded, committed and uploaded on each batch, so more partitions
+    than cores cost a tiny batch time and buy nothing; on a cluster, whose cores are not known
+    here, 4."""
+    local = _LOCAL_MASTER.match(master.strip())
+    if not local:
+        return 4
+    cores = local.group(1)
+    if cores is None:
+        return 1
+    if cores == "*":
+        return os.cpu_count() or 1
+    return max(1, int(cores))
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     master: str = "local[2]"
-    shuffle_partitions: int = 4
+    shuffle_partitions: int = 2  # default_partitions(master)
     ui_enabled: bool = False
     jars_cache: Path = DEFAULT_HOME / "ivy"
     extra_packages: tuple[str, ...] = ()
@@ -551,7 +572,8 @@ class TidemarkConfig:
 
     @classmethod
     def _parse(cls, env: dict[str, str]) -> "TidemarkConfig":
-        partitions_raw = env.get("TIDEMARK_SHUFFLE_PARTITIONS", "4")
+        master = env.get("TIDEMARK_SPARK_MASTER", "local[2]")
+        partitions_raw = env.get("TIDEMARK_SHUFFLE_PARTITIONS", str(default_partitions(master)))
         try:
             partitions = int(partitions_raw)
             if partitions < 1:
@@ -561,7 +583,7 @@ class TidemarkConfig:
                 f"TIDEMARK_SHUFFLE_PARTITIONS={partitions_raw!r} is not a positive whole number"
             ) from None
         spark = SparkSettings(
-            master=env.get("TIDEMARK_SPARK_MASTER", "local[2]"),
+            master=master,
             shuffle_partitions=partitions,
             ui_enabled=env.get("TIDEMARK_SPARK_UI", "0").lower() in ("1", "true", "yes"),
             jars_cache=Path(env.get("TIDEMARK_JARS_CACHE", str(DEFAULT_HOME / "ivy"))).resolve(),

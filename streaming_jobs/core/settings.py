@@ -63,8 +63,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "TIDEMARK_SHUFFLE_PARTITIONS",
-        "shuffle partitions = state store partitions per operator",
-        field="spark.shuffle_partitions",
+        "shuffle partitions = state store partitions per operator, fixed by a job's first "
+        "checkpoint (changed with `tidemark rebuild --partitions`)",
+        shown="one per core of a local master (`2` on `local[2]`); `4` on a cluster",
     ),
     Setting("TIDEMARK_SPARK_UI", "`1` starts the Spark UI (on 127.0.0.1)", shown="`0`"),
     Setting(

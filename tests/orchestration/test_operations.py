@@ -254,7 +254,8 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
     assert check_checkpoint(cfg, spec.name, spec.sources) == []
 
     [op] = inspect(spark, cfg, spec.name, top=3)
-    assert op.operator == "dedupeWithinWatermark" and op.partitions == 4
+    parts = cfg.spark.shuffle_partitions
+    assert op.operator == "dedupeWithinWatermark" and op.partitions == parts
     # every click of the last 10 minutes of event time is still in dedup state
     assert (
         op.rows
@@ -273,7 +274,7 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert (
         f"{spec.name} operator {op.operator_id} dedupeWithinWatermark (store default): "
-        f"{op.rows:,} rows, 4 partitions"
+        f"{op.rows:,} rows, {parts} partitions"
     ) in shown.stdout, shown.stdout
 
     with pytest.raises(savepoints.SavepointError, match="no savepoint"):
@@ -292,14 +293,15 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
     land(cfg, "a.jsonl", first, stream="clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, spec)
-    assert state_partitions(spark, cfg, spec.name) == {4}
+    parts = cfg.spark.shuffle_partitions  # a new checkpoint's, fixed by its first batch
+    assert state_partitions(spark, cfg, spec.name) == {parts}
     held = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
 
     # Spark 4.2.0's offline repartitioning leaves the checkpoint as it was: rescale says so
     # (instead of reporting a success) and the job goes on untouched.
     with pytest.raises(operate.OperationError, match="returned without rewriting the state"):
-        operate.rescale(cfg, Namespace(job=spec.name, partitions=2))
-    assert state_partitions(spark, cfg, spec.name) == {4}
+        operate.rescale(cfg, Namespace(job=spec.name, partitions=parts * 2))
+    assert state_partitions(spark, cfg, spec.name) == {parts}
     assert len(savepoints.savepoints(cfg, spec.name)) == 1  # taken before the attempt
     assert (
         spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count() == held
@@ -318,9 +320,9 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
     assert operate.state(cfg, Namespace(job=spec.name, top=2)) == 0
     out = capsys.readouterr().out
     rows = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
-    assert f"dedupeWithinWatermark (store default): {rows:,} rows, 4 partitions" in out
-    with pytest.raises(operate.OperationError, match="already has 4 partitions"):
-        operate.rescale(cfg, Namespace(job=spec.name, partitions=4))
+    assert f"dedupeWithinWatermark (store default): {rows:,} rows, {parts} partitions" in out
+    with pytest.raises(operate.OperationError, match=f"already has {parts} partitions"):
+        operate.rescale(cfg, Namespace(job=spec.name, partitions=parts))
 
 
 def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(

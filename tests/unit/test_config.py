@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def test_defaults_work_on_a_laptop(tmp_path):
     assert cfg.spark.master == "local[2]"
     assert cfg.data_root.name == "data" and cfg.data_root.parent.name == ".tidemark"
     conf = spark_conf(cfg.with_data_root(tmp_path))
-    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.sql.shuffle.partitions"] == "2"  # one per core of local[2]
     assert conf["spark.ui.enabled"] == "false"
     assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(
         "RocksDBStateStoreProvider"
@@ -49,6 +50,27 @@ def test_master_and_any_setting_come_from_the_environment(tmp_path):
     assert conf["spark.sql.shuffle.partitions"] == "8"  # explicit settings win
     assert conf["spark.ui.enabled"] == "true"
     assert cfg.data_root == tmp_path.resolve()
+
+
+@pytest.mark.parametrize(
+    "master, partitions",
+    [
+        ("local[2]", 2),
+        ("local[8]", 8),
+        ("local[3, 2]", 3),  # local[cores, max failures]
+        ("local", 1),
+        ("local[*]", os.cpu_count()),
+        ("spark://127.0.0.1:7077", 4),  # a cluster's cores are not known from its address
+        ("local-cluster[2, 1, 1024]", 4),
+    ],
+)
+def test_state_partitions_default_to_the_local_masters_cores(master, partitions):
+    cfg = TidemarkConfig.from_env({"TIDEMARK_SPARK_MASTER": master})
+    assert cfg.spark.shuffle_partitions == partitions
+    assert spark_conf(cfg)["spark.sql.shuffle.partitions"] == str(partitions)
+    # a setting wins over the derived default
+    env = {"TIDEMARK_SPARK_MASTER": master, "TIDEMARK_SHUFFLE_PARTITIONS": "6"}
+    assert TidemarkConfig.from_env(env).spark.shuffle_partitions == 6
 
 
 def test_dbt_process_gets_a_derby_metastore_under_the_data_root(tmp_path):

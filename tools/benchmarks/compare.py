@@ -144,18 +144,20 @@ def run_tidemark(
 
 def bare_session(on_store: bool = False):
     """A plain SparkSession with the settings a hand-written job would take from tidemark's:
-    ``local[2]``, 4 shuffle partitions, RocksDB state with changelog checkpoints, UTC. On the
+    ``local[2]``, tidemark's shuffle partitions (its default: one per core, so 2), RocksDB state
+    with changelog checkpoints, UTC. On the
     store, also the S3A jars tidemark resolved (hadoop-aws and the AWS SDK's parts) and the
     store's S3A settings, as a hand-written job on S3 needs them."""
     from pyspark.sql import SparkSession
 
+    from streaming_jobs.core.config import TidemarkConfig
+
     provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     builder = SparkSession.builder
+    cfg = TidemarkConfig.from_env()
     if on_store:
-        from streaming_jobs.core.config import TidemarkConfig
         from streaming_jobs.storage.spark import cached_jars, s3a_settings
 
-        cfg = TidemarkConfig.from_env()
         jars = cached_jars(cfg)
         if not jars:
             raise SystemExit("compare: the jars are not resolved yet; run `make setup`")
@@ -169,7 +171,7 @@ def bare_session(on_store: bool = False):
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.stateStore.providerClass", provider)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
