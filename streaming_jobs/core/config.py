@@ -204,6 +204,7 @@ class Paths:
         return self.checkpoints / name
 
 
+DEFAULT_MASTER = "local[2]"
 _LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?$")
 
 
@@ -226,8 +227,8 @@ def default_partitions(master: str) -> int:
 
 @dataclass(frozen=True)
 class SparkSettings:
-    master: str = "local[2]"
-    shuffle_partitions: int = 2  # default_partitions(master)
+    master: str = DEFAULT_MASTER
+    shuffle_partitions: int = default_partitions(DEFAULT_MASTER)
     ui_enabled: bool = False
     jars_cache: Path = DEFAULT_HOME / "ivy"
     extra_packages: tuple[str, ...] = ()
@@ -572,7 +573,7 @@ class TidemarkConfig:
 
     @classmethod
     def _parse(cls, env: dict[str, str]) -> "TidemarkConfig":
-        master = env.get("TIDEMARK_SPARK_MASTER", "local[2]")
+        master = env.get("TIDEMARK_SPARK_MASTER", DEFAULT_MASTER)
         partitions_raw = env.get("TIDEMARK_SHUFFLE_PARTITIONS", str(default_partitions(master)))
         try:
             partitions = int(partitions_raw)

@@ -145,9 +145,9 @@ def run_tidemark(
 def bare_session(on_store: bool = False):
     """A plain SparkSession with the settings a hand-written job would take from tidemark's:
     ``local[2]``, tidemark's shuffle partitions (its default: one per core, so 2), RocksDB state
-    with changelog checkpoints, UTC. On the
-    store, also the S3A jars tidemark resolved (hadoop-aws and the AWS SDK's parts) and the
-    store's S3A settings, as a hand-written job on S3 needs them."""
+    with changelog checkpoints, UTC. On the store, also the S3A jars tidemark resolved
+    (hadoop-aws and the AWS SDK's parts) and the store's S3A settings, as a hand-written job on
+    S3 needs them."""
     from pyspark.sql import SparkSession
 
     from streaming_jobs.core.config import TidemarkConfig
