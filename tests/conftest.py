@@ -16,22 +16,31 @@ from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.generator import GeneratorConfig, generate
 
 
-# The tests' data are tens to thousands of rows. At that size Spark spends more time generating
-# and compiling code for each projection than running it, so every Spark the tests start (the
-# shared session, tidemark-dbt, the SQL endpoint, Dagster's run workers: they inherit this
-# environment) interprets projections; whole-stage code generation stays on. The product keeps
-# Spark's default: at 5 M events interpreted sorts and windows made a reconciliation 1.7 times
-# as long (docs/benchmarks.md, "Code generation back on"). The results are the same either way; the
-# tests that set TIDEMARK_SPARK_CONF themselves (the cluster, loopback) run generated code, as
-# do the benchmarks and the soak, which are scripts. Spark's default here:
-# TIDEMARK_SPARK_CONF="spark.sql.codegen.factoryMode=FALLBACK" make test.
-TESTS_SPARK_CONF = "spark.sql.codegen.factoryMode=NO_CODEGEN"
+# The tests' data are tens to thousands of rows, and most of their JVMs live a minute or two.
+# Every Spark the tests start (the shared session, tidemark-dbt, the SQL endpoint, Dagster's
+# run workers, the chaos harness's workers: they inherit this environment) takes two settings
+# the product does not:
+# - projections are interpreted (whole-stage code generation stays on): at this size Spark
+#   spends more time generating and compiling code for each projection than running it. The
+#   product keeps Spark's default: at 5 M events interpreted sorts and windows made a
+#   reconciliation 1.7 times as long (docs/benchmarks.md, "Code generation back on");
+# - the JVM compiles hot code with its quick compiler only (C1, `-XX:TieredStopAtLevel=1`): its
+#   optimizing compiler (C2) took 39 % of the tests' JVM time, optimizing code the test is
+#   over before it pays back (docs/testing.md). A long-running product JVM keeps both.
+# The results are the same either way; the tests that set TIDEMARK_SPARK_CONF themselves (the
+# cluster, loopback) run Spark's defaults, as do the benchmarks and the soak, which are
+# scripts. Each setting given in TIDEMARK_SPARK_CONF wins, e.g. Spark's defaults:
+# TIDEMARK_SPARK_CONF="spark.sql.codegen.factoryMode=FALLBACK;spark.driver.defaultJavaOptions=" make test.
+TESTS_SPARK_CONF = {
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1",
+}
 
 
 def pytest_configure(config):
     current = os.environ.get("TIDEMARK_SPARK_CONF", "")
-    if "spark.sql.codegen.factoryMode" not in current:
-        os.environ["TIDEMARK_SPARK_CONF"] = ";".join(filter(None, (current, TESTS_SPARK_CONF)))
+    added = [f"{k}={v}" for k, v in TESTS_SPARK_CONF.items() if f"{k}=" not in current]
+    os.environ["TIDEMARK_SPARK_CONF"] = ";".join(filter(None, (current, *added)))
 
 
 @pytest.fixture(scope="session")
