@@ -16,31 +16,46 @@ from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.generator import GeneratorConfig, generate
 
 
-# The tests' data are tens to thousands of rows, and most of their JVMs live a minute or two.
-# Every Spark the tests start (the shared session, tidemark-dbt, the SQL endpoint, Dagster's
-# run workers, the chaos harness's workers: they inherit this environment) takes two settings
-# the product does not:
-# - projections are interpreted (whole-stage code generation stays on): at this size Spark
-#   spends more time generating and compiling code for each projection than running it. The
-#   product keeps Spark's default: at 5 M events interpreted sorts and windows made a
-#   reconciliation 1.7 times as long (docs/benchmarks.md, "Code generation back on");
-# - the JVM compiles hot code with its quick compiler only (C1, `-XX:TieredStopAtLevel=1`): its
-#   optimizing compiler (C2) took 39 % of the tests' JVM time, optimizing code the test is
-#   over before it pays back (docs/testing.md). A long-running product JVM keeps both.
+# The tests' data are tens to thousands of rows. Every Spark the tests start (the shared
+# session, tidemark-dbt, the SQL endpoint, Dagster's run workers, the chaos harness's workers:
+# they inherit this environment) interprets projections (whole-stage code generation stays
+# on): at this size Spark spends more time generating and compiling code for each projection
+# than running it. The product keeps Spark's default: at 5 M events interpreted sorts and
+# windows made a reconciliation 1.7 times as long (docs/benchmarks.md, "Code generation back on").
+#
+# The JVMs a test starts and ends (a killed run, a command, dbt on a data root of its own) live
+# a minute or less: they compile hot code with the JVM's quick compiler only (C1,
+# `-XX:TieredStopAtLevel=1`), without the optimizing one (C2), which took 39 % of such JVMs'
+# time optimizing code they ended before it paid back. The two that live the whole session,
+# the shared SparkSession and the shared SQL endpoint, keep C2: with C1 alone the tests on
+# them ran up to twice as long (docs/testing.md).
+#
 # The results are the same either way; the tests that set TIDEMARK_SPARK_CONF themselves (the
 # cluster, loopback) run Spark's defaults, as do the benchmarks and the soak, which are
-# scripts. Each setting given in TIDEMARK_SPARK_CONF wins, e.g. Spark's defaults:
+# scripts. Each setting given in TIDEMARK_SPARK_CONF wins, e.g. Spark's and Java's defaults:
 # TIDEMARK_SPARK_CONF="spark.sql.codegen.factoryMode=FALLBACK;spark.driver.defaultJavaOptions=" make test.
-TESTS_SPARK_CONF = {
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1",
-}
+TESTS_SPARK_CONF = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+SHORT_LIVED_SPARK_CONF = {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1"}
+
+
+def _with(conf: str, added: dict[str, str]) -> str:
+    """``conf`` (TIDEMARK_SPARK_CONF's text) with each of ``added`` it does not set."""
+    more = [f"{k}={v}" for k, v in added.items() if f"{k}=" not in conf]
+    return ";".join(filter(None, (conf, *more)))
+
+
+# what the session-long JVMs take (the environment before the short-lived JVMs' setting)
+LONG_LIVED_ENV: dict[str, str] = {}
+GIVEN_SPARK_CONF = "TESTS_GIVEN_SPARK_CONF"
 
 
 def pytest_configure(config):
-    current = os.environ.get("TIDEMARK_SPARK_CONF", "")
-    added = [f"{k}={v}" for k, v in TESTS_SPARK_CONF.items() if f"{k}=" not in current]
-    os.environ["TIDEMARK_SPARK_CONF"] = ";".join(filter(None, (current, *added)))
+    # what the user gave, kept for the workers of `make test` (they inherit the environment
+    # made here, short-lived setting included)
+    given = os.environ.setdefault(GIVEN_SPARK_CONF, os.environ.get("TIDEMARK_SPARK_CONF", ""))
+    long_lived = _with(given, TESTS_SPARK_CONF)
+    LONG_LIVED_ENV.update(os.environ, TIDEMARK_SPARK_CONF=long_lived)
+    os.environ["TIDEMARK_SPARK_CONF"] = _with(long_lived, SHORT_LIVED_SPARK_CONF)
 
 
 @pytest.fixture(scope="session")
@@ -48,47 +63,108 @@ def spark(tmp_path_factory):
     from streaming_jobs.storage.spark import get_spark
 
     root = tmp_path_factory.mktemp("session-root")
-    session = get_spark(TidemarkConfig.from_env().with_data_root(root))
+    session = get_spark(TidemarkConfig.from_env(LONG_LIVED_ENV).with_data_root(root))
     yield session
     session.stop()
 
 
 class _SharedSql:
     """The session's shared SQL endpoint, started in a thread as soon as the tests are
-    collected (its JVM warms while the unit tests run), if any test will use it."""
+    collected (its JVM warms while the unit tests run), if any test will use it. Under
+    `make test` (pytest-xdist) the controller starts one for both workers: a worker waits for
+    it (`attach`), and each worker's tests keep schemas of their own (`schema_prefix`)."""
 
     thread: threading.Thread | None = None
     owner: TidemarkConfig | None = None
     endpoint = None
     error: BaseException | None = None
+    remote = False  # a worker: the controller's endpoint, which the controller stops
 
     @classmethod
-    def begin(cls, root) -> None:
-        from streaming_jobs.services import sql_endpoint
+    def plan(cls, root) -> TidemarkConfig:
         from streaming_jobs.services.processes import free_port
 
         cls.owner = TidemarkConfig.from_env(
             {
                 "TIDEMARK_DATA_ROOT": str(root),
                 "TIDEMARK_SQL_PORT": str(free_port()),
-                # the tests' Spark settings (TESTS_SPARK_CONF): this configuration is built
-                # from this dict, not from the environment the other Sparks inherit
-                "TIDEMARK_SPARK_CONF": os.environ.get("TIDEMARK_SPARK_CONF", ""),
+                # the session-long JVMs' Spark settings: this configuration is built from
+                # this dict, not from the environment the other Sparks inherit
+                "TIDEMARK_SPARK_CONF": LONG_LIVED_ENV["TIDEMARK_SPARK_CONF"],
             }
         )
+        return cls.owner
+
+    @classmethod
+    def begin(cls) -> None:
+        from streaming_jobs.services import sql_endpoint
 
         # the environment now, before any test runs: a test's monkeypatched variables (a jobs
         # folder of its own) must not reach the shared server, whenever its thread launches it
-        environ = dict(os.environ)
+        environ = {**os.environ, "TIDEMARK_SPARK_CONF": LONG_LIVED_ENV["TIDEMARK_SPARK_CONF"]}
 
         def start() -> None:
             try:
                 cls.endpoint = sql_endpoint.start(cls.owner, environ=environ)
             except BaseException as error:  # noqa: BLE001 - raised by the fixture
                 cls.error = error
+                # the workers of `make test` read why (`attach`)
+                cls.error_file().write_text(f"{type(error).__name__}: {error}")
 
         cls.thread = threading.Thread(target=start, name="shared-sql-endpoint", daemon=True)
         cls.thread.start()
+
+    @classmethod
+    def error_file(cls):
+        return cls.owner.data_root / "start-error.txt"
+
+    @classmethod
+    def attach(cls, timeout: float = 600.0):
+        """In a worker: the controller's endpoint, once it answers (or why it did not)."""
+        import time
+
+        from streaming_jobs.services import sql_endpoint
+
+        deadline = time.monotonic() + timeout
+        while (info := sql_endpoint.SqlEndpoint(cls.owner).discover()) is None:
+            if cls.error_file().exists():
+                raise RuntimeError(
+                    f"the tests' shared SQL endpoint did not start: {cls.error_file().read_text()}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the tests' shared SQL endpoint did not answer in {timeout:.0f} s (its log: "
+                    f"{sql_endpoint.SqlEndpoint(cls.owner).log})"
+                )
+            time.sleep(0.5)
+        return sql_endpoint.Endpoint(info.get("host", "127.0.0.1"), int(info["port"]), 0)
+
+    @classmethod
+    def stop(cls) -> None:
+        from streaming_jobs.services import sql_endpoint
+
+        if cls.thread is not None:
+            cls.thread.join()
+            sql_endpoint.stop(cls.owner)
+
+
+def pytest_configure_node(node):
+    """The controller of `make test`, for each worker: where the one shared endpoint will be."""
+    if _SharedSql.owner is None:
+        _SharedSql.plan(node.config._tmp_path_factory.mktemp("sql-root"))
+    node.workerinput["tidemark_sql"] = [str(_SharedSql.owner.data_root), _SharedSql.owner.sql.port]
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """The controller: start the shared endpoint once a worker collected a test that may use it
+    (outside tests/unit; a test marked own_sql is not told apart here)."""
+    if _SharedSql.thread is None and any(not i.startswith("tests/unit/") for i in ids):
+        _SharedSql.begin()
+
+
+def pytest_unconfigure(config):
+    if not _SharedSql.remote:  # the endpoint this process started, if any
+        _SharedSql.stop()
 
 
 # The test files that take longest, longest first (seconds in CI on 2026-11-30: `make test`'s
@@ -123,8 +199,16 @@ def _uses_shared_sql(item) -> bool:
 
 
 def pytest_collection_finish(session):
-    if any(_uses_shared_sql(item) for item in session.items):
-        _SharedSql.begin(session.config._tmp_path_factory.mktemp("sql-root"))
+    shared = getattr(session.config, "workerinput", {}).get("tidemark_sql")
+    if shared is not None:  # a worker of `make test`: the controller starts it
+        root, port = shared
+        _SharedSql.remote = True
+        _SharedSql.owner = TidemarkConfig.from_env(
+            {"TIDEMARK_DATA_ROOT": root, "TIDEMARK_SQL_PORT": str(port)}
+        )
+    elif any(_uses_shared_sql(item) for item in session.items):
+        _SharedSql.plan(session.config._tmp_path_factory.mktemp("sql-root"))
+        _SharedSql.begin()
 
 
 @pytest.fixture(scope="session")
@@ -132,18 +216,20 @@ def shared_sql():
     """One SQL endpoint for the whole session, as a team's own Thrift server that several data
     roots share (TIDEMARK_SQL_ENDPOINT): every test's dbt runs there, in its own schemas
     (TIDEMARK_DBT_SCHEMA_PREFIX) with its tables under its own data root, and no test pays a
-    JVM start for dbt. Stopped at the session's end (and by itself if pytest dies)."""
-    from streaming_jobs.services import sql_endpoint
-
+    JVM start for dbt. Under `make test` the controller starts it for both workers. Stopped
+    at the session's end (and by itself if pytest dies)."""
+    if _SharedSql.remote:
+        return _SharedSql.attach()
     assert _SharedSql.thread is not None, "no collected test was to use the shared endpoint"
     _SharedSql.thread.join()
     if _SharedSql.error is not None:
         raise _SharedSql.error
-    yield _SharedSql.endpoint
-    sql_endpoint.stop(_SharedSql.owner)
+    return _SharedSql.endpoint
 
 
 SCHEMA_PREFIXES = itertools.count()
+# the workers of `make test` share one endpoint: each numbers its tests' schemas apart
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 @pytest.fixture
@@ -161,7 +247,7 @@ def cfg(tmp_path, monkeypatch, request) -> TidemarkConfig:
     if _uses_shared_sql(request.node):
         endpoint = request.getfixturevalue("shared_sql")
         monkeypatch.setenv("TIDEMARK_SQL_ENDPOINT", f"{endpoint.host}:{endpoint.port}")
-        monkeypatch.setenv("TIDEMARK_DBT_SCHEMA_PREFIX", f"t{next(SCHEMA_PREFIXES)}_")
+        monkeypatch.setenv("TIDEMARK_DBT_SCHEMA_PREFIX", f"{WORKER}t{next(SCHEMA_PREFIXES)}_")
     return TidemarkConfig.from_env().with_data_root(root)
 
 
