@@ -72,7 +72,8 @@ class _SharedSql:
     """The session's shared SQL endpoint, started in a thread as soon as the tests are
     collected (its JVM warms while the unit tests run), if any test will use it. Under
     `make test` (pytest-xdist) the controller starts one for both workers: a worker waits for
-    it (`attach`), and each worker's tests keep schemas of their own (`schema_prefix`)."""
+    it (`attach`), and each worker's tests keep schemas of their own (`WORKER` starts their
+    prefix)."""
 
     thread: threading.Thread | None = None
     owner: TidemarkConfig | None = None
