@@ -82,19 +82,18 @@ class _SharedSql:
     remote = False  # a worker: the controller's endpoint, which the controller stops
 
     @classmethod
-    def plan(cls, root) -> TidemarkConfig:
+    def plan(cls, root, port: int | None = None) -> None:
         from streaming_jobs.services.processes import free_port
 
         cls.owner = TidemarkConfig.from_env(
             {
                 "TIDEMARK_DATA_ROOT": str(root),
-                "TIDEMARK_SQL_PORT": str(free_port()),
+                "TIDEMARK_SQL_PORT": str(port or free_port()),
                 # the session-long JVMs' Spark settings: this configuration is built from
                 # this dict, not from the environment the other Sparks inherit
                 "TIDEMARK_SPARK_CONF": LONG_LIVED_ENV["TIDEMARK_SPARK_CONF"],
             }
         )
-        return cls.owner
 
     @classmethod
     def begin(cls) -> None:
@@ -127,7 +126,7 @@ class _SharedSql:
         from streaming_jobs.services import sql_endpoint
 
         deadline = time.monotonic() + timeout
-        while (info := sql_endpoint.SqlEndpoint(cls.owner).discover()) is None:
+        while (found := sql_endpoint.discover(cls.owner)) is None:
             if cls.error_file().exists():
                 raise RuntimeError(
                     f"the tests' shared SQL endpoint did not start: {cls.error_file().read_text()}"
@@ -138,7 +137,7 @@ class _SharedSql:
                     f"{sql_endpoint.SqlEndpoint(cls.owner).log})"
                 )
             time.sleep(0.5)
-        return sql_endpoint.Endpoint(info.get("host", "127.0.0.1"), int(info["port"]), 0)
+        return found
 
     @classmethod
     def stop(cls) -> None:
@@ -202,11 +201,8 @@ def _uses_shared_sql(item) -> bool:
 def pytest_collection_finish(session):
     shared = getattr(session.config, "workerinput", {}).get("tidemark_sql")
     if shared is not None:  # a worker of `make test`: the controller starts it
-        root, port = shared
         _SharedSql.remote = True
-        _SharedSql.owner = TidemarkConfig.from_env(
-            {"TIDEMARK_DATA_ROOT": root, "TIDEMARK_SQL_PORT": str(port)}
-        )
+        _SharedSql.plan(*shared)
     elif any(_uses_shared_sql(item) for item in session.items):
         _SharedSql.plan(session.config._tmp_path_factory.mktemp("sql-root"))
         _SharedSql.begin()
