@@ -11,8 +11,11 @@ left running. The result is a manifest in the cache folder; later calls read it 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +24,12 @@ from pathlib import Path
 
 
 class ResolutionError(RuntimeError):
-    """Maven coordinates could not be resolved; the message names them and what to do."""
+    """Maven coordinates could not be resolved; the message names them and what to do, and
+    ``report`` holds Ivy's lines that say why."""
+
+    def __init__(self, message: str, report: str = ""):
+        super().__init__(message)
+        self.report = report
 
 
 def spark_home() -> Path:
@@ -31,7 +39,7 @@ def spark_home() -> Path:
 
 
 def _manifest(folder: Path) -> Path:
-    return folder / "tidemark-jars.json"
+    return folder / "resolved.json"
 
 
 def cached(folder: Path, coordinates: list[str]) -> list[Path] | None:
@@ -47,22 +55,70 @@ def cached(folder: Path, coordinates: list[str]) -> list[Path] | None:
     return jars
 
 
+# Ivy's report of a module it could not resolve (``:: org#module;rev: not found``), and of a
+# module whose parent POM it could not load (``Parent=org#module;rev``)
+UNRESOLVED = re.compile(r"::\s+([^\s#:]+)#([^\s#;]+);([^\s:]+):\s+not found")
+PARENT = re.compile(r"Parent=([^\s#]+)#([^\s#;]+);([^\s)]+)")
+
+
+# the words of Ivy's lines that say what failed
+REPORTED = ("not found", "UNRESOLVED", "Exception", "download failed", "Impossible to load")
+
+# The script spark-submit runs once it has resolved: the JVM's spark.jars, to the file named
+LIST_JARS = """import sys
+from pyspark.java_gateway import launch_gateway
+
+with open(sys.argv[1], "w") as out:
+    out.write(launch_gateway().jvm.System.getProperty("spark.jars") or "")
+"""
+
+
+def transient_modules(output: str, coordinates: list[str]) -> set[tuple[str, str]] | None:
+    """What a failed resolution's ``output`` says to try again, as (org, module) pairs whose
+    cache entries to clear first; None when it is not worth another try: only modules asked
+    for by name are missing (a wrong coordinate, or a mirror without them), which a retry
+    cannot mend. A missing dependency of a module that resolved, or a failed download, is
+    transient: the module's own POM names it, so the repository has it."""
+    unresolved = {m.groups() for m in UNRESOLVED.finditer(output)}
+    asked = {tuple(c.split(":")[:3]) for c in coordinates}
+    if unresolved and unresolved <= asked and "download failed" not in output:
+        return None
+    return {(org, module) for org, module, _ in unresolved | set(PARENT.findall(output))}
+
+
 def resolve(
     coordinates: list[str],
     folder: Path,
     excludes: tuple[str, ...] = (),
     repositories: str | None = None,
     timeout: float = 600,
+    attempts: int = 3,
 ) -> list[Path]:
     """Resolve ``coordinates`` (``group:artifact:version``) and their dependencies into
-    ``folder`` (an Ivy home of their own); returns every jar, cached in a manifest."""
+    ``folder`` (an Ivy home of their own); returns every jar, cached in a manifest.
+
+    One resolution at a time per folder (an ``flock`` beside it): two processes writing one Ivy
+    cache at once read each other's half-written POMs (seen: the two test workers' Kafka
+    brokers, "Impossible to load parent"). A failure worth another try (`transient_modules`) is
+    tried again up to ``attempts`` times in all, its modules' cache entries cleared first."""
     known = cached(folder, coordinates)
     if known is not None:
         return known
     folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        known = cached(folder, coordinates)  # another process resolved it while this one waited
+        if known is not None:
+            return known
+        return _resolve(coordinates, folder, excludes, repositories, timeout, attempts)
+
+
+def _resolve(coordinates, folder, excludes, repositories, timeout, attempts) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="tidemark-resolve-") as tmp:
-        noop = Path(tmp) / "noop.py"
-        noop.write_text("")  # spark-submit resolves before it runs the script; nothing to run
+        # spark-submit resolves before it runs the script, which writes down the jars in the
+        # order Spark puts them on the class path (its ``spark.jars``) and starts nothing
+        noop, listed = Path(tmp) / "noop.py", Path(tmp) / "jars.txt"
+        noop.write_text(LIST_JARS)
         home = spark_home()
         command = [
             str(home / "bin" / "spark-submit"),
@@ -81,34 +137,47 @@ def resolve(
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
-        for attempt in range(3):  # Ivy gives up on a jar at its first failed download
+        for attempt in range(1, attempts + 1):
             done = subprocess.run(
-                [*command, str(noop)],
+                [*command, str(noop), str(listed)],
                 env=env,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
                 check=False,
             )
-            if done.returncode == 0 or "download failed" not in done.stdout + done.stderr:
+            if done.returncode == 0 or attempt == attempts:
                 break
-            time.sleep(5 * (attempt + 1))
+            again = transient_modules(done.stdout + done.stderr, coordinates)
+            if again is None:
+                break
+            for org, module in again:
+                shutil.rmtree(folder / "cache" / org / module, ignore_errors=True)
+            time.sleep(5 * attempt)
+        listed = listed.read_text() if listed.is_file() else ""
     retrieved = folder / "jars"
     if done.returncode != 0 or not retrieved.is_dir():
         lines = [
             ln
             for ln in (done.stdout + done.stderr).splitlines()
-            if "not found" in ln or "UNRESOLVED" in ln or "Exception" in ln
+            # what failed, not each repository that did not have a file ("... not found. url=")
+            if any(word in ln for word in REPORTED) and "url=" not in ln
         ]
+        report = "\n".join(lines[-15:])
         raise ResolutionError(
             f"could not resolve {', '.join(coordinates)} from Maven Central into {folder}:\n"
-            + "\n".join(lines[-15:])
+            + report
             + "\nCheck network access to Maven Central, or name a mirror with "
-            "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>', then run again."
+            "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>', then run again.",
+            report,
         )
-    # Ivy retrieves into jars/ as <group>_<artifact>-<version>.jar: everything there is this
-    # resolution's (the folder is its own Ivy home)
-    jars = sorted(retrieved.glob("*.jar"))
+    jars = [
+        Path(j.removeprefix("file:").removeprefix("//"))
+        for j in listed.split(",")
+        if j.endswith(".jar")
+    ]
+    if not jars:  # Ivy retrieves into jars/ as <group>_<artifact>-<version>.jar
+        jars = sorted(retrieved.glob("*.jar"))
     _manifest(folder).write_text(
         json.dumps({"coordinates": coordinates, "jars": [str(j) for j in jars]}, indent=2)
     )

@@ -169,17 +169,35 @@ def cached_jars(cfg: TidemarkConfig) -> list[str] | None:
     return jars
 
 
-def _write_manifest(cfg: TidemarkConfig, spark) -> None:
-    # spark-submit merged the resolved packages with the jars given (the token provider) into
-    # the JVM's spark.jars; the context's conf keeps only what the builder was given
-    resolved = spark._jvm.System.getProperty("spark.jars") or spark.sparkContext.getConf().get(
-        "spark.jars", ""
-    )
-    jars = [j.removeprefix("file://") for j in resolved.split(",") if j.endswith(".jar")]
-    if jars:
-        _manifest_path(cfg).write_text(
-            json.dumps({"packages": list(packages(cfg)), "jars": jars}, indent=2)
+def resolve_packages(cfg: TidemarkConfig) -> list[str]:
+    """The session's jar files: `packages` resolved once into the cache (`maven.resolve`: one
+    resolution at a time per cache, a transient failure tried again, a module that is missing
+    said once) and the Kafka token provider, recorded for `cached_jars`."""
+    from streaming_jobs.storage.maven import ResolutionError, resolve
+
+    jars = cached_jars(cfg)
+    if jars is not None:
+        return jars
+    wanted = list(packages(cfg))
+    try:
+        resolved = resolve(
+            wanted,
+            cfg.spark.jars_cache,
+            excludes=(*SHIPPED_WITH_SPARK, TOKEN_PROVIDER),
+            repositories=cfg.spark.extra_conf.get("spark.jars.repositories"),
         )
+    except ResolutionError as exc:
+        raise SparkStartupError(
+            f"Spark could not start: the jars {', '.join(wanted)} are not in the cache "
+            f"{cfg.spark.jars_cache} and could not be resolved from Maven Central. Check network "
+            "access to Maven Central (or name a mirror with "
+            "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>'), then run 'make setup'. "
+            f"Ivy's report:\n{exc.report}"
+        ) from exc
+    # (the token provider first, where Spark put it when it resolved the packages itself)
+    jars = [str(kafka_token_provider(cfg)), *(str(j) for j in resolved)]
+    _manifest_path(cfg).write_text(json.dumps({"packages": wanted, "jars": jars}, indent=2))
+    return jars
 
 
 def class_archive(cfg: TidemarkConfig, jars: list[str] | None) -> Path | None:
@@ -258,6 +276,10 @@ def _dump_classes(archive: str) -> None:
 
 class SparkStartupError(RuntimeError):
     """Spark could not start; the message says what to install or fix."""
+
+
+# the settings by which Spark resolves `packages` itself, left out once tidemark has resolved them
+RESOLUTION_SETTINGS = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy")
 
 
 def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str, str]:
@@ -382,7 +404,7 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         )
     if jars:
         # Resolved before: hand Spark the files and skip Ivy (3-4 s per start, and offline).
-        for key in ("spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy"):
+        for key in RESOLUTION_SETTINGS:
             conf.pop(key)
         conf["spark.jars"] = ",".join(jars)
     conf.update(cfg.spark.extra_conf)
@@ -496,23 +518,6 @@ def _properties_file(settings: dict[str, str]) -> str:
     return path
 
 
-def _first_start(builder, attempts: int = 3):
-    """The start that resolves the jars: Ivy gives up on a jar at the first failed download
-    (seen here: "download failed" for one of 60 jars, and the next try fetched it), so try again
-    twice; what was fetched stays in the cache."""
-    import time
-
-    for attempt in range(1, attempts + 1):
-        try:
-            return builder.getOrCreate()
-        except Exception:  # noqa: BLE001 - the last one is raised
-            if attempt == attempts:
-                raise
-            print(f"tidemark: resolving Spark's jars failed (attempt {attempt}); trying again")
-            time.sleep(5 * attempt)
-    raise AssertionError("unreachable")
-
-
 def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     """Start (or return the running) session with ``conf``; explain failures to the user."""
     check_java()
@@ -526,13 +531,10 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     # TIDEMARK_SPARK_CONF may hold credentials: its values never reach the JVM's command line
     # (PySpark passes builder settings as --conf arguments, readable by every local user) but a
     # private properties file, and Spark redacts them in its UI, event logs and errors.
-    if "spark.jars.packages" in conf:  # the first start: resolved with the packages, then cached
-        conf = {
-            **conf,
-            "spark.jars": ",".join(
-                filter(None, (conf.get("spark.jars"), str(kafka_token_provider(cfg))))
-            ),
-        }
+    if "spark.jars.packages" in conf:  # the first start: the jars resolved here, then cached
+        jars = resolve_packages(cfg)
+        conf = {k: v for k, v in conf.items() if k not in RESOLUTION_SETTINGS}
+        conf["spark.jars"] = ",".join(filter(None, (conf.get("spark.jars"), *jars)))
     private = {k: conf[k] for k in cfg.spark.extra_conf if k in conf}
     launch = {k: v for k, v in conf.items() if k not in private}
     if private:
@@ -562,16 +564,8 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
             f"--properties-file {shlex.quote(properties)} {submit_args or 'pyspark-shell'}"
         )
     try:
-        spark = _first_start(builder) if cached_jars(cfg) is None else builder.getOrCreate()
+        spark = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - re-raised with what to do
-        if cached_jars(cfg) is None:
-            raise SparkStartupError(
-                f"Spark could not start: the jars {', '.join(packages(cfg))} are not in the cache "
-                f"{cfg.spark.jars_cache} and could not be resolved from Maven Central. "
-                "Check network access to Maven Central (or name a mirror with "
-                "TIDEMARK_SPARK_CONF='spark.jars.repositories=<url>'), then run 'make setup'. "
-                "Spark's own output above has the details."
-            ) from exc
         raise SparkStartupError(f"Spark could not start: {exc}") from exc
     finally:
         if properties:  # read when the JVM started; gone now
@@ -580,8 +574,6 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
                 os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
             else:
                 os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
-    if cached_jars(cfg) is None:
-        _write_manifest(cfg, spark)
     spark.sparkContext.setLogLevel("WARN")
     if cfg.on_store:
         use_object_store(spark, cfg)

@@ -70,6 +70,9 @@ def test_unresolvable_jars_give_one_clear_message(tmp_path):
     assert len(message) == 1
     assert "no-such-artifact_2.13:0.0.1" in message[0] and "Maven Central" in message[0]
     assert "make setup" in message[0]
+    # Ivy's own line for the module, not every repository that lacked a file
+    assert ":: io.tidemark.missing#no-such-artifact_2.13;0.0.1: not found" in result.stderr
+    assert "url=" not in result.stderr
 
 
 def test_recon_command_reports_an_empty_data_root_plainly(tmp_path):

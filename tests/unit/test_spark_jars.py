@@ -3,11 +3,15 @@ of the Hadoop that pyspark ships, and the AWS SDK modules at the version hadoop-
 
 from __future__ import annotations
 
+import fcntl
+import json
 import re
+import threading
 import xml.etree.ElementTree as ET
 
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.storage.maven import spark_home
+from streaming_jobs.storage import maven
+from streaming_jobs.storage.maven import spark_home, transient_modules
 from streaming_jobs.storage.spark import AWS_SDK_VERSION, HADOOP_VERSION, S3A_PACKAGES, packages
 
 
@@ -33,3 +37,57 @@ def test_the_sdk_modules_are_at_the_version_hadoop_aws_declares():
     }
     assert declared == {"bundle": AWS_SDK_VERSION}
     assert all(p.endswith(f":{AWS_SDK_VERSION}") for p in S3A_PACKAGES if "awssdk" in p)
+
+
+# Ivy's output when the two test workers' Kafka brokers resolved into one cache at once (CI,
+# 2026-12-01): a dependency's parent POM half-written by the other process
+RACED = """\
+\tio problem while parsing ivy file: https://repo1.maven.org/maven2/commons-collections/\
+commons-collections/3.2.2/commons-collections-3.2.2.pom (java.io.IOException: Impossible to \
+load parent for file:/x/ivy/kafka-broker/cache/commons-collections/commons-collections/\
+ivy-3.2.2.xml.original. Parent=org.apache.commons#commons-parent;39)
+\t\tmodule not found: commons-collections#commons-collections;3.2.2
+\t\t::          UNRESOLVED DEPENDENCIES         ::
+\t\t:: commons-collections#commons-collections;3.2.2: not found
+Exception in thread "main" java.lang.RuntimeException: [unresolved dependency: \
+commons-collections#commons-collections;3.2.2: not found]
+"""
+BROKER = ["org.apache.kafka:kafka_2.13:4.1.1"]
+
+
+def test_a_dependency_that_did_not_resolve_is_tried_again_with_its_cache_entries_cleared():
+    assert transient_modules(RACED, BROKER) == {
+        ("commons-collections", "commons-collections"),
+        ("org.apache.commons", "commons-parent"),
+    }
+    assert transient_modules("[download failed: a#b;1!b.jar]", BROKER) == set()
+
+
+def test_a_module_asked_for_by_name_that_is_missing_is_not_tried_again():
+    missing = "\t\t:: io.tidemark.missing#no-such-artifact_2.13;0.0.1: not found\n"
+    asked = ["io.tidemark.missing:no-such-artifact_2.13:0.0.1", *BROKER]
+    assert transient_modules(missing, asked) is None
+    # with a transient failure beside it, it is worth one more try
+    assert transient_modules(missing + RACED, asked) is not None
+
+
+def test_a_resolution_waits_for_one_under_way_into_the_same_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "kafka-broker"
+    jar = tmp_path / "k.jar"
+    ran = []
+    monkeypatch.setattr(maven.subprocess, "run", lambda *a, **k: ran.append(a))
+    with open(tmp_path / "kafka-broker.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = []
+        waiting = threading.Thread(target=lambda: result.append(maven.resolve(BROKER, folder)))
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and not result  # blocked on the other resolution
+        # what the other process's resolution leaves: the jar and the manifest naming it
+        jar.write_bytes(b"")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "resolved.json").write_text(
+            json.dumps({"coordinates": BROKER, "jars": [str(jar)]})
+        )
+    waiting.join(10.0)
+    assert result == [[jar]] and ran == []  # read from the manifest: no resolution of its own
