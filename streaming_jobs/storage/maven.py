@@ -42,13 +42,22 @@ def _manifest(folder: Path) -> Path:
     return folder / "resolved.json"
 
 
+# where tidemark before 2026-12-01 wrote the manifest (the session's own now has that name in
+# the jars cache): read, so that a cache resolved then is not resolved again (nor needs network)
+LEGACY_MANIFEST = "tidemark-jars.json"
+
+
 def cached(folder: Path, coordinates: list[str]) -> list[Path] | None:
     """The jars a previous `resolve` of exactly ``coordinates`` into ``folder`` gave, if all are
     still there."""
-    try:
-        manifest = json.loads(_manifest(folder).read_text())
-    except (OSError, ValueError):
-        return None
+    manifest = {}
+    for path in (_manifest(folder), folder / LEGACY_MANIFEST):
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if "coordinates" in manifest:
+            break
     jars = [Path(j) for j in manifest.get("jars", [])]
     if manifest.get("coordinates") != coordinates or not jars or not all(j.is_file() for j in jars):
         return None

@@ -91,3 +91,14 @@ def test_a_resolution_waits_for_one_under_way_into_the_same_folder(tmp_path, mon
         )
     waiting.join(10.0)
     assert result == [[jar]] and ran == []  # read from the manifest: no resolution of its own
+
+
+def test_a_cache_resolved_by_an_earlier_tidemark_is_read_where_it_wrote_its_manifest(tmp_path):
+    folder, jar = tmp_path / "kafka-broker", tmp_path / "k.jar"
+    folder.mkdir()
+    jar.write_bytes(b"")
+    (folder / "tidemark-jars.json").write_text(
+        json.dumps({"coordinates": BROKER, "jars": [str(jar)]})
+    )
+    assert maven.cached(folder, BROKER) == [jar]
+    assert maven.cached(folder, [*BROKER, "a:b:1"]) is None
