@@ -219,18 +219,45 @@ def _wait_for_lake(cfg: TidemarkConfig) -> None:
         )
 
 
-def _make_lake(cfg: TidemarkConfig) -> None:
-    """The lake tables no stream made yet, created here (a JVM of this process's own, only
-    when a table that needs Spark's schema is missing)."""
-    from streaming_jobs.runtime.tables import ensure_lake, missing
+def _make_lake(cfg: TidemarkConfig, endpoint) -> None:
+    """The lake tables no stream made yet, created before dbt reads them. A shared endpoint
+    keeps no data root's lake, so it is asked to create them (`creation_statements`); where
+    that cannot be (a gold schema no Spark has made for the job as it is now), they are created
+    in a JVM of this process's own."""
+    from streaming_jobs.runtime.tables import creation_statements, ensure_lake, missing
     from streaming_jobs.storage import ops_tables
 
     if missing(cfg):
         ops_tables.ensure_all(cfg)
-    if missing(cfg):
+    absent = missing(cfg)
+    statements = creation_statements(cfg, absent) if absent else None
+    if statements:
+        try:
+            _run_on(endpoint, statements)
+        except Exception as exc:  # noqa: BLE001 - what is still missing is created below
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            print(
+                f"tidemark-dbt: the SQL endpoint did not create the lake tables "
+                f"{', '.join(absent)} ({first}); creating them here",
+                file=sys.stderr,
+            )
+        absent = missing(cfg)
+    if absent:
         from streaming_jobs.storage.spark import get_spark
 
         ensure_lake(get_spark(cfg), cfg)
+
+
+def _run_on(endpoint, statements: list[str]) -> None:
+    """Run ``statements`` on the endpoint, one connection for all (dbt's profile's user)."""
+    from contextlib import closing
+
+    from pyhive import hive
+
+    with closing(hive.connect(host=endpoint.host, port=endpoint.port, username="tidemark")) as c:
+        with closing(c.cursor()) as cursor:
+            for statement in statements:
+                cursor.execute(statement)
 
 
 def split_run_vars(args: list[str]) -> tuple[list[str], dict]:
@@ -364,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         args, endpoint = with_target(args, *choose_target(cfg, cfg.sql.dbt_target))
         if endpoint is not None:
             if cfg.sql.shared:
-                _make_lake(cfg)  # a shared endpoint keeps no data root's lake
+                _make_lake(cfg, endpoint)  # a shared endpoint keeps no data root's lake
             else:
                 _wait_for_lake(cfg)
         else:

@@ -32,6 +32,7 @@ from streaming_jobs.storage.lake import (
 )
 from streaming_jobs.core.locations import Location, Where, is_delta_table
 from streaming_jobs.storage.spark import without_adaptive_plans
+from streaming_jobs.runtime.tables import remember_gold_schema
 
 LOG = logging.getLogger("tidemark.gold")
 
@@ -97,6 +98,7 @@ def gold_writer(
     )
     target = place.target
     properties = {**spec.table_properties, **(RANDOM_PREFIXES if spec.partition_by else {})}
+    remember_gold_schema(cfg, spec, result.schema)  # for tidemark-dbt on a shared endpoint
     ensure_table(spark, target, result.schema, properties, list(spec.partition_by))
     if spec.partition_by:
         ensure_properties(spark, target, RANDOM_PREFIXES)  # a table an older tidemark made

@@ -468,3 +468,35 @@ def test_a_bronze_row_missing_its_key_fails_the_staging_test_naming_each_column(
         ("event_id", 1),
         ("event_time", 1),
     ]
+
+
+@pytest.mark.slow
+def test_a_shared_endpoint_creates_the_lake_a_build_reads_as_spark_here_would(spark, cfg):
+    """A data root where nothing ran: tidemark-dbt on a shared endpoint (which keeps no data
+    root's lake) has the endpoint create every missing table, starting no JVM of its own, and
+    each table is what `ensure_lake` makes in a Spark here (the reference)."""
+    from streaming_jobs.runtime.tables import ensure_lake, missing
+
+    reference = cfg.with_data_root(cfg.data_root.parent / "reference")
+    made = ensure_lake(spark, reference)  # each job's gold schema made by Spark, and kept
+    assert len(made) == len(missing(cfg)) > 0
+
+    result = dbt("build", "--select", "stg_transactions")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "did not create" not in result.stderr, result.stderr[-3000:]
+    assert missing(cfg) == []
+    assert not (cfg.paths.logs / "spark.log").exists()  # no Spark started in tidemark-dbt
+
+    def table(root, item):
+        path = str(root.paths.table(*item.split("/")))
+        [detail] = spark.sql(f"describe detail delta.`{path}`").collect()
+        columns = [(f.name, f.dataType, f.nullable) for f in read_table(spark, path).schema]
+        features = sorted(detail.tableFeatures or [])
+        # row tracking's hidden columns are named at random by each creation
+        named = {
+            k: "named" if k.endswith("ColumnName") else v for k, v in detail.properties.items()
+        }
+        return columns, detail.partitionColumns, named, features, detail.numFiles
+
+    for item in made:
+        assert table(cfg, item) == table(reference, item), item
