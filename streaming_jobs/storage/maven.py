@@ -1,13 +1,14 @@
 """Jars from Maven Central that are not Spark's own classpath: resolved by Spark's Ivy, cached.
 
-The Spark session resolves its packages itself (`streaming_jobs.storage.spark`). Two other sets of jars
-are needed outside a session: Apache Kafka's broker (``tidemark kafka start``), a JVM of its own,
-and single jars that cannot go through the session's resolution (the Kafka token provider, see
-`streaming_jobs.storage.spark.kafka_token_provider`). `resolve` runs Spark's ``spark-submit`` from the
-pyspark wheel with ``--packages`` and a script that does nothing: the same Ivy, the same
-repositories (``spark.jars.repositories`` in ``TIDEMARK_SPARK_CONF`` names a mirror), no JVM
-left running. The result is a manifest in the cache folder; later calls read it (offline).
-"""
+Three sets of jars go through `resolve`: the Spark session's packages (Delta, the Kafka
+connector, S3A; `streaming_jobs.storage.spark.resolve_packages`, at the first start), Apache
+Kafka's broker (``tidemark kafka start``, a JVM of its own), and single jars that cannot go
+through the session's resolution (the Kafka token provider, see
+`streaming_jobs.storage.spark.kafka_token_provider`). `resolve` runs Spark's ``spark-submit``
+from the pyspark wheel with ``--packages`` and a script that only writes down the jars Spark
+resolved: the same Ivy, the same repositories (``spark.jars.repositories`` in
+``TIDEMARK_SPARK_CONF`` names a mirror), no JVM left running. The result is a manifest in the
+cache folder; later calls read it (offline)."""
 
 from __future__ import annotations
 
@@ -126,8 +127,8 @@ def _resolve(coordinates, folder, excludes, repositories, timeout, attempts) -> 
     with tempfile.TemporaryDirectory(prefix="tidemark-resolve-") as tmp:
         # spark-submit resolves before it runs the script, which writes down the jars in the
         # order Spark puts them on the class path (its ``spark.jars``) and starts nothing
-        noop, listed = Path(tmp) / "noop.py", Path(tmp) / "jars.txt"
-        noop.write_text(LIST_JARS)
+        script, listing = Path(tmp) / "list_jars.py", Path(tmp) / "jars.txt"
+        script.write_text(LIST_JARS)
         home = spark_home()
         command = [
             str(home / "bin" / "spark-submit"),
@@ -148,7 +149,7 @@ def _resolve(coordinates, folder, excludes, repositories, timeout, attempts) -> 
         }
         for attempt in range(1, attempts + 1):
             done = subprocess.run(
-                [*command, str(noop), str(listed)],
+                [*command, str(script), str(listing)],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -163,7 +164,7 @@ def _resolve(coordinates, folder, excludes, repositories, timeout, attempts) -> 
             for org, module in again:
                 shutil.rmtree(folder / "cache" / org / module, ignore_errors=True)
             time.sleep(5 * attempt)
-        listed = listed.read_text() if listed.is_file() else ""
+        listed = listing.read_text() if listing.is_file() else ""
     retrieved = folder / "jars"
     if done.returncode != 0 or not retrieved.is_dir():
         lines = [
