@@ -56,11 +56,12 @@ def home(cfg: TidemarkConfig) -> Path:
 def classpath(cfg: TidemarkConfig) -> list[Path]:
     """The broker's jars: Kafka's (resolved and cached) and Scala's library from pyspark."""
     from streaming_jobs.storage.maven import resolve, spark_home
+    from streaming_jobs.storage.spark import resolution_settings
 
     jars = resolve(
         BROKER_PACKAGES,
         cfg.spark.jars_cache / "kafka-broker",
-        repositories=cfg.spark.extra_conf.get("spark.jars.repositories"),
+        settings=resolution_settings(cfg),
     )
     scala = sorted((spark_home() / "jars").glob("scala-library-2.13*.jar"))
     return [*jars, *scala]

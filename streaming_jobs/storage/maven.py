@@ -71,6 +71,10 @@ UNRESOLVED = re.compile(r"::\s+([^\s#:]+)#([^\s#;]+);([^\s:]+):\s+not found")
 PARENT = re.compile(r"Parent=([^\s#]+)#([^\s#;]+);([^\s)]+)")
 
 
+# a repository address's user and password (a mirror's, in spark.jars.repositories): never
+# repeated in a message
+USER_INFO = re.compile(r"(\w+://)[^/\s@]+@")
+
 # the words of Ivy's lines that say what failed
 REPORTED = ("not found", "UNRESOLVED", "Exception", "download failed", "Impossible to load")
 
@@ -96,16 +100,40 @@ def transient_modules(output: str, coordinates: list[str]) -> set[tuple[str, str
     return {(org, module) for org, module, _ in unresolved | set(PARENT.findall(output))}
 
 
+def _escape(text: str, key: bool = False) -> str:
+    """A Java properties file's escaping (backslash, line breaks; separators in keys)."""
+    out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    if key:
+        for ch in (" ", "=", ":", "#", "!"):
+            out = out.replace(ch, "\\" + ch)
+    elif out.startswith(" "):
+        out = "\\" + out
+    return out
+
+
+def properties_file(settings: dict[str, str], folder: str | None = None) -> str:
+    """Write ``settings`` to a file only this user can read (in ``folder``, or the system's
+    temporary one); returns its path. Spark reads it with ``--properties-file``: settings that
+    may hold credentials never reach a command line, which every local user can read."""
+    handle, path = tempfile.mkstemp(prefix="tidemark-spark-", suffix=".properties", dir=folder)
+    with os.fdopen(handle, "w") as out:
+        for key, value in settings.items():
+            out.write(f"{_escape(key, key=True)}={_escape(value)}\n")
+    return path
+
+
 def resolve(
     coordinates: list[str],
     folder: Path,
     excludes: tuple[str, ...] = (),
-    repositories: str | None = None,
+    settings: dict[str, str] | None = None,
     timeout: float = 600,
     attempts: int = 3,
 ) -> list[Path]:
     """Resolve ``coordinates`` (``group:artifact:version``) and their dependencies into
-    ``folder`` (an Ivy home of their own); returns every jar, cached in a manifest.
+    ``folder`` (an Ivy home of their own); returns every jar, cached in a manifest. ``settings``:
+    Spark's settings for Ivy (``spark.jars.repositories``: a mirror; ``spark.jars.ivySettings``),
+    handed over in a private properties file.
 
     One resolution at a time per folder (an ``flock`` beside it): two processes writing one Ivy
     cache at once read each other's half-written POMs (seen: the two test workers' Kafka
@@ -120,27 +148,26 @@ def resolve(
         known = cached(folder, coordinates)  # another process resolved it while this one waited
         if known is not None:
             return known
-        return _resolve(coordinates, folder, excludes, repositories, timeout, attempts)
+        return _resolve(coordinates, folder, excludes, settings or {}, timeout, attempts)
 
 
-def _resolve(coordinates, folder, excludes, repositories, timeout, attempts) -> list[Path]:
+def _resolve(coordinates, folder, excludes, settings, timeout, attempts) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="tidemark-resolve-") as tmp:
         # spark-submit resolves before it runs the script, which writes down the jars in the
         # order Spark puts them on the class path (its ``spark.jars``) and starts nothing
         script, listing = Path(tmp) / "list_jars.py", Path(tmp) / "jars.txt"
         script.write_text(LIST_JARS)
         home = spark_home()
+        conf = {"spark.jars.ivy": str(folder), **settings}
+        if excludes:
+            conf["spark.jars.excludes"] = ",".join(excludes)
         command = [
             str(home / "bin" / "spark-submit"),
+            "--properties-file",
+            properties_file(conf, tmp),
             "--packages",
             ",".join(coordinates),
-            "--conf",
-            f"spark.jars.ivy={folder}",
         ]
-        if excludes:
-            command += ["--conf", "spark.jars.excludes=" + ",".join(excludes)]
-        if repositories:
-            command += ["--conf", f"spark.jars.repositories={repositories}"]
         env = {
             **os.environ,
             "SPARK_HOME": str(home),
@@ -170,10 +197,12 @@ def _resolve(coordinates, folder, excludes, repositories, timeout, attempts) -> 
         lines = [
             ln
             for ln in (done.stdout + done.stderr).splitlines()
-            # what failed, not each repository that did not have a file ("... not found. url=")
-            if any(word in ln for word in REPORTED) and "url=" not in ln
+            # what failed, not each repository that did not have a file or answer ("... not
+            # found. url=...", "Server access error at url ...")
+            if any(word in ln for word in REPORTED)
+            and not any(u in ln for u in ("url=", "at url "))
         ]
-        report = "\n".join(lines[-15:])
+        report = USER_INFO.sub(r"\1***@", "\n".join(lines[-15:]))
         raise ResolutionError(
             f"could not resolve {', '.join(coordinates)} from Maven Central into {folder}:\n"
             + report

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from streaming_jobs.core.locations import Location
 from streaming_jobs.core.checkpoints import STATE_MAINTENANCE_SECONDS
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.storage.maven import properties_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -133,7 +134,7 @@ def kafka_token_provider(
                 [f"{TOKEN_PROVIDER}:{version}"],
                 cfg.spark.jars_cache / f"token-provider-{version}",
                 excludes=(*SHIPPED_WITH_SPARK, "org.apache.kafka:kafka-clients"),
-                repositories=cfg.spark.extra_conf.get("spark.jars.repositories"),
+                settings=resolution_settings(cfg),
             )
         except ResolutionError as exc:
             failures.append(str(exc))
@@ -169,6 +170,15 @@ def cached_jars(cfg: TidemarkConfig) -> list[str] | None:
     return jars
 
 
+# settings of TIDEMARK_SPARK_CONF that say where and how Ivy resolves (a mirror, its own
+# settings file): every resolution gets them, as the session does
+IVY_SETTINGS = ("spark.jars.repositories", "spark.jars.ivySettings")
+
+
+def resolution_settings(cfg: TidemarkConfig) -> dict[str, str]:
+    return {k: v for k, v in cfg.spark.extra_conf.items() if k in IVY_SETTINGS}
+
+
 def resolve_packages(cfg: TidemarkConfig) -> list[str]:
     """The session's jar files: `packages` resolved once into the cache (`maven.resolve`: one
     resolution at a time per cache, a transient failure tried again, a module that is missing
@@ -184,7 +194,7 @@ def resolve_packages(cfg: TidemarkConfig) -> list[str]:
             wanted,
             cfg.spark.jars_cache,
             excludes=(*SHIPPED_WITH_SPARK, TOKEN_PROVIDER),
-            repositories=cfg.spark.extra_conf.get("spark.jars.repositories"),
+            settings=resolution_settings(cfg),
         )
     except ResolutionError as exc:
         raise SparkStartupError(
@@ -498,26 +508,6 @@ def redaction_regex(private: dict[str, str]) -> str:
     return f"{private.get('spark.redaction.regex', SPARK_REDACTION)}|^(?:{keys})$"
 
 
-def _escape(text: str, key: bool = False) -> str:
-    """A Java properties file's escaping (backslash, line breaks; separators in keys)."""
-    out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    if key:
-        for ch in (" ", "=", ":", "#", "!"):
-            out = out.replace(ch, "\\" + ch)
-    elif out.startswith(" "):
-        out = "\\" + out
-    return out
-
-
-def _properties_file(settings: dict[str, str]) -> str:
-    """Write ``settings`` to a file only this user can read; returns its path."""
-    handle, path = tempfile.mkstemp(prefix="tidemark-spark-", suffix=".properties")
-    with os.fdopen(handle, "w") as out:
-        for key, value in settings.items():
-            out.write(f"{_escape(key, key=True)}={_escape(value)}\n")
-    return path
-
-
 def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     """Start (or return the running) session with ``conf``; explain failures to the user."""
     check_java()
@@ -557,7 +547,7 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
     cfg.spark.jars_cache.mkdir(parents=True, exist_ok=True)
     cfg.paths.dbt.mkdir(parents=True, exist_ok=True)  # derby.system.home
     cfg.paths.logs.mkdir(parents=True, exist_ok=True)  # spark.log
-    properties = _properties_file(private) if private else None
+    properties = properties_file(private) if private else None
     submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
     if properties:
         os.environ["PYSPARK_SUBMIT_ARGS"] = (

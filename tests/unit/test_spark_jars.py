@@ -6,8 +6,12 @@ from __future__ import annotations
 import fcntl
 import json
 import re
+import subprocess
 import threading
 import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
 
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage import maven
@@ -102,3 +106,37 @@ def test_a_cache_resolved_by_an_earlier_tidemark_is_read_where_it_wrote_its_mani
     )
     assert maven.cached(folder, BROKER) == [jar]
     assert maven.cached(folder, [*BROKER, "a:b:1"]) is None
+
+
+def test_ivy_settings_reach_spark_submit_in_a_private_file_not_on_its_command_line(
+    tmp_path, monkeypatch
+):
+    mirror = "https://user:s3cret@mirror.example/maven"
+    seen = []
+
+    def spark_submit(command, **_):
+        at = command.index("--properties-file") + 1
+        path = Path(command[at])
+        seen.append((command, path.read_text(), path.stat().st_mode & 0o777))
+        out = (
+            f"Server access error at url {mirror}/io/none.pom (java.net.ConnectException)\n"
+            ":: io.tidemark.missing#none;1: not found\n"
+            f"Exception in thread main: {mirror} refused\n"
+        )
+        return subprocess.CompletedProcess(command, 1, out, "")
+
+    monkeypatch.setattr(maven.subprocess, "run", spark_submit)
+    with pytest.raises(maven.ResolutionError) as raised:
+        maven.resolve(
+            ["io.tidemark.missing:none:1"],
+            tmp_path / "ivy",
+            settings={"spark.jars.repositories": mirror},
+        )
+    [(command, text, mode)] = seen  # a module asked for by name: not tried again
+    assert not any("s3cret" in arg for arg in command) and mode == 0o600
+    assert f"spark.jars.repositories={mirror}\n" in text
+    assert f"spark.jars.ivy={tmp_path / 'ivy'}\n" in text
+    assert "io.tidemark.missing#none;1: not found" in raised.value.report
+    # the report keeps what failed, without the mirror's password or each address tried
+    assert "s3cret" not in str(raised.value) and "Server access error" not in str(raised.value)
+    assert "https://***@mirror.example/maven refused" in raised.value.report
