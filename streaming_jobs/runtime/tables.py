@@ -148,14 +148,19 @@ def _gold_schema_file(cfg: TidemarkConfig, spec) -> Path:
 
 def remember_gold_schema(cfg: TidemarkConfig, spec, schema: T.StructType) -> None:
     """Keep ``schema`` as the gold schema of ``spec`` (written whole, then renamed); the job's
-    schemas for code a week old are let go."""
+    schemas for code a week old are let go. A cache that cannot be written (a read-only
+    checkout) only means `tidemark-dbt` makes the table with Spark: logged, never raised."""
     path = _gold_schema_file(cfg, spec)
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    partial.write_text(schema.json())
-    partial.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(schema.json())
+        partial.replace(path)
+    except OSError as exc:
+        LOG.info("job %s: its gold schema was not kept in %s: %s", spec.name, path.parent, exc)
+        return
     for old in path.parent.glob(f"{spec.name}-*.json"):
         try:
             if time.time() - old.stat().st_mtime > GOLD_SCHEMAS_KEPT_SECONDS:

@@ -51,3 +51,12 @@ def test_a_gold_schema_is_known_for_the_job_as_it_is_and_old_ones_are_let_go(tmp
     assert not stale.exists() and recent.exists()
     # another job's absent tables, with no schema of its own known: Spark is needed here
     assert tables.creation_statements(cfg, ["gold/user_sessions"]) is None
+
+
+def test_a_cache_that_cannot_be_written_does_not_stop_a_job(tmp_path):
+    cache = tmp_path / "ivy"
+    (tmp_path / "checks").write_text("a file where the folder would be")
+    cfg = TidemarkConfig.from_env({"TIDEMARK_JARS_CACHE": str(cache)})
+    spec = registry()["events_by_type"]
+    tables.remember_gold_schema(cfg, spec, T.StructType([T.StructField("a", T.StringType())]))
+    assert tables.known_gold_schema(cfg, spec) is None
