@@ -27,9 +27,8 @@ from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.runtime.ingestion import QUARANTINE_SCHEMA, bronze_schema
 from streaming_jobs.storage.registry import registry, streams
-from streaming_jobs.core.locations import is_delta_table
+from streaming_jobs.core.locations import Location, is_delta_table
 from streaming_jobs.storage.lake import ROW_TRACKING, clear_unborn_log, ensure_table
-from streaming_jobs.core.locations import Location
 
 LOG = logging.getLogger(__name__)
 _REPORTED: set[str] = set()  # the errors of jobs ensure_lake skipped, logged once per process
@@ -69,8 +68,6 @@ def ensure_lake(
         empty = [spark.createDataFrame([], bronze_schema(known[s])) for s in spec.sources]
         try:
             schema = spec.apply(*empty).schema
-            remember_gold_schema(cfg, spec, schema)
-            return schema
         except Exception as exc:  # noqa: BLE001 - any failure of the job's own code or query
             text = str(exc).strip()
             first = text.splitlines()[0].rstrip("; ") if text else type(exc).__name__
@@ -79,6 +76,8 @@ def ensure_lake(
                 f"its query does not run on empty input: {first}; fix the job "
                 "('tidemark check' names the problem)"
             ) from exc
+        remember_gold_schema(cfg, spec, schema)
+        return schema
 
     for name, spec in registry().items():
         try:
