@@ -43,6 +43,22 @@ def dbt(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def table_shape(spark, cfg: TidemarkConfig, item: str) -> tuple:
+    """A lake table (``layer/name``) as Delta describes it: its columns (name, type,
+    nullability), partition columns, properties, table features and file count."""
+    from streaming_jobs.core.locations import Location
+
+    path = Location.of(cfg.paths.table(*item.split("/"))).spark
+    [detail] = spark.sql(f"describe detail delta.`{path}`").collect()
+    columns = [
+        (f.name, f.dataType, f.nullable) for f in spark.read.format("delta").load(path).schema
+    ]
+    # row tracking's hidden columns are named at random by each creation
+    named = {k: "named" if k.endswith("ColumnName") else v for k, v in detail.properties.items()}
+    features = sorted(detail.tableFeatures or [])
+    return columns, detail.partitionColumns, named, features, detail.numFiles
+
+
 # Columns a dbt row takes from the run that last recomputed it, not from the data
 # (composed_through: the bronze version a composed row's run read up to, macros/compose.sql).
 RUN_COLUMNS = ("reconciled_at", "stream_watermark", "composed_through")

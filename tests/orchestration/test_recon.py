@@ -7,7 +7,7 @@ import json
 import pytest
 
 import scenarios
-from helpers import dbt, land, txn
+from helpers import dbt, land, table_shape, txn
 from streaming_jobs.runtime.runner import run_bronze
 from orchestration.recon.dbt_models import reconciled_jobs
 from orchestration.recon.recon_partitions import incremental_tags
@@ -487,16 +487,5 @@ def test_a_shared_endpoint_creates_the_lake_a_build_reads_as_spark_here_would(sp
     assert missing(cfg) == []
     assert not (cfg.paths.logs / "spark.log").exists()  # no Spark started in tidemark-dbt
 
-    def table(root, item):
-        path = str(root.paths.table(*item.split("/")))
-        [detail] = spark.sql(f"describe detail delta.`{path}`").collect()
-        columns = [(f.name, f.dataType, f.nullable) for f in read_table(spark, path).schema]
-        features = sorted(detail.tableFeatures or [])
-        # row tracking's hidden columns are named at random by each creation
-        named = {
-            k: "named" if k.endswith("ColumnName") else v for k, v in detail.properties.items()
-        }
-        return columns, detail.partitionColumns, named, features, detail.numFiles
-
     for item in made:
-        assert table(cfg, item) == table(reference, item), item
+        assert table_shape(spark, cfg, item) == table_shape(spark, reference, item), item
