@@ -59,9 +59,6 @@ def ensure_lake(
             created.append(f"{layer}/{name}")
 
     known = streams()
-    for name, stream in known.items():
-        ensure("bronze", name, bronze_schema(stream), ROW_TRACKING)
-        ensure("quarantine", name, QUARANTINE_SCHEMA)
     created += ops_tables.ensure_all(cfg)
 
     def gold_schema(name, spec):
@@ -79,15 +76,9 @@ def ensure_lake(
         remember_gold_schema(cfg, spec, schema)
         return schema
 
-    for name, spec in registry().items():
+    for layer, name, schema, properties, partition_by in _declared(gold_schema):
         try:
-            ensure(
-                "gold",
-                name,
-                lambda name=name, spec=spec: gold_schema(name, spec),
-                spec.table_properties,
-                list(spec.partition_by),
-            )
+            ensure(layer, name, schema, properties, partition_by)
         except GoldSchemaError as exc:
             if not skip_broken:
                 raise
@@ -95,6 +86,18 @@ def ensure_lake(
                 _REPORTED.add(str(exc))
                 LOG.error("%s", exc)
     return created
+
+
+def _declared(gold_schema):
+    """Each stream's and job's lake table: (layer, name, its schema, or a callable that makes
+    it from (name, spec) with ``gold_schema``, its properties, its partition columns). Both
+    `ensure_lake` and `creation_statements` make their tables from it."""
+    for name, stream in streams().items():
+        yield "bronze", name, bronze_schema(stream), ROW_TRACKING, []
+        yield "quarantine", name, QUARANTINE_SCHEMA, None, []
+    for name, spec in registry().items():
+        make = lambda name=name, spec=spec: gold_schema(name, spec)  # noqa: E731
+        yield "gold", name, make, spec.table_properties, list(spec.partition_by)
 
 
 def missing(cfg: TidemarkConfig) -> list[str]:
@@ -224,24 +227,19 @@ def creation_statements(cfg: TidemarkConfig, absent: list[str]) -> list[str] | N
     """The SQL creating the ``absent`` tables (as `missing` names them) as `ensure_lake` would;
     None when one of them needs Spark here: a gold schema no Spark has made for the job as it
     is now, or an ops table (those are made without Spark, `ops_tables.ensure_all`)."""
-    known, jobs, statements = streams(), registry(), []
-    for item in absent:
-        layer, name = item.split("/", 1)
-        path = cfg.paths.table(layer, name)
-        if layer == "bronze" and name in known:
-            statements.append(create_statement(path, bronze_schema(known[name]), ROW_TRACKING))
-        elif layer == "quarantine" and name in known:
-            statements.append(create_statement(path, QUARANTINE_SCHEMA))
-        elif layer == "gold" and name in jobs:
-            spec = jobs[name]
-            schema = known_gold_schema(cfg, spec)
-            if schema is None:
-                return None
-            statements.append(
-                create_statement(path, schema, spec.table_properties, spec.partition_by)
-            )
-        else:
+    wanted, statements = set(absent), []
+    for layer, name, schema, properties, partition_by in _declared(
+        lambda _, spec: known_gold_schema(cfg, spec)
+    ):
+        if f"{layer}/{name}" not in wanted:
+            continue
+        schema = schema() if callable(schema) else schema
+        if schema is None:
             return None
+        path = cfg.paths.table(layer, name)
+        statements.append(create_statement(path, schema, properties, partition_by))
+    if len(statements) < len(wanted):  # an ops table, or a name nothing declares
+        return None
     for item in absent:
         clear_unborn_log(cfg.paths.table(*item.split("/", 1)))
     return statements
