@@ -32,7 +32,7 @@ run: setup
 	TIDEMARK_SOURCE=$(SOURCE) $(BIN)/tidemark run --fresh
 
 # Two worker processes (the machine's two cores), a test file each at a time: each worker has
-# its own SparkSession and servers, shared by the tests it runs (docs/testing.md). Each test's
+# its own SparkSession; the servers are one for both (docs/testing.md). Each test's
 # time goes to .tidemark/test-report.xml (JUnit): tools/test_times.py sums it per file.
 test: setup s3-setup lint
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=.tidemark/test-report.xml

@@ -6,9 +6,12 @@ Helpers that are not fixtures (landing hand-made events, running tidemark-dbt) a
 
 from __future__ import annotations
 
+import fcntl
 import itertools
+import json
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +53,10 @@ GIVEN_SPARK_CONF = "TESTS_GIVEN_SPARK_CONF"
 
 
 def pytest_configure(config):
+    shared = getattr(config, "workerinput", {}).get("tidemark_servers")
+    if shared is not None:  # a worker of `make test`: the controller's servers
+        _SharedServers.base, _SharedServers.owner = Path(shared[0]), int(shared[1])
+        _SharedServers.remote = True
     # what the user gave, kept for the workers of `make test` (they inherit the environment
     # made here, short-lived setting included)
     given = os.environ.setdefault(GIVEN_SPARK_CONF, os.environ.get("TIDEMARK_SPARK_CONF", ""))
@@ -148,11 +155,58 @@ class _SharedSql:
             sql_endpoint.stop(cls.owner)
 
 
+class _SharedServers:
+    """The session's Kafka broker and S3 server: one of each for the whole session, started by
+    the first test that needs it (under `make test`, in either worker, the other waiting on a
+    lock), owned by the session's first process (the controller of `make test`): it outlives
+    the worker that started it, stops at the session's end, and by itself if pytest dies. Each
+    test keeps topics and buckets of its own."""
+
+    base: Path | None = None  # the servers' folder: its settings, locks and data
+    owner = os.getpid()
+    remote = False  # a worker: the controller stops them
+
+    @classmethod
+    def folder(cls, factory) -> Path:
+        if cls.base is None:
+            cls.base = factory.mktemp("servers")
+        return cls.base
+
+    @classmethod
+    def get(cls, factory, name: str, settings, start):
+        """(server, its config): the running server ``name``, or one started now with the
+        settings made once for the session (``settings(folder)``: its port and folders)."""
+        base = cls.folder(factory)
+        with open(base / f"{name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+            record = base / f"{name}.json"
+            if record.exists():
+                env = json.loads(record.read_text())
+            else:
+                env = settings(base)
+                record.write_text(json.dumps(env))
+            cfg = TidemarkConfig.from_env(env)
+            return start(cfg, owner=cls.owner), cfg
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.remote or cls.base is None:
+            return
+        from streaming_jobs.services import kafka_broker, object_store
+
+        stops = {"kafka": kafka_broker.stop, "s3": object_store.stop}
+        for record in sorted(cls.base.glob("*.json")):
+            stops[record.stem](TidemarkConfig.from_env(json.loads(record.read_text())))
+
+
 def pytest_configure_node(node):
-    """The controller of `make test`, for each worker: where the one shared endpoint will be."""
+    """The controller of `make test`, for each worker: where the one shared endpoint will be,
+    and the shared servers' folder and owner."""
     if _SharedSql.owner is None:
         _SharedSql.plan(node.config._tmp_path_factory.mktemp("sql-root"))
     node.workerinput["tidemark_sql"] = [str(_SharedSql.owner.data_root), _SharedSql.owner.sql.port]
+    base = _SharedServers.folder(node.config._tmp_path_factory)
+    node.workerinput["tidemark_servers"] = [str(base), _SharedServers.owner]
 
 
 def pytest_xdist_node_collection_finished(node, ids):
@@ -165,6 +219,7 @@ def pytest_xdist_node_collection_finished(node, ids):
 def pytest_unconfigure(config):
     if not _SharedSql.remote:  # the endpoint this process started, if any
         _SharedSql.stop()
+    _SharedServers.stop()
 
 
 # The test files that take longest, longest first (seconds in CI on 2026-11-30: `make test`'s
@@ -274,19 +329,20 @@ def _strict_settings_after_each_test():
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
-    """The project's own Kafka broker (KRaft, 127.0.0.1, a free port), one for the session;
-    stopped at its end (and by itself if pytest dies)."""
+    """The project's own Kafka broker (KRaft, 127.0.0.1, a free port), one for the session
+    (`_SharedServers`)."""
     from streaming_jobs.services import kafka_broker as broker_mod
     from streaming_jobs.services.processes import free_port
 
-    port = free_port()
-    root = tmp_path_factory.mktemp("kafka-root")
-    cfg = TidemarkConfig.from_env(
-        {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_KAFKA_PORT": str(port)}
-    )
-    broker = broker_mod.start(cfg)
-    yield broker
-    broker_mod.stop(cfg)
+    def settings(base: Path) -> dict[str, str]:
+        (base / "kafka-root").mkdir()
+        return {
+            "TIDEMARK_DATA_ROOT": str(base / "kafka-root"),
+            "TIDEMARK_KAFKA_PORT": str(free_port()),
+        }
+
+    broker, _ = _SharedServers.get(tmp_path_factory, "kafka", settings, broker_mod.start)
+    return broker
 
 
 @pytest.fixture(scope="session")
@@ -308,17 +364,16 @@ def spark_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """The project's own S3-compatible store (SeaweedFS on 127.0.0.1, a free port, its files
-    in the session's temporary folder), one for the session; built once per machine (its cache
-    is outside the checkout); stopped at the session's end (and by itself if pytest dies)."""
+    in the session's temporary folder), one for the session (`_SharedServers`); built once per
+    machine (its cache is outside the checkout)."""
     from streaming_jobs.services import object_store
 
-    home = tmp_path_factory.mktemp("s3-home")
-    cfg = TidemarkConfig.from_env(
-        {"TIDEMARK_S3_HOME": str(home), "TIDEMARK_S3_PORT": str(object_store.paired_port())}
-    )
-    server = object_store.start(cfg)
-    yield server, cfg
-    object_store.stop(cfg)
+    def settings(base: Path) -> dict[str, str]:
+        (base / "s3-home").mkdir()
+        port = object_store.paired_port()
+        return {"TIDEMARK_S3_HOME": str(base / "s3-home"), "TIDEMARK_S3_PORT": str(port)}
+
+    return _SharedServers.get(tmp_path_factory, "s3", settings, object_store.start)
 
 
 @pytest.fixture

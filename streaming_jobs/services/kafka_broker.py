@@ -220,10 +220,16 @@ def discover(cfg: TidemarkConfig) -> Broker | None:
     return _broker(info) if info else None
 
 
-def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Broker:
+def start(
+    cfg: TidemarkConfig,
+    *,
+    owned: bool = True,
+    timeout: float | None = None,
+    owner: int | None = None,
+) -> Broker:
     """Start the data root's broker on ``TIDEMARK_KAFKA_PORT`` unless it runs; return it once
-    it serves metadata. ``owned``: it stops when this process ends."""
-    return _broker(KafkaBroker(cfg).start(owned=owned, timeout=timeout))
+    it serves metadata. ``owned``: it stops when this process ends (or ``owner``)."""
+    return _broker(KafkaBroker(cfg).start(owned=owned, timeout=timeout, owner=owner))
 
 
 def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:

@@ -165,9 +165,12 @@ class Service:
             return None
         return info
 
-    def start(self, *, owned: bool = True, timeout: float | None = None) -> dict:
+    def start(
+        self, *, owned: bool = True, timeout: float | None = None, owner: int | None = None
+    ) -> dict:
         """The running server, or a new one once it answers and is `ready`. ``owned``: it
-        stops when this process ends; without, it runs until stopped."""
+        stops when this process ends (or ``owner``'s, a process that outlives this one: the
+        test session's, whose workers share one server); without, it runs until stopped."""
         found = self.discover()
         if found:
             return found
@@ -186,6 +189,7 @@ class Service:
             owned,
             cwd=CHECKOUT,
             base=self.environ,
+            owner=owner,
         )
 
         def answered() -> dict | None:

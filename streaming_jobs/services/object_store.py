@@ -270,10 +270,16 @@ def discover(cfg: TidemarkConfig) -> S3Server | None:
     return _server(cfg, info) if info else None
 
 
-def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> S3Server:
+def start(
+    cfg: TidemarkConfig,
+    *,
+    owned: bool = True,
+    timeout: float | None = None,
+    owner: int | None = None,
+) -> S3Server:
     """Start the project's S3 server on ``TIDEMARK_S3_PORT`` unless it runs (building it the
-    first time); return it once it serves. ``owned``: it stops when this process ends."""
-    return _server(cfg, ObjectStoreServer(cfg).start(owned=owned, timeout=timeout))
+    first time); return it once it serves. ``owned``: it stops when this process ends (or ``owner``)."""
+    return _server(cfg, ObjectStoreServer(cfg).start(owned=owned, timeout=timeout, owner=owner))
 
 
 def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:

@@ -124,14 +124,15 @@ def launch_supervisor(
     owned: bool,
     cwd: Path | None = None,
     base: Mapping[str, str] | None = None,
+    owner: int | None = None,
 ) -> subprocess.Popen:
     """Start a service's supervisor, ``python -m <module>``, in a session of its own (Ctrl-C
     in this terminal does not reach it), its output appended to ``log``. ``owned``: it learns
-    this process's id from ``owner_variable`` and stops when this process ends. ``env`` goes
-    over ``base`` (default: this process's environment as it is now)."""
+    its owner's id from ``owner_variable`` and stops when that process ends (``owner``, or this
+    process). ``env`` goes over ``base`` (default: this process's environment as it is now)."""
     full = {**(os.environ if base is None else base), **env}
     if owned:
-        full[owner_variable] = str(os.getpid())
+        full[owner_variable] = str(owner or os.getpid())
     else:
         full.pop(owner_variable, None)
     log.parent.mkdir(parents=True, exist_ok=True)

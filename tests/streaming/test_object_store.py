@@ -134,3 +134,51 @@ def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
     assert "resource temporarily unavailable" not in log
     assert "volume growth is frozen" not in log
     assert len(list((tmp_path / "s3" / "data").glob("m[0-9]*"))) == 1  # one master state
+
+
+def test_a_server_owned_by_another_process_outlives_its_starter_and_stops_with_its_owner(
+    tmp_path,
+):
+    """How the tests' two workers share one server (`tests/conftest.py`, `_SharedServers`):
+    the worker that starts it may end first, so the server is owned by the session's first
+    process (``owner``), not by its starter."""
+    import time
+
+    from streaming_jobs.services import object_store
+
+    env = {
+        **os.environ,
+        "TIDEMARK_S3_HOME": str(tmp_path / "s3"),
+        "TIDEMARK_S3_PORT": str(object_store.paired_port()),
+    }
+    cfg = TidemarkConfig.from_env(env)
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        started = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from streaming_jobs.core.config import TidemarkConfig\n"
+                "from streaming_jobs.services import object_store\n"
+                "object_store.start(TidemarkConfig.from_env(), owner=int(sys.argv[1]))\n",
+                str(owner.pid),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert started.returncode == 0, started.stderr[-3000:]
+        server = object_store.discover(cfg)  # its starter has ended
+        assert server is not None and accepts("127.0.0.1", server.port)
+        info = json.loads((tmp_path / "s3" / "server.json").read_text())
+        assert info["owner"] == owner.pid
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 60
+    while object_store.ObjectStoreServer(cfg).supervisor_running():
+        assert time.monotonic() < deadline, "the server outlived its owner by a minute"
+        time.sleep(0.5)
+    assert object_store.discover(cfg) is None and not accepts("127.0.0.1", server.port)
