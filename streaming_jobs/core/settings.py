@@ -292,7 +292,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "TIDEMARK_CACHE",
-        "what tidemark builds once per machine (the object store's server)",
+        "what tidemark builds or downloads once per machine (the object store's server, the jars)",
         shown="`~/.cache/tidemark`",
     ),
 )

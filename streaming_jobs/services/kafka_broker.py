@@ -56,12 +56,13 @@ def home(cfg: TidemarkConfig) -> Path:
 def classpath(cfg: TidemarkConfig) -> list[Path]:
     """The broker's jars: Kafka's (resolved and cached) and Scala's library from pyspark."""
     from streaming_jobs.storage.maven import resolve, spark_home
-    from streaming_jobs.storage.spark import resolution_settings
+    from streaming_jobs.storage.spark import ivy_downloads, resolution_settings
 
     jars = resolve(
         BROKER_PACKAGES,
         cfg.spark.jars_cache / "kafka-broker",
         settings=resolution_settings(cfg),
+        downloads=ivy_downloads(cfg),
     )
     scala = sorted((spark_home() / "jars").glob("scala-library-2.13*.jar"))
     return [*jars, *scala]

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -129,11 +131,13 @@ def resolve(
     settings: dict[str, str] | None = None,
     timeout: float = 600,
     attempts: int = 3,
+    downloads: Path | None = None,
 ) -> list[Path]:
     """Resolve ``coordinates`` (``group:artifact:version``) and their dependencies into
     ``folder`` (an Ivy home of their own); returns every jar, cached in a manifest. ``settings``:
     Spark's settings for Ivy (``spark.jars.repositories``: a mirror; ``spark.jars.ivySettings``),
-    handed over in a private properties file.
+    handed over in a private properties file. ``downloads``: Ivy's download cache, shared by
+    every folder and checkout of the machine (`shared_downloads`).
 
     One resolution at a time per folder (an ``flock`` beside it): two processes writing one Ivy
     cache at once read each other's half-written POMs (seen: the two test workers' Kafka
@@ -148,7 +152,29 @@ def resolve(
         known = cached(folder, coordinates)  # another process resolved it while this one waited
         if known is not None:
             return known
-        return _resolve(coordinates, folder, excludes, settings or {}, timeout, attempts)
+        with shared_downloads(folder, downloads):
+            return _resolve(coordinates, folder, excludes, settings or {}, timeout, attempts)
+
+
+@contextmanager
+def shared_downloads(folder: Path, downloads: Path | None) -> Iterator[None]:
+    """Ivy's download cache for ``folder`` is ``downloads`` (``folder/cache`` links to it), held
+    under its lock while the caller resolves: a second checkout, or the Kafka broker's jars
+    beside the session's, reads the POMs and jars the first downloaded instead of downloading
+    them again, and no two resolutions write the shared cache at once. A folder whose cache is
+    a folder of its own (resolved before) keeps it."""
+    link = folder / "cache"
+    if downloads is None or (link.exists() and not link.is_symlink()):
+        yield
+        return
+    downloads.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and link.readlink() != downloads:
+        link.unlink()  # TIDEMARK_CACHE moved
+    if not link.is_symlink():
+        link.symlink_to(downloads, target_is_directory=True)
+    with open(downloads.parent / f"{downloads.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _resolve(coordinates, folder, excludes, settings, timeout, attempts) -> list[Path]:

@@ -135,6 +135,7 @@ def kafka_token_provider(
                 cfg.spark.jars_cache / f"token-provider-{version}",
                 excludes=(*SHIPPED_WITH_SPARK, "org.apache.kafka:kafka-clients"),
                 settings=resolution_settings(cfg),
+                downloads=ivy_downloads(cfg),
             )
         except ResolutionError as exc:
             failures.append(str(exc))
@@ -179,6 +180,12 @@ def resolution_settings(cfg: TidemarkConfig) -> dict[str, str]:
     return {k: v for k, v in cfg.spark.extra_conf.items() if k in IVY_SETTINGS}
 
 
+def ivy_downloads(cfg: TidemarkConfig) -> Path:
+    """Ivy's download cache, one per machine (``TIDEMARK_CACHE``), under every jars cache
+    (`maven.shared_downloads`): a fresh checkout resolves its jars without downloading them."""
+    return cfg.s3.server_cache / "ivy-downloads"
+
+
 def resolve_packages(cfg: TidemarkConfig) -> list[str]:
     """The session's jar files: `packages` resolved once into the cache (`maven.resolve`: one
     resolution at a time per cache, a transient failure tried again, a module that is missing
@@ -195,6 +202,7 @@ def resolve_packages(cfg: TidemarkConfig) -> list[str]:
             cfg.spark.jars_cache,
             excludes=(*SHIPPED_WITH_SPARK, TOKEN_PROVIDER),
             settings=resolution_settings(cfg),
+            downloads=ivy_downloads(cfg),
         )
     except ResolutionError as exc:
         raise SparkStartupError(

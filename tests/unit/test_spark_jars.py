@@ -140,3 +140,46 @@ def test_ivy_settings_reach_spark_submit_in_a_private_file_not_on_its_command_li
     # the report keeps what failed, without the mirror's password or each address tried
     assert "s3cret" not in str(raised.value) and "Server access error" not in str(raised.value)
     assert "https://***@mirror.example/maven refused" in raised.value.report
+
+
+def test_every_folder_downloads_through_the_machines_one_cache_one_resolution_at_a_time(
+    tmp_path, monkeypatch
+):
+    downloads = tmp_path / "machine" / "ivy-downloads"
+    lock = downloads.parent / "ivy-downloads.lock"
+    events = []
+
+    def spark_submit(command, **_):
+        """Ivy as spark-submit runs it: downloads into <spark.jars.ivy>/cache, retrieves into
+        <spark.jars.ivy>/jars, and Spark's class path is written down by the script."""
+        text = Path(command[command.index("--properties-file") + 1]).read_text()
+        ivy = Path(re.search(r"^spark\.jars\.ivy=(.*)$", text, re.M).group(1))
+        with open(lock, "a") as probe:  # are the machine's downloads held while it runs?
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = False
+            except BlockingIOError:
+                held = True
+        pom = ivy / "cache" / "org.apache.kafka" / "kafka_2.13" / "ivy-4.1.1.xml"
+        events.append(("before" if pom.is_file() else "now", ivy.name, held))
+        pom.parent.mkdir(parents=True, exist_ok=True)
+        pom.write_text("<ivy-module/>")
+        (ivy / "jars").mkdir(exist_ok=True)
+        jar = ivy / "jars" / "org.apache.kafka_kafka_2.13-4.1.1.jar"
+        jar.write_bytes(b"")
+        Path(command[-1]).write_text(f"file:{jar}")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(maven.subprocess, "run", spark_submit)
+    own = tmp_path / "checkout-b" / "ivy" / "kafka-broker"
+    (own / "cache").mkdir(parents=True)  # resolved before this change: its own cache, kept
+    for folder in (tmp_path / "checkout-a" / "ivy" / "kafka-broker", own, tmp_path / "c"):
+        assert maven.resolve(BROKER, folder, downloads=downloads) == [
+            folder / "jars" / "org.apache.kafka_kafka_2.13-4.1.1.jar"
+        ]
+    assert events == [
+        ("now", "kafka-broker", True),  # the first checkout fills the machine's cache
+        ("now", "kafka-broker", False),  # a folder with a cache of its own keeps it
+        ("before", "c", True),  # any other folder reads what the first downloaded
+    ]
+    assert (tmp_path / "c" / "cache").resolve() == downloads and not (own / "cache").is_symlink()
