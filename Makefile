@@ -34,7 +34,9 @@ run: setup
 # Two worker processes (the machine's two cores), a test file each at a time: each worker has
 # its own SparkSession; the servers are one for both (docs/testing.md). Each test's
 # time goes to .tidemark/test-report.xml (JUnit): tools/test_times.py sums it per file.
-test: setup s3-setup lint
+# What it needs first runs side by side (the lint beside setup's JVMs: seconds off CI).
+test: $(INSTALLED)
+	$(MAKE) --no-print-directory -j2 setup s3-setup lint
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=.tidemark/test-report.xml
 
 # ruff (pyproject.toml's [tool.ruff]) over every Python file of the project: its lint rules and
