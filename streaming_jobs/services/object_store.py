@@ -278,7 +278,8 @@ def start(
     owner: int | None = None,
 ) -> S3Server:
     """Start the project's S3 server on ``TIDEMARK_S3_PORT`` unless it runs (building it the
-    first time); return it once it serves. ``owned``: it stops when this process ends (or ``owner``)."""
+    first time); return it once it serves. ``owned``: it stops when this process ends (or
+    ``owner``)."""
     return _server(cfg, ObjectStoreServer(cfg).start(owned=owned, timeout=timeout, owner=owner))
 
 

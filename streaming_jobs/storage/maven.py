@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,6 +25,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+LOG = logging.getLogger("tidemark.maven")
 
 
 class ResolutionError(RuntimeError):
@@ -167,13 +170,21 @@ def shared_downloads(folder: Path, downloads: Path | None) -> Iterator[None]:
     if downloads is None or (link.exists() and not link.is_symlink()):
         yield
         return
-    downloads.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() and link.readlink() != downloads:
-        link.unlink()  # TIDEMARK_CACHE moved
-    if not link.is_symlink():
-        link.symlink_to(downloads, target_is_directory=True)
-    with open(downloads.parent / f"{downloads.name}.lock", "a") as lock:
+    try:
+        downloads.mkdir(parents=True, exist_ok=True)
+        lock = open(downloads.parent / f"{downloads.name}.lock", "a")  # noqa: SIM115 - below
+    except OSError as exc:  # a machine cache that cannot be written: the folder's own, as before
+        LOG.warning("Ivy downloads into %s, not %s (%s)", link, downloads, exc)
+        if link.is_symlink():
+            link.unlink()
+        yield
+        return
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if link.is_symlink() and link.readlink() != downloads:
+            link.unlink()  # TIDEMARK_CACHE moved
+        if not link.is_symlink():
+            link.symlink_to(downloads, target_is_directory=True)
         yield
 
 

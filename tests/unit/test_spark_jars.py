@@ -183,3 +183,8 @@ def test_every_folder_downloads_through_the_machines_one_cache_one_resolution_at
         ("before", "c", True),  # any other folder reads what the first downloaded
     ]
     assert (tmp_path / "c" / "cache").resolve() == downloads and not (own / "cache").is_symlink()
+    # a machine cache that cannot be made (here under a file): the folder's own, as before
+    (tmp_path / "a-file").write_text("")
+    folder = tmp_path / "d"
+    assert maven.resolve(BROKER, folder, downloads=tmp_path / "a-file" / "ivy-downloads")
+    assert events[-1] == ("now", "d", False) and not (folder / "cache").is_symlink()
