@@ -75,96 +75,85 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-class _SharedSql:
-    """The session's shared SQL endpoint, started in a thread as soon as the tests are
-    collected (its JVM warms while the unit tests run), if any test will use it. Under
-    `make test` (pytest-xdist) the controller starts one for both workers: a worker waits for
-    it (`attach`), and each worker's tests keep schemas of their own (`WORKER` starts their
-    prefix)."""
+def _sql_settings(base: Path) -> dict[str, str]:
+    from streaming_jobs.services.processes import free_port
 
-    thread: threading.Thread | None = None
-    owner: TidemarkConfig | None = None
-    endpoint = None
-    error: BaseException | None = None
-    remote = False  # a worker: the controller's endpoint, which the controller stops
+    (base / "sql-root").mkdir()
+    return {
+        "TIDEMARK_DATA_ROOT": str(base / "sql-root"),
+        "TIDEMARK_SQL_PORT": str(free_port()),
+        # the session-long JVMs' Spark settings: its configuration is built from this dict,
+        # not from the environment the other Sparks inherit
+        "TIDEMARK_SPARK_CONF": LONG_LIVED_ENV["TIDEMARK_SPARK_CONF"],
+    }
 
-    @classmethod
-    def plan(cls, root, port: int | None = None) -> None:
-        from streaming_jobs.services.processes import free_port
 
-        cls.owner = TidemarkConfig.from_env(
-            {
-                "TIDEMARK_DATA_ROOT": str(root),
-                "TIDEMARK_SQL_PORT": str(port or free_port()),
-                # the session-long JVMs' Spark settings: this configuration is built from
-                # this dict, not from the environment the other Sparks inherit
-                "TIDEMARK_SPARK_CONF": LONG_LIVED_ENV["TIDEMARK_SPARK_CONF"],
-            }
-        )
+def _sql_start(cfg: TidemarkConfig, owner: int):
+    from streaming_jobs.services import sql_endpoint
 
-    @classmethod
-    def begin(cls) -> None:
-        from streaming_jobs.services import sql_endpoint
+    # the environment the session began with, never a test's monkeypatched variables (a jobs
+    # folder of its own), whichever test starts it
+    return sql_endpoint.start(cfg, environ=LONG_LIVED_ENV, owner=owner)
 
-        # the environment now, before any test runs: a test's monkeypatched variables (a jobs
-        # folder of its own) must not reach the shared server, whenever its thread launches it
-        environ = {**os.environ, "TIDEMARK_SPARK_CONF": LONG_LIVED_ENV["TIDEMARK_SPARK_CONF"]}
 
-        def start() -> None:
-            try:
-                cls.endpoint = sql_endpoint.start(cls.owner, environ=environ)
-            except BaseException as error:  # noqa: BLE001 - raised by the fixture
-                cls.error = error
-                # the workers of `make test` read why (`attach`)
-                cls.error_file().write_text(f"{type(error).__name__}: {error}")
+def _kafka_settings(base: Path) -> dict[str, str]:
+    from streaming_jobs.services.processes import free_port
 
-        cls.thread = threading.Thread(target=start, name="shared-sql-endpoint", daemon=True)
-        cls.thread.start()
+    (base / "kafka-root").mkdir()
+    return {"TIDEMARK_DATA_ROOT": str(base / "kafka-root"), "TIDEMARK_KAFKA_PORT": str(free_port())}
 
-    @classmethod
-    def error_file(cls):
-        return cls.owner.data_root / "start-error.txt"
 
-    @classmethod
-    def attach(cls, timeout: float = 600.0):
-        """In a worker: the controller's endpoint, once it answers (or why it did not)."""
-        import time
+def _s3_settings(base: Path) -> dict[str, str]:
+    from streaming_jobs.services import object_store
 
-        from streaming_jobs.services import sql_endpoint
+    (base / "s3-home").mkdir()
+    port = object_store.paired_port()
+    return {"TIDEMARK_S3_HOME": str(base / "s3-home"), "TIDEMARK_S3_PORT": str(port)}
 
-        deadline = time.monotonic() + timeout
-        while (found := sql_endpoint.discover(cls.owner)) is None:
-            if cls.error_file().exists():
-                raise RuntimeError(
-                    f"the tests' shared SQL endpoint did not start: {cls.error_file().read_text()}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the tests' shared SQL endpoint did not answer in {timeout:.0f} s (its log: "
-                    f"{sql_endpoint.SqlEndpoint(cls.owner).log})"
-                )
-            time.sleep(0.5)
-        return found
 
-    @classmethod
-    def stop(cls) -> None:
-        from streaming_jobs.services import sql_endpoint
+def _cluster_settings(base: Path) -> dict[str, str]:
+    from streaming_jobs.services.processes import free_port
 
-        if cls.thread is not None:
-            cls.thread.join()
-            sql_endpoint.stop(cls.owner)
+    (base / "cluster-root").mkdir()
+    return {
+        "TIDEMARK_DATA_ROOT": str(base / "cluster-root"),
+        "TIDEMARK_CLUSTER_PORT": str(free_port()),
+    }
+
+
+def _service(name: str):
+    """(start(cfg, owner=), stop(cfg)) of the project's server ``name``."""
+    from streaming_jobs.services import kafka_broker, object_store, spark_cluster, sql_endpoint
+
+    return {
+        "sql": (_sql_start, sql_endpoint.stop),
+        "kafka": (kafka_broker.start, kafka_broker.stop),
+        "s3": (object_store.start, object_store.stop),
+        "cluster": (spark_cluster.start, spark_cluster.stop),
+    }[name]
+
+
+SETTINGS = {
+    "sql": _sql_settings,
+    "kafka": _kafka_settings,
+    "s3": _s3_settings,
+    "cluster": _cluster_settings,
+}
 
 
 class _SharedServers:
-    """The session's Kafka broker and S3 server: one of each for the whole session, started by
-    the first test that needs it (under `make test`, in either worker, the other waiting on a
-    lock), owned by the session's first process (the controller of `make test`): it outlives
-    the worker that started it, stops at the session's end, and by itself if pytest dies. Each
-    test keeps topics and buckets of its own."""
+    """The session's servers (the SQL endpoint, the S3 server, the Kafka broker, the Spark
+    cluster): one of each for the whole session, started by the first test that needs it
+    (under `make test`, in either worker, the other waiting on a lock), or earlier (`early`:
+    the SQL endpoint, as soon as the tests are collected, so that its JVM warms while the unit
+    tests run). Each is owned by the session's first process (the controller of `make test`):
+    it outlives the worker that started it, stops at the session's end, and by itself if pytest
+    dies. Each test keeps its own data root, schemas, topics and buckets."""
 
-    base: Path | None = None  # the servers' folder: its settings, locks and data
+    base: Path | None = None  # the servers' folder: their settings, locks, errors and data
     owner = os.getpid()
     remote = False  # a worker: the controller stops them
+    starting: dict[str, threading.Thread] = {}
 
     @classmethod
     def folder(cls, factory) -> Path:
@@ -173,38 +162,61 @@ class _SharedServers:
         return cls.base
 
     @classmethod
-    def get(cls, factory, name: str, settings, start):
+    def get(cls, factory, name: str):
         """(server, its config): the running server ``name``, or one started now with the
-        settings made once for the session (``settings(folder)``: its port and folders)."""
+        settings made once for the session (`SETTINGS`: its port and folders). A server that
+        failed to start fails every test that needs it, with the reason, and is not retried."""
         base = cls.folder(factory)
+        start, _ = _service(name)
         with open(base / f"{name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
-            record = base / f"{name}.json"
+            failed, record = base / f"{name}.error", base / f"{name}.json"
+            if failed.exists():
+                raise RuntimeError(
+                    f"the tests' shared {name} server did not start: {failed.read_text()}"
+                )
             if record.exists():
                 env = json.loads(record.read_text())
             else:
-                env = settings(base)
+                env = SETTINGS[name](base)
                 record.write_text(json.dumps(env))
             cfg = TidemarkConfig.from_env(env)
-            return start(cfg, owner=cls.owner), cfg
+            try:
+                return start(cfg, owner=cls.owner), cfg
+            except BaseException as error:
+                failed.write_text(f"{type(error).__name__}: {error}")
+                raise
+
+    @classmethod
+    def early(cls, factory, name: str) -> None:
+        """Start ``name`` in a thread of this process now; the tests find it running (or its
+        error) when they ask for it."""
+        if name in cls.starting:
+            return
+        cls.folder(factory)
+
+        def start() -> None:
+            try:
+                cls.get(factory, name)
+            except BaseException:  # noqa: BLE001, S110 - recorded by `get` for the tests
+                pass
+
+        cls.starting[name] = threading.Thread(target=start, name=f"shared-{name}", daemon=True)
+        cls.starting[name].start()
 
     @classmethod
     def stop(cls) -> None:
+        for thread in cls.starting.values():
+            thread.join()
         if cls.remote or cls.base is None:
             return
-        from streaming_jobs.services import kafka_broker, object_store
-
-        stops = {"kafka": kafka_broker.stop, "s3": object_store.stop}
         for record in sorted(cls.base.glob("*.json")):
-            stops[record.stem](TidemarkConfig.from_env(json.loads(record.read_text())))
+            _, stop = _service(record.stem)
+            stop(TidemarkConfig.from_env(json.loads(record.read_text())))
 
 
 def pytest_configure_node(node):
-    """The controller of `make test`, for each worker: where the one shared endpoint will be,
-    and the shared servers' folder and owner."""
-    if _SharedSql.owner is None:
-        _SharedSql.plan(node.config._tmp_path_factory.mktemp("sql-root"))
-    node.workerinput["tidemark_sql"] = [str(_SharedSql.owner.data_root), _SharedSql.owner.sql.port]
+    """The controller of `make test`, for each worker: the shared servers' folder and owner."""
     base = _SharedServers.folder(node.config._tmp_path_factory)
     node.workerinput["tidemark_servers"] = [str(base), _SharedServers.owner]
 
@@ -212,13 +224,11 @@ def pytest_configure_node(node):
 def pytest_xdist_node_collection_finished(node, ids):
     """The controller: start the shared endpoint once a worker collected a test that may use it
     (outside tests/unit; a test marked own_sql is not told apart here)."""
-    if _SharedSql.thread is None and any(not i.startswith("tests/unit/") for i in ids):
-        _SharedSql.begin()
+    if any(not i.startswith("tests/unit/") for i in ids):
+        _SharedServers.early(node.config._tmp_path_factory, "sql")
 
 
 def pytest_unconfigure(config):
-    if not _SharedSql.remote:  # the endpoint this process started, if any
-        _SharedSql.stop()
     _SharedServers.stop()
 
 
@@ -254,29 +264,19 @@ def _uses_shared_sql(item) -> bool:
 
 
 def pytest_collection_finish(session):
-    shared = getattr(session.config, "workerinput", {}).get("tidemark_sql")
-    if shared is not None:  # a worker of `make test`: the controller starts it
-        _SharedSql.remote = True
-        _SharedSql.plan(*shared)
-    elif any(_uses_shared_sql(item) for item in session.items):
-        _SharedSql.plan(session.config._tmp_path_factory.mktemp("sql-root"))
-        _SharedSql.begin()
+    """One process (no workers): start the shared endpoint now if a test will use it."""
+    if not hasattr(session.config, "workerinput") and any(map(_uses_shared_sql, session.items)):
+        _SharedServers.early(session.config._tmp_path_factory, "sql")
 
 
 @pytest.fixture(scope="session")
-def shared_sql():
+def shared_sql(tmp_path_factory):
     """One SQL endpoint for the whole session, as a team's own Thrift server that several data
     roots share (TIDEMARK_SQL_ENDPOINT): every test's dbt runs there, in its own schemas
     (TIDEMARK_DBT_SCHEMA_PREFIX) with its tables under its own data root, and no test pays a
-    JVM start for dbt. Under `make test` the controller starts it for both workers. Stopped
-    at the session's end (and by itself if pytest dies)."""
-    if _SharedSql.remote:
-        return _SharedSql.attach()
-    assert _SharedSql.thread is not None, "no collected test was to use the shared endpoint"
-    _SharedSql.thread.join()
-    if _SharedSql.error is not None:
-        raise _SharedSql.error
-    return _SharedSql.endpoint
+    JVM start for dbt (`_SharedServers`)."""
+    endpoint, _ = _SharedServers.get(tmp_path_factory, "sql")
+    return endpoint
 
 
 SCHEMA_PREFIXES = itertools.count()
@@ -331,49 +331,24 @@ def _strict_settings_after_each_test():
 def kafka_broker(tmp_path_factory):
     """The project's own Kafka broker (KRaft, 127.0.0.1, a free port), one for the session
     (`_SharedServers`)."""
-    from streaming_jobs.services import kafka_broker as broker_mod
-    from streaming_jobs.services.processes import free_port
-
-    def settings(base: Path) -> dict[str, str]:
-        (base / "kafka-root").mkdir()
-        return {
-            "TIDEMARK_DATA_ROOT": str(base / "kafka-root"),
-            "TIDEMARK_KAFKA_PORT": str(free_port()),
-        }
-
-    broker, _ = _SharedServers.get(tmp_path_factory, "kafka", settings, broker_mod.start)
+    broker, _ = _SharedServers.get(tmp_path_factory, "kafka")
     return broker
 
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """The project's own Spark standalone cluster (a master and two workers on 127.0.0.1, a
-    free port), one for the session; stopped at its end (and by itself if pytest dies)."""
-    from streaming_jobs.services import spark_cluster as cluster_mod
-    from streaming_jobs.services.processes import free_port
-
-    root = tmp_path_factory.mktemp("cluster-root")
-    cfg = TidemarkConfig.from_env(
-        {"TIDEMARK_DATA_ROOT": str(root), "TIDEMARK_CLUSTER_PORT": str(free_port())}
-    )
-    found = cluster_mod.start(cfg)
-    yield found
-    cluster_mod.stop(cfg)
+    free port), one for the session (`_SharedServers`)."""
+    cluster, _ = _SharedServers.get(tmp_path_factory, "cluster")
+    return cluster
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """The project's own S3-compatible store (SeaweedFS on 127.0.0.1, a free port, its files
-    in the session's temporary folder), one for the session (`_SharedServers`); built once per
-    machine (its cache is outside the checkout)."""
-    from streaming_jobs.services import object_store
-
-    def settings(base: Path) -> dict[str, str]:
-        (base / "s3-home").mkdir()
-        port = object_store.paired_port()
-        return {"TIDEMARK_S3_HOME": str(base / "s3-home"), "TIDEMARK_S3_PORT": str(port)}
-
-    return _SharedServers.get(tmp_path_factory, "s3", settings, object_store.start)
+    in the session's temporary folder), one for the session (`_SharedServers`): (server, its
+    config); built once per machine (its cache is outside the checkout)."""
+    return _SharedServers.get(tmp_path_factory, "s3")
 
 
 @pytest.fixture

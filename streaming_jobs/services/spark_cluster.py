@@ -194,10 +194,17 @@ def discover(cfg: TidemarkConfig) -> Cluster | None:
     return _cluster(info) if info else None
 
 
-def start(cfg: TidemarkConfig, *, owned: bool = True, timeout: float | None = None) -> Cluster:
+def start(
+    cfg: TidemarkConfig,
+    *,
+    owned: bool = True,
+    timeout: float | None = None,
+    owner: int | None = None,
+) -> Cluster:
     """Start the data root's cluster on ``TIDEMARK_CLUSTER_PORT`` unless it runs; return it once
-    every worker registered with the master. ``owned``: it stops when this process ends."""
-    return _cluster(SparkCluster(cfg).start(owned=owned, timeout=timeout))
+    every worker registered with the master. ``owned``: it stops when this process ends (or
+    ``owner``)."""
+    return _cluster(SparkCluster(cfg).start(owned=owned, timeout=timeout, owner=owner))
 
 
 def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:

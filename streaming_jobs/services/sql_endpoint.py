@@ -210,10 +210,11 @@ def start(
     owned: bool = True,
     timeout: float | None = None,
     environ: Mapping[str, str] | None = None,
+    owner: int | None = None,
 ) -> Endpoint:
     """Start the data root's SQL endpoint unless it runs; return its address once it answers.
-    ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests);
-    without, it runs until stopped (``tidemark sql start``). With a shared endpoint
+    ``owned``: it stops by itself when this process dies (``tidemark dev``, ``live``, tests),
+    or ``owner``; without, it runs until stopped (``tidemark sql start``). With a shared endpoint
     (``TIDEMARK_SQL_ENDPOINT``) nothing starts: that one is returned once it answers."""
     if cfg.sql.shared:
         deadline = time.monotonic() + (60.0 if timeout is None else timeout)
@@ -226,7 +227,7 @@ def start(
                 )
             time.sleep(1.0)
         return found
-    return _endpoint(SqlEndpoint(cfg, environ).start(owned=owned, timeout=timeout))
+    return _endpoint(SqlEndpoint(cfg, environ).start(owned=owned, timeout=timeout, owner=owner))
 
 
 def stop(cfg: TidemarkConfig, timeout: float | None = None) -> bool:
