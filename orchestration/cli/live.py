@@ -420,7 +420,7 @@ def live(
             if ended in TERMINAL:
                 # producers do not stop when a consumer fails: landing goes on while
                 # streaming_restart_sensor starts the run again (with its backoff)
-                wait = cfg.ops.restart_backoff_seconds * 2**restarts + 120.0
+                wait = cfg.ops.restart_wait(restarts + 1) + 120.0
                 successor = _successor(gql, continuous, timeout=wait)
                 if successor is None:
                     out(

@@ -268,7 +268,9 @@ class OpsSettings:
     idle_seconds: float = 3600.0
     growth_horizon_hours: float = 6.0
     restart_attempts: int = 3
-    restart_backoff_seconds: float = 15.0  # a killed run: its locks are free at once (leases: 30 s)
+    # a chain's first restart is at once (a killed run's locks are free at once; a lease held
+    # elsewhere is waited out by the restart itself); the n-th waits this x 2^(n-2)
+    restart_backoff_seconds: float = 15.0
     max_concurrent_runs: int = 8  # the Dagster instance's cap (what conflicts is limited apart)
     late_share: float = 0.5  # share of rows dropped as late over recent batches that warns
     watermark_ahead_seconds: float = 86400.0  # a watermark this far past the clock is critical
@@ -279,6 +281,10 @@ class OpsSettings:
     log_retain_hours: float = 168.0  # Delta log entries (time travel) kept, at least
     ops_retention_days: float = 30.0  # ops rows, archived landing files, replaced checkpoints
     landing_retention: str = "archive"  # ingested landing files: archive, delete or keep
+
+    def restart_wait(self, attempt: int) -> float:
+        """Seconds from a failure to a chain's ``attempt``-th restart: 0 for the first."""
+        return 0.0 if attempt <= 1 else self.restart_backoff_seconds * 2 ** (attempt - 2)
 
 
 def _fraction(env: dict, name: str, default: float) -> float:

@@ -151,7 +151,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "TIDEMARK_RESTART_BACKOFF_SECONDS",
-        "wait before the first restart (doubles each time)",
+        "wait before the second restart of a chain (the first is at once; doubles each time)",
         field="ops.restart_backoff_seconds",
     ),
     Setting(

@@ -325,13 +325,18 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
         operate.rescale(cfg, Namespace(job=spec.name, partitions=parts))
 
 
-def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
+def test_failed_continuous_runs_are_restarted_at_once_then_with_backoff_then_given_up(
     spark, cfg, instance, monkeypatch
 ):
     from orchestration.defs.streaming.jobs import continuous_streaming_job as make_job
 
     continuous_streaming_job = make_job()
-    from orchestration.defs.streaming.sensors import ATTEMPT_TAG, streaming_restart_sensor
+    from orchestration.defs.streaming import sensors
+    from orchestration.defs.streaming.sensors import (
+        ATTEMPT_TAG,
+        RESTART_OF_TAG,
+        streaming_restart_sensor,
+    )
 
     bad = {"ops": {"run_continuously": {"config": {"jobs": ["no_such_job"]}}}}
     failed = continuous_streaming_job.execute_in_process(
@@ -339,27 +344,51 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
     )
     assert not failed.success
 
+    # The first restart is asked for at the first tick, whatever the backoff ...
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "3600")
-    waiting = streaming_restart_sensor(
+    tick = streaming_restart_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance)
     )
-    assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
-    # ... but the crash is said at once: a warning naming the run, its error and the restart
+    [request] = tick.run_requests
+    assert request.tags == {ATTEMPT_TAG: "1", RESTART_OF_TAG: failed.run_id}
+    assert request.run_config == bad
+    # ... and the crash is said at once: a warning naming the run, its error and the restart
     [crashed] = alerts.open_alerts(cfg)
     assert (crashed["kind"], crashed["severity"]) == ("continuous_run_failed", "warning")
     assert failed.run_id in crashed["message"] and "no_such_job" in crashed["message"]
-    assert "restart 1 of 3" in crashed["message"]
+    assert "again at once (restart 1 of 3)" in crashed["message"]
+    again = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor)
+    )
+    assert again.run_requests == []  # one restart per failed run
+
+    # The restart fails too: the second waits out the backoff, in the same incident.
+    second = continuous_streaming_job.execute_in_process(
+        run_config=bad,
+        resources=resources(cfg),
+        instance=instance,
+        raise_on_error=False,
+        tags=request.tags,
+    )
+    assert not second.success
+    waiting = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=again.cursor)
+    )
+    assert waiting.run_requests == []  # inside the backoff: not yet, and not forgotten
+    [incident] = alerts.open_alerts(cfg)
+    assert incident["alert_id"] == crashed["alert_id"]  # one incident
+    assert second.run_id in incident["message"]
+    assert "again 3600s after the failure (restart 2 of 3)" in incident["message"]
     monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
     tick = streaming_restart_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor)
     )
     [request] = tick.run_requests
-    assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == bad
+    assert request.tags == {ATTEMPT_TAG: "2", RESTART_OF_TAG: failed.run_id}
     again = streaming_restart_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance, cursor=tick.cursor)
     )
-    assert again.run_requests == []  # one restart per failed run
-    assert [a["alert_id"] for a in alerts.open_alerts(cfg)] == [crashed["alert_id"]]  # one incident
+    assert again.run_requests == []
 
     # The restart (launched as the sensor asks, here with a job that works) commits: resolved.
     land(cfg, "r.jsonl", [click(f"r{i}", "u1", i) for i in range(3)], stream="clicks")
@@ -389,6 +418,20 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
     [closed] = alerts.load(cfg)
     assert restarted.run_id in closed["resolution"]
 
+    # A restart that recovered and ran a while, then failed (as the sensor fails a run whose
+    # process died), is restart 1 of a new chain and a new incident, not the chain's third.
+    monkeypatch.setattr(sensors, "NEW_CHAIN_AFTER_SECONDS", 0.0)
+    instance.report_run_failed(instance.get_run_by_id(restarted.run_id), message="killed")
+    renewed = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=recovered.cursor)
+    )
+    [request] = renewed.run_requests
+    assert request.tags == {ATTEMPT_TAG: "1", RESTART_OF_TAG: restarted.run_id}
+    [incident] = alerts.open_alerts(cfg)
+    assert incident["dedup_key"] == f"continuous_run_failed:{restarted.run_id}"
+    alerts.resolve(cfg, incident["dedup_key"], "the test's restart")
+    monkeypatch.setattr(sensors, "NEW_CHAIN_AFTER_SECONDS", 600.0)
+
     # The last allowed attempt failed too: no restart, one critical alert.
     last = continuous_streaming_job.execute_in_process(
         run_config=bad,
@@ -399,7 +442,7 @@ def test_failed_continuous_runs_are_restarted_with_backoff_then_given_up(
     )
     assert not last.success
     final = streaming_restart_sensor(
-        build_sensor_context(resources=resources(cfg), instance=instance, cursor=recovered.cursor)
+        build_sensor_context(resources=resources(cfg), instance=instance, cursor=renewed.cursor)
     )
     assert final.run_requests == []
     [alert] = alerts.open_alerts(cfg)
@@ -468,19 +511,14 @@ def test_a_continuous_run_whose_process_is_killed_is_failed_and_restarted(
     # Dagster itself never notices: the run is still STARTED
     assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
 
-    waiting = streaming_restart_sensor(
+    tick = streaming_restart_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance, cursor=alive.cursor)
     )
     assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
-    assert waiting.run_requests == []  # inside the backoff
     [crashed] = alerts.open_alerts(cfg)
     assert crashed["kind"] == "continuous_run_failed" and run.run_id in crashed["message"]
     assert f"(pid {worker.pid}) ended without reporting" in crashed["message"]
-    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
-    tick = streaming_restart_sensor(
-        build_sensor_context(resources=resources(cfg), instance=instance, cursor=waiting.cursor)
-    )
-    [request] = tick.run_requests
+    [request] = tick.run_requests  # the first restart: at once
     assert request.tags[ATTEMPT_TAG] == "1" and request.run_config == run.run_config
 
 

@@ -1,10 +1,15 @@
 """``streaming_restart_sensor``: a failed continuous run is launched again, with backoff.
 
 A failed continuous run raises a ``continuous_run_failed`` warning at once (one incident per
-chain of restarts), resolved when a restart of it commits (reports a batch). The n-th restart
-waits ``TIDEMARK_RESTART_BACKOFF_SECONDS`` x 2^(n-1) after the failure; after
+chain of restarts), resolved when a restart of it commits (reports a batch). The first restart
+of a chain is launched at the first tick after the failure: a killed run's locks are free at
+once on local disk and for a holder on this host, and a lease held elsewhere is waited out by
+the restart itself (`streaming_jobs.core.leases`). The n-th restart waits
+``TIDEMARK_RESTART_BACKOFF_SECONDS`` x 2^(n-2) after the failure; after
 ``TIDEMARK_RESTART_ATTEMPTS`` restarts it gives up with one critical ``restart_exhausted`` alert.
-A restarted run resumes every query from its last committed batch.
+A run that was up ``NEW_CHAIN_AFTER_SECONDS`` and reported a batch before it failed starts a
+new chain, so a run that fails once a week is never given up on. A restarted run resumes every
+query from its last committed batch.
 
 A run whose process ends without a word (SIGKILL, the OOM killer) is marked failed by the code
 server that started it, which waits on its process. If that code server is gone too (killed
@@ -30,12 +35,13 @@ from orchestration.lib.resources import TidemarkResource
 ATTEMPT_TAG = "tidemark/restart_attempt"
 RESTART_OF_TAG = "tidemark/restart_of"
 FAILED_KIND = "continuous_run_failed"
+NEW_CHAIN_AFTER_SECONDS = 600.0  # a run up this long before it failed: restart 1 again
 
 
 @dg.sensor(
     name="streaming_restart_sensor",
     job_name=CONTINUOUS_JOB,
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Restarts a failed streaming run with backoff; after the last attempt, a "
     "critical alert.",
@@ -53,8 +59,14 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
     for run in failed:
         if run.run_id in handled:
             continue
-        attempt = int(run.tags.get(ATTEMPT_TAG, "0")) + 1
-        first = run.tags.get(RESTART_OF_TAG, run.run_id)
+        stats = context.instance.get_run_stats(run.run_id)
+        ended = stats.end_time or now
+        up = ended - (stats.start_time or ended)
+        if up >= NEW_CHAIN_AFTER_SECONDS and _committed(context, run.run_id):
+            attempt, first = 1, run.run_id  # it had recovered: a new chain, a new incident
+        else:
+            attempt = int(run.tags.get(ATTEMPT_TAG, "0")) + 1
+            first = run.tags.get(RESTART_OF_TAG, run.run_id)
         changed = True
         if attempt > cfg.ops.restart_attempts:
             alerts.raise_alert(
@@ -71,7 +83,7 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
             )
             handled.add(run.run_id)
             continue
-        wait = cfg.ops.restart_backoff_seconds * 2 ** (attempt - 1)
+        wait = cfg.ops.restart_wait(attempt)
         # raised at once, refreshed while backing off (one incident, one notification)
         alerts.raise_alert(
             cfg,
@@ -81,12 +93,11 @@ def streaming_restart_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
             dedup_key=f"{FAILED_KIND}:{first}",
             message=(
                 f"{run.job_name}: run {run.run_id} failed ({_error(context, run)}); "
-                f"streaming_restart_sensor starts it again {wait:.0f}s after the failure "
-                f"(restart {attempt} of {cfg.ops.restart_attempts}), from each query's "
-                "last committed batch. Resolved when the restart commits."
+                f"streaming_restart_sensor starts it again {_when(wait)} (restart {attempt} "
+                f"of {cfg.ops.restart_attempts}), from each query's last committed batch. "
+                "Resolved when the restart commits."
             ),
         )
-        ended = context.instance.get_run_stats(run.run_id).end_time or now
         if now - ended < wait:
             continue  # backing off; looked at again next tick
         requests.append(
@@ -125,6 +136,20 @@ def _fail_ended_workers(context: dg.SensorEvaluationContext) -> None:
         context.log.warning(f"run {run.run_id}: its process {pid} ended; marked failed")
 
 
+def _when(wait: float) -> str:
+    return f"{wait:.0f}s after the failure" if wait else "at once"
+
+
+def _committed(context: dg.SensorEvaluationContext, run_id: str) -> bool:
+    """Whether the run reported a batch (a continuous run materializes its assets as its
+    queries commit)."""
+    return bool(
+        context.instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1
+        ).records
+    )
+
+
 def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
     """The run's failure, in one line: its step failure's message, else the run failure's (a
     run whose process ended has no step failure)."""
@@ -144,8 +169,7 @@ def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
 
 def _resolve_recovered(context: dg.SensorEvaluationContext, cfg) -> bool:
     """Resolve each open ``continuous_run_failed`` incident whose chain has a restarted run that
-    reported a batch (a continuous run materializes its assets as its queries commit); True if
-    one was."""
+    reported a batch; True if one was."""
     resolved = False
     for alert in alerts.open_alerts(cfg):
         if alert["kind"] != FAILED_KIND:
@@ -155,10 +179,7 @@ def _resolve_recovered(context: dg.SensorEvaluationContext, cfg) -> bool:
             filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, tags={RESTART_OF_TAG: first}), limit=20
         )
         for run in restarts:
-            committed = context.instance.get_records_for_run(
-                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1
-            ).records
-            if committed:
+            if _committed(context, run.run_id):
                 alerts.resolve(
                     cfg, alert["dedup_key"], f"run {run.run_id} (a restart of {first}) committed"
                 )
