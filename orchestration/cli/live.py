@@ -576,13 +576,27 @@ def _status_line(cfg, gql: Graphql, continuous: str, landing: Landing, started: 
     from streaming_jobs.operations import alerts
 
     runs = gql.runs(limit=200)
-    recon = [r["status"] for r in runs if r["jobName"] == "reconciliation_job"]
-    saves = [r["status"] for r in runs if r["jobName"] == "savepoint_job"]
     elapsed = time.monotonic() - started
     return (
         f"t+{elapsed / 60:4.1f}m  landed {landing.landed:,} | continuous "
-        f"{gql.status(continuous)} | reconciliations {recon.count('SUCCESS')} ok, "
-        f"{recon.count('FAILURE')} failed, {len(recon) - recon.count('SUCCESS') - recon.count('FAILURE')} "
-        f"other | savepoint runs {saves.count('SUCCESS')} ok | open alerts "
+        f"{gql.status(continuous)} | reconciliations {_run_counts(runs, 'reconciliation_job')} | "
+        f"savepoint runs {_run_counts(runs, 'savepoint_job')} | open alerts "
         f"{len(alerts.open_alerts(cfg))}"
     )
+
+
+def _run_counts(runs: list[dict], job: str) -> str:
+    """A job's runs by outcome, e.g. ``2 ok, 1 failed, 1 running``: a failure is never hidden,
+    and a run in flight is not counted as anything else."""
+    statuses = [r["status"] for r in runs if r["jobName"] == job]
+    groups = {
+        "ok": ("SUCCESS",),
+        "failed": ("FAILURE",),
+        "running": ("STARTING", "STARTED"),
+        "queued": ("QUEUED", "NOT_STARTED"),
+        "canceled": ("CANCELING", "CANCELED"),
+    }
+    counts = {name: sum(s in kinds for s in statuses) for name, kinds in groups.items()}
+    shown = [f"{counts[n]} {n}" for n in ("ok", "failed")]
+    shown += [f"{counts[n]} {n}" for n in ("running", "queued", "canceled") if counts[n]]
+    return ", ".join(shown)
