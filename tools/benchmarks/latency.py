@@ -397,9 +397,21 @@ def table(report: dict, recovery: dict | None) -> list[str]:
             + " |"
         )
     if recovery:
-        out += ["", "| query | SIGKILL to its first commit after the restart s |", "|---|---:|"]
+        out += [
+            "",
+            "| query | SIGKILL to its first commit after the restart s | its first batch: "
+            "triggered at s / took s (planning s), rows |",
+            "|---|---:|---|",
+        ]
+        batches = recovery.get("first_batch", {})
         for query, seconds in sorted(recovery["first_commit_s"].items()):
-            out.append(f"| {query} | {seconds if seconds is not None else 'none'} |")
+            b = batches.get(query)
+            batch = (
+                f"{b['triggered_s']} / {b['duration_s']} ({b['planning_s']}), {b['rows']:,}"
+                if b
+                else "-"
+            )
+            out.append(f"| {query} | {seconds if seconds is not None else 'none'} | {batch} |")
     return out
 
 
@@ -520,10 +532,37 @@ def main(argv: list[str] | None = None) -> int:
     return finish(cfg, work, args)
 
 
+def restart_batches(cfg: TidemarkConfig, killed: float) -> dict[str, dict]:
+    """Where each query's recovery went: its first batch after the kill, from its progress row:
+    when it was triggered (seconds after the kill: the process's start, the query's start and
+    its sources' first reads), how long it took, of which query planning, and its rows."""
+    rows = ops_tables.read(
+        cfg,
+        "stream_progress",
+        columns=["job", "batch_id", "ts", "batch_duration_ms", "durations_ms", "num_input_rows"],
+    )
+    first: dict[str, dict] = {}
+    for row in sorted(rows, key=lambda r: utc_seconds(r["ts"])):
+        started = utc_seconds(row["ts"]) - killed
+        if started <= 0 or row["job"] in first or row["batch_duration_ms"] is None:
+            continue
+        steps = dict(row["durations_ms"] or {})
+        first[row["job"]] = {
+            "batch": row["batch_id"],
+            "triggered_s": round(started, 1),
+            "duration_s": round(row["batch_duration_ms"] / 1000.0, 1),
+            "planning_s": round(steps.get("queryPlanning", 0) / 1000.0, 1),
+            "rows": row["num_input_rows"],
+        }
+    return first
+
+
 def finish(cfg: TidemarkConfig, work: Path, args) -> int:
     run = json.loads((work / "run.json").read_text())
     jobs, killed, recovery = run["jobs"], run["killed"], run["recovery"]
     report = analyse(cfg, jobs, run["landed"], killed)
+    if recovery and killed:
+        recovery["first_batch"] = restart_batches(cfg, killed)
     result = {
         **{k: run[k] for k in ("command", "rate_per_stream", "seconds", "trigger_s", "exit_code")},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
