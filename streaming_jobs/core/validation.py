@@ -176,7 +176,12 @@ def _fields_and_reason(schema: StreamSchema, line: Column) -> tuple[list[Column]
     """(the typed fields, the reason) over the columns ``_raw`` (``from_json``) and
     ``_variant`` (``try_parse_json``), and the typed fields for the rules that read them."""
     # '[' line ']' is a one-element array when the line holds one JSON value, and nothing more
+    # but a ']' and what follows it (the parser stops at the array's end): '[' line ',0]' is
+    # then a two-element array only if the line has nothing after its value. That second parse
+    # runs only for a line holding a ']' at all.
     one_value = F.json_array_length(F.concat(F.lit("["), line, F.lit("]")))
+    closed = F.json_array_length(F.concat(F.lit("["), line, F.lit(",0]")))
+    one_value = F.when(F.instr(line, "]") == 0, one_value).when(closed == 2, one_value)
     typed = [_typed(F.col("_raw")[f.name], f.dtype).alias(f.name) for f in schema.fields]
     missing = [F.when(F.col("_raw")[f.name].isNull(), F.lit(f.name)) for f in schema.fields]
     json_types = [

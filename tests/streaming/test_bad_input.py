@@ -58,6 +58,11 @@ CASES = [
     ("two objects on a line", line("x3") + line("x4"), "more than one JSON value on the line"),
     ("an object and text", line("x5") + b" trailing", "more than one JSON value on the line"),
     (
+        "an object and a closing bracket",
+        line("x5b") + b"]",
+        "more than one JSON value on the line",
+    ),
+    (
         "a field missing",
         with_text("x6", ',"merchant":"m1"', ""),
         "missing required field(s): merchant",

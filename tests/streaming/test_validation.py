@@ -71,6 +71,9 @@ def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_rea
     lines = [
         GOOD + '{"event_id":"e2"}',  # two objects on a line
         GOOD + " trailing text",  # text after the object
+        GOOD + "]",  # a closing bracket after it: '[' line ']' alone read one value
+        GOOD + "] trailing text",
+        GOOD.replace('"m"', '"m]"') + ",0]",  # a ']' in a string, and ',0]' after the object
         GOOD.replace('"amount":12.5', '"amount":"12.5"'),  # a number written as text
         GOOD.replace('"amount":12.5', '"amount":"NaN"'),
         GOOD.replace('"amount":12.5', '"amount":"Infinity"'),
@@ -82,8 +85,12 @@ def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_rea
         GOOD.replace('"2026-01-01T00:00:01.250Z"', '"9999-12-31T00:00:00Z"'),  # far future
         GOOD.replace('"merchant":"m"', '"merchant":null'),  # null is missing
         GOOD,
+        GOOD.replace('"m"', '"m]"') + "  ",  # a ']' inside a string, then spaces: good
     ]
     assert reasons(spark, lines) == [
+        "more than one JSON value on the line",
+        "more than one JSON value on the line",
+        "more than one JSON value on the line",
         "more than one JSON value on the line",
         "more than one JSON value on the line",
         "amount is a JSON string, not a number",
@@ -97,6 +104,7 @@ def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_rea
         "event_time 9999-12-31 00:00:00 is more than 1 day after its ingest time "
         "(the stream's max_ahead)",
         "missing required field(s): merchant",
+        None,
         None,
     ]
 
