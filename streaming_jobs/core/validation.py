@@ -38,6 +38,7 @@ REASONS = (
     "empty line",
     "line longer than <max_line_bytes> bytes (the stream's max_line_bytes)",
     "nested deeper than <max_depth> levels (the stream's max_depth)",
+    "duplicate key <key> (a key may appear once in an object)",
     "invalid JSON",
     "not a JSON object",
     "more than one JSON value on the line",
@@ -226,6 +227,12 @@ def _fields_and_reason(schema: StreamSchema, line: Column) -> tuple[list[Column]
         if isinstance(schema.field(k).dtype, T.StringType)
     ]
     missing_list = F.concat_ws(", ", *missing)
+    # the object's keys that appear more than once, for a line the variant refused: its parser
+    # refuses a duplicate key, where json_object_keys reads the keys as they are
+    keys = F.json_object_keys(line)
+    twice = F.array_distinct(
+        F.filter(keys, lambda k: F.size(F.filter(keys, lambda other: other == k)) > 1)
+    )
     reason = (
         # Spark's text source keeps a line's bytes as they are; shown as text, bytes that are
         # not UTF-8 would become U+FFFD and the line would be parsed altered
@@ -243,6 +250,19 @@ def _fields_and_reason(schema: StreamSchema, line: Column) -> tuple[list[Column]
             (F.col("_variant").isNull() | one_value.isNull() | F.lit(schema.max_depth < MAX_DEPTH))
             & (nesting_depth(line) > schema.max_depth),
             F.lit(f"nested deeper than {schema.max_depth:,} levels (the stream's max_depth)"),
+        )
+        # valid JSON all the same (a key SHOULD be unique, RFC 8259), but which copy counts is
+        # the reader's choice (Spark's own parsers took the last): refused, and said plainly.
+        # (A key twice in a nested object stays 'invalid JSON': json_object_keys reads the top
+        # level only, and accepts lines the variant refuses for other reasons, a raw CR in a
+        # string among them)
+        .when(
+            F.col("_variant").isNull() & (F.size(twice) > 0),
+            F.concat(
+                F.lit("duplicate key "),
+                twice[0],
+                F.lit(" (a key may appear once in an object)"),
+            ),
         )
         .when(F.col("_variant").isNull(), F.lit("invalid JSON"))
         .when(~F.ltrim(line).startswith("{"), F.lit("not a JSON object"))

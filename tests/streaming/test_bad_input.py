@@ -53,6 +53,11 @@ CASES = [
     ("empty line", b"", "empty line"),
     ("blank line", b"   \t", "empty line"),
     ("not JSON", b'{"event_id": "x1", ', "invalid JSON"),
+    (
+        "a key twice",
+        with_text("x1b", '"merchant":"m1"', '"merchant":"m1","merchant":"m2"'),
+        "duplicate key merchant (a key may appear once in an object)",
+    ),
     ("a JSON array", b'[{"event_id": "x2"}]', "not a JSON object"),
     ("a JSON string", b'"just text"', "not a JSON object"),
     ("two objects on a line", line("x3") + line("x4"), "more than one JSON value on the line"),

@@ -86,6 +86,9 @@ def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_rea
         GOOD.replace('"merchant":"m"', '"merchant":null'),  # null is missing
         GOOD,
         GOOD.replace('"m"', '"m]"') + "  ",  # a ']' inside a string, then spaces: good
+        GOOD.replace('"user_id":"u1"', '"user_id":"u1","user_id":"u2"'),  # valid JSON, twice
+        GOOD.replace('"merchant":"m"', '"merchant":{"n":"m","n":"o"}'),
+        GOOD.replace('"event_id":"e1"', '"event_\\u0069d":"e1","event_id":"e2"'),  # escaped
     ]
     assert reasons(spark, lines) == [
         "more than one JSON value on the line",
@@ -106,6 +109,9 @@ def test_lines_that_would_be_silently_altered_are_quarantined_with_a_precise_rea
         "missing required field(s): merchant",
         None,
         None,
+        "duplicate key user_id (a key may appear once in an object)",
+        "invalid JSON",  # a nested key twice: json_object_keys reads the top level only
+        "duplicate key event_id (a key may appear once in an object)",
     ]
 
 
