@@ -34,7 +34,7 @@ class Summary:
     # files after TIDEMARK_OPS_RETENTION_DAYS (or at once with TIDEMARK_LANDING_RETENTION=delete)
     removed_lines: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # stream -> what its lines are
-    gold_rows: dict[str, int] = field(default_factory=dict)
+    gold_rows: dict[str, int | None] = field(default_factory=dict)  # None: no table yet
     recon: ReconStatus = field(default_factory=ReconStatus)
 
     @property
@@ -111,7 +111,9 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             )
             out.quarantine_reasons[stream] = {r["r"]: r["count"] for r in reasons}
     for name in registry():
-        out.gold_rows[name] = _count(spark, paths.table("gold", name))
+        gold = paths.table("gold", name)
+        # a job that never wrote is said so, not shown as a table of 0 rows
+        out.gold_rows[name] = _count(spark, gold) if is_delta_table(gold) else None
     out.recon = recon_runs.status(cfg)
     return out
 
@@ -143,7 +145,10 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
     if summary.gold_rows:
         lines.append(
             "  gold rows: "
-            + ", ".join(f"{job} {rows:,}" for job, rows in summary.gold_rows.items())
+            + ", ".join(
+                f"{job} " + ("no table yet" if rows is None else f"{rows:,}")
+                for job, rows in summary.gold_rows.items()
+            )
         )
     lines += recon_lines(summary.recon)
     return "\n".join(lines)

@@ -126,6 +126,11 @@ def test_summary_reports_accounting_classes_and_the_closing_line(tmp_path):
         "  rides: 4 landing lines + 2 in files retention removed = 5 bronze + 1 quarantined (holds)"
     )
 
+    # a job whose gold table does not exist yet is said so, not counted as 0 rows
+    summary.gold_rows = {"failed_txn_velocity": 0, "user_sessions": None}
+    text = render(summary, TidemarkConfig.from_env().with_data_root(tmp_path)).splitlines()
+    assert text[3] == "  gold rows: failed_txn_velocity 0, user_sessions no table yet"
+
 
 def test_recon_metadata_gives_numbers_to_plot_and_a_table():
     from orchestration.recon.recon_report import recon_metadata
