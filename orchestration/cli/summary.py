@@ -113,7 +113,7 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
     for name in registry():
         gold = paths.table("gold", name)
         # a job that never wrote is said so, not shown as a table of 0 rows
-        out.gold_rows[name] = _count(spark, gold) if is_delta_table(gold) else None
+        out.gold_rows[name] = read_table(spark, gold).count() if is_delta_table(gold) else None
     out.recon = recon_runs.status(cfg)
     return out
 
