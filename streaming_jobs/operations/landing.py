@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
+from streaming_jobs.core.compression import line_count
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Entry, Item, Location, Where
 from streaming_jobs.runtime.ingestion import (
@@ -31,29 +32,14 @@ from streaming_jobs.operations.health import WARNING, Finding
 HIDDEN_GRACE_SECONDS = 3600
 
 
-# Spark's text source decompresses a file by its name's extension (Hadoop's codecs)
-DECOMPRESS = {".gz": "gzip", ".bz2": "bz2", ".deflate": "zlib"}
-
-
 def count_lines(path: Where) -> int:
     """Lines as ingestion reads them: ended by '\n' only (a last line without one counts), in
-    the file's decompressed bytes for a name Spark decompresses."""
+    the file's decompressed bytes for a name Spark decompresses (`compression.line_count`)."""
     place = Location.of(path)
-    data = locations.read_bytes(place)
-    suffix = "." + place.name.rsplit(".", 1)[-1] if "." in place.name else ""
-    codec = DECOMPRESS.get(suffix.lower())
-    if codec is not None:
-        import importlib
-
-        module = importlib.import_module(codec)
-        try:
-            data = module.decompress(data)
-        except Exception as exc:  # noqa: BLE001 - each codec raises its own error type
-            raise ValueError(
-                f"{path}: its name says {suffix} but it does not decompress "
-                f"({exc}); land it under its real name"
-            ) from None
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    try:
+        return line_count(locations.read_bytes(place), place.name)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def read_per_file(table: Where) -> dict[str, tuple]:
@@ -248,7 +234,12 @@ def _refused(folder: Where, stream: str, ingested: dict[str, int], findings: lis
     total = 0
     for path, shown in entries:
         why = landing_refusal(path) or "moved aside by hand"
-        lines = _lines_or_zero(path.place) if path.kind == "file" else 0
+        lines, uncounted = 0, ""
+        if path.kind == "file":
+            try:
+                lines = count_lines(path.place)
+            except (ValueError, OSError):
+                uncounted = " (its lines cannot be counted, so the refused lines leave them out)"
         total += lines
         # rows read from its name before it was moved aside (a continuous run lists the
         # folder by itself, between two screens)
@@ -259,6 +250,10 @@ def _refused(folder: Where, stream: str, ingested: dict[str, int], findings: lis
             else ""
         )
         findings.append(
-            Finding("landing_refused", WARNING, f"landing/{stream}/{shown}: refused, {why}{advice}")
+            Finding(
+                "landing_refused",
+                WARNING,
+                f"landing/{stream}/{shown}: refused, {why}{uncounted}{advice}",
+            )
         )
     return total

@@ -15,6 +15,8 @@ Bronze keeps duplicates and late events as they arrived; the jobs decide what th
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -22,6 +24,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.core.checkpoints import query_id, query_name, still_owned
 from streaming_jobs.core import locations
+from streaming_jobs.core.compression import COMPRESSED, extension, line_count
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage.expectations import record, resolve, result_rows, split
@@ -68,6 +71,7 @@ QUARANTINE_SCHEMA = T.StructType(
     ]
 )
 
+LOG = logging.getLogger(__name__)
 
 # Where ingestion moves what it must not read (Spark's file source skips names starting with _)
 REFUSED_DIR = "_refused"
@@ -96,7 +100,31 @@ def landing_refusal(entry: Item) -> str | None:
             f"its name holds {' '.join(chars)}, which Spark's file source reads as a "
             "pattern (it read other files twice); land it again under a name without them"
         )
+    if entry.kind == "file" and extension(entry.name) in COMPRESSED:
+        return _not_decompressing(entry)
     return None
+
+
+# Compressed landing files checked, by (file, size, time): a continuous run screens every half
+# second, and reads each file's bytes once
+_checked: dict[tuple[str, int, float], str | None] = {}
+
+
+def _not_decompressing(entry: Item) -> str | None:
+    """Why Spark could not read this file as its name says it is compressed, or None (a file
+    that did not decompress failed every try of its batch, so the stream stopped for good)."""
+    key = (locations.canonical(entry.place), entry.size, entry.modified)
+    if key not in _checked:
+        if len(_checked) > 10_000:
+            _checked.clear()
+        try:
+            line_count(locations.read_bytes(entry.place), entry.name)
+            _checked[key] = None
+        except FileNotFoundError:
+            return None  # moved away meanwhile: nothing to read
+        except ValueError as exc:
+            _checked[key] = str(exc)
+    return _checked[key]
 
 
 def hidden(name: str) -> bool:
@@ -155,8 +183,14 @@ def bronze_schema(schema: StreamSchema) -> T.StructType:
 class BronzeBatchWriter:
     """The foreachBatch function; remembers how many rows each batch wrote where."""
 
-    def __init__(self, spark: SparkSession, cfg: TidemarkConfig, schema: StreamSchema) -> None:
-        self.cfg, self.schema = cfg, schema
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: TidemarkConfig,
+        schema: StreamSchema,
+        landing: Where | None = None,
+    ) -> None:
+        self.cfg, self.schema, self.landing = cfg, schema, landing
         paths = cfg.paths
         self.bronze = paths.table("bronze", schema.name)
         self.quarantine = paths.table("quarantine", schema.name)
@@ -173,7 +207,24 @@ class BronzeBatchWriter:
 
     def __call__(self, lines: DataFrame, batch_id: int) -> None:
         with stoppable(f"stream {self.schema.name}"):
-            self._write(lines, batch_id)
+            try:
+                self._write(lines, batch_id)
+            except Exception as exc:
+                # A file landed after the last screen and listed by the batch could not be read
+                # (it does not decompress): moved aside now, the batch reads the rest without it
+                # (`ignoreMissingFiles`), instead of failing every try, and the query with it
+                if (
+                    self.landing is None
+                    or "FAILED_READ_FILE" not in str(exc)
+                    or not screen_landing(self.landing)
+                ):
+                    raise
+                LOG.warning(
+                    "stream %s: batch %d read a file that was then refused; reading it again",
+                    self.schema.name,
+                    batch_id,
+                )
+                self._write(lines, batch_id)
 
     def _write(self, lines: DataFrame, batch_id: int) -> None:
         without_adaptive_plans(lines)
@@ -375,11 +426,13 @@ def bronze_writer(
 ) -> tuple[DataStreamWriter, BronzeBatchWriter]:
     from streaming_jobs.storage.kafka import source_of
 
+    landing = None
     if source_of(cfg, schema) == "kafka":
         lines = kafka_lines(spark, cfg, schema)
     else:
         lines = landing_lines(spark, cfg, schema, max_files_per_trigger)
-    sink = BronzeBatchWriter(spark, cfg, schema)
+        landing = cfg.paths.landing_dir(schema.name)
+    sink = BronzeBatchWriter(spark, cfg, schema, landing)
     writer = (
         lines.writeStream.queryName(query_name(schema.name))
         .option("checkpointLocation", spark_path(cfg.paths.checkpoint(query_name(schema.name))))

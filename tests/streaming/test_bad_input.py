@@ -336,6 +336,88 @@ def test_an_entry_refused_after_spark_listed_it_fails_no_batch(spark, cfg, tmp_p
     assert accounting.lines == accounting.ingested == 3
 
 
+# compressed files Spark could not read as their names say: a batch listing one failed at every
+# try (the stream stopped for good), or read no line of it
+def _gz(*ids: str) -> bytes:
+    return gzip.compress(b"\n".join(line(i) for i in ids) + b"\n")
+
+
+NOT_DECOMPRESSING = {
+    "plain.jsonl.gz": (b"".join(line(f"p{i}") + b"\n" for i in range(3)), "does not decompress"),
+    "cut.jsonl.gz": (_gz(*(f"c{i}" for i in range(400)))[:-40], "cut short"),
+    "tail.jsonl.gz": (_gz("t1", "t2") + b"trailing", "are not another gzip stream"),
+    "plain.jsonl.bz2": (line("b1") + b"\n" + line("b2") + b"\n", "does not decompress"),
+    "plain.jsonl.deflate": (line("d1") + b"\n", "does not decompress"),
+    "frame.jsonl.lz4": (line("l1") + b"\n", "Hadoop's own block framing"),
+    "frame.jsonl.snappy": (line("s1") + b"\n", "Hadoop's own block framing"),
+    "native.jsonl.zst": (line("z1") + b"\n", "native zstd library"),
+}
+
+
+@pytest.mark.slow
+def test_a_compressed_file_that_does_not_decompress_is_refused_and_the_stream_goes_on(spark, cfg):
+    """A .gz whose bytes are not gzip (or are cut short) failed every try of the batch that
+    listed it, so one file stopped its stream for good; a .bz2, .lz4 or .snappy file that was
+    not one was read as no lines, and its lines were lost without a word."""
+    folder = cfg.paths.landing_dir("transactions")
+    folder.mkdir(parents=True)
+    for name, (data, _) in NOT_DECOMPRESSING.items():
+        (folder / name).write_bytes(data)
+    (folder / "good.jsonl.gz").write_bytes(_gz("g1", "g2") + _gz("g3"))  # two members: read whole
+    (folder / "UPPER.JSONL.GZ").write_bytes(_gz("u1"))  # an extension in any case
+    (folder / "empty.jsonl.gz").write_bytes(b"")
+    run_bronze(spark, cfg, "transactions")
+    (folder / "next.jsonl").write_bytes(line("w2") + b"\n")
+    run_bronze(spark, cfg, "transactions")  # and the stream goes on
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    assert sorted(r.event_id for r in bronze) == ["g1", "g2", "g3", "u1", "w2"]
+    assert not read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
+    aside = folder / "_refused"
+    assert sorted(p.name for p in aside.iterdir()) == sorted(NOT_DECOMPRESSING)
+    for name, (data, _) in NOT_DECOMPRESSING.items():
+        assert (aside / name).read_bytes() == data  # moved as it was, never rewritten
+
+    accounting = account(cfg, "transactions")
+    by_name = {f.message.split(":")[0]: f.message for f in accounting.findings}
+    for name, (_, why) in NOT_DECOMPRESSING.items():
+        message = by_name.pop(f"landing/transactions/_refused/{name}")
+        assert "refused, its name " in message and why in message, message
+        assert "its lines cannot be counted" in message, message
+    assert not by_name, by_name
+    assert accounting.lines == accounting.ingested == len(bronze) == 5
+    assert accounting.refused == 0 and not accounting.holds  # named, never "healthy"
+
+
+def test_a_compressed_file_refused_after_spark_listed_it_fails_no_batch(spark, cfg, monkeypatch):
+    """In a continuous run a file can be listed by Spark's source before the screen sees it:
+    a .gz that did not decompress then failed its batch, and the run with it. The batch screens
+    the landing folder and reads the rest again."""
+    from streaming_jobs.runtime import ingestion
+
+    folder = cfg.paths.landing_dir("transactions")
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_bytes(line("a1") + b"\n" + line("a2") + b"\n")
+    (folder / "cut.jsonl.gz").write_bytes(_gz(*(f"c{i}" for i in range(400)))[:-40])
+    real_screen = ingestion.screen_landing
+    screens = []
+
+    def landed_after_the_first_screen(place):
+        screens.append(place)
+        return [] if len(screens) == 1 else real_screen(place)
+
+    monkeypatch.setattr(ingestion, "screen_landing", landed_after_the_first_screen)
+    run_bronze(spark, cfg, "transactions")
+    assert len(screens) == 2  # the one before the listing, then the batch's own
+    monkeypatch.setattr(ingestion, "screen_landing", real_screen)
+    (folder / "b.jsonl").write_bytes(line("b1") + b"\n")
+    run_bronze(spark, cfg, "transactions")
+
+    bronze = read_table(spark, cfg.paths.table("bronze", "transactions")).collect()
+    assert sorted(r.event_id for r in bronze) == ["a1", "a2", "b1"]
+    assert (folder / "_refused" / "cut.jsonl.gz").is_file()
+
+
 @pytest.mark.slow
 @pytest.mark.long  # a job and two reconciliations over the catalogue: make test-long
 def test_the_catalogue_goes_through_a_job_and_reconciles_green_then_red_when_gold_loses_a_row(
@@ -423,6 +505,15 @@ FILE_CASES = [
     ("a sub-folder", "not read: named by the accounting with its files and lines"),
     ("a file replaced under its name, as many lines", "named by the accounting (size, time)"),
     ("a file named .gz, .bz2 or .deflate", "read and counted decompressed"),
+    (
+        "a file named .gz, .bz2 or .deflate whose bytes do not decompress (not compressed, cut "
+        "short, bytes after the stream)",
+        "refused: moved aside, named by the accounting with the codec's error",
+    ),
+    (
+        "a file named .zst, .lz4 or .snappy (Hadoop's codecs, which tidemark cannot check)",
+        "refused: moved aside, named by the accounting; land it uncompressed, .gz or .bz2",
+    ),
     ("a 300-character value in a gold partition column", "gold: written (random file prefixes)"),
 ]
 
