@@ -33,6 +33,7 @@ class Summary:
     # rows of bronze and quarantine whose landing file is gone: retention deletes archived
     # files after TIDEMARK_OPS_RETENTION_DAYS (or at once with TIDEMARK_LANDING_RETENTION=delete)
     removed_lines: dict[str, int] = field(default_factory=dict)
+    refused_lines: dict[str, int] = field(default_factory=dict)  # in files ingestion refused
     sources: dict[str, str] = field(default_factory=dict)  # stream -> what its lines are
     gold_rows: dict[str, int | None] = field(default_factory=dict)  # None: no table yet
     recon: ReconStatus = field(default_factory=ReconStatus)
@@ -93,13 +94,17 @@ def collect(spark: SparkSession, cfg: TidemarkConfig) -> Summary:
             # every file bronze reads, whatever its extension, and those retention archived
             files = landing_files(landing) + archived_files(cfg, stream)
             out.landing_lines[stream] = (
-                spark.read.text([f.place.spark for f in files]).count() if files else 0
+                # (lines end at '\n' only, as ingestion reads them)
+                spark.read.option("lineSep", "\n").text([f.place.spark for f in files]).count()
+                if files
+                else 0
             )
             acct = account(cfg, stream)
             out.removed_lines[stream] = rows_from_removed_files(
                 cfg, stream, files, acct.rows_by_file
             )
             out.landing_findings[stream] = acct.findings
+            out.refused_lines[stream] = acct.refused
         quarantine = paths.table("quarantine", stream)
         out.quarantine_rows[stream] = _count(spark, quarantine)
         if out.quarantine_rows[stream]:
@@ -141,6 +146,11 @@ def render(summary: Summary, cfg: TidemarkConfig) -> str:
             f"{bronze:,} bronze + "
             f"{quarantined:,} quarantined ({verdict})" + (f": {reasons}" if reasons else "")
         )
+        if summary.refused_lines.get(stream):
+            lines.append(
+                f"    and {summary.refused_lines[stream]:,} lines in files ingestion refused, "
+                "not read (each named below)"
+            )
         lines += [f"    {f.message}" for f in summary.landing_findings.get(stream, [])]
     if summary.gold_rows:
         lines.append(

@@ -19,6 +19,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -210,6 +211,25 @@ def read_bytes(where: Where) -> bytes:
 
     try:
         return bytes(obstore.get(store_of(where), where.key).bytes())
+    except (NotFoundError, FileNotFoundError):
+        raise FileNotFoundError(where.url) from None
+
+
+def read_chunks(where: Where, size: int = 8 << 20) -> Iterator[bytes]:
+    """The file's bytes, a part at a time (a file of gigabytes is never held whole);
+    FileNotFoundError when there is none."""
+    where = Location.of(where)
+    if not where.on_store:
+        with open(where.path, "rb") as handle:
+            while part := handle.read(size):
+                yield part
+        return
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        for part in obstore.get(store_of(where), where.key).stream(min_chunk_size=size):
+            yield bytes(part)
     except (NotFoundError, FileNotFoundError):
         raise FileNotFoundError(where.url) from None
 

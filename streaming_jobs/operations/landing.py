@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
-from streaming_jobs.core.compression import line_count
+from streaming_jobs.core.landed_bytes import measure
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Entry, Item, Location, Where
 from streaming_jobs.runtime.ingestion import (
@@ -34,10 +34,10 @@ HIDDEN_GRACE_SECONDS = 3600
 
 def count_lines(path: Where) -> int:
     """Lines as ingestion reads them: ended by '\n' only (a last line without one counts), in
-    the file's decompressed bytes for a name Spark decompresses (`compression.line_count`)."""
+    the file's decompressed bytes for a name Spark decompresses (`landed_bytes.measure`)."""
     place = Location.of(path)
     try:
-        return line_count(locations.read_bytes(place), place.name)
+        return measure(locations.read_chunks(place), place.name).lines
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

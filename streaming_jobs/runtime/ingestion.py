@@ -24,7 +24,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.core.checkpoints import query_id, query_name, still_owned
 from streaming_jobs.core import locations
-from streaming_jobs.core.compression import COMPRESSED, extension, line_count
+from streaming_jobs.core.landed_bytes import COMPRESSED, LONGEST_LINE, extension, measure
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage.expectations import record, resolve, result_rows, split
@@ -100,30 +100,38 @@ def landing_refusal(entry: Item) -> str | None:
             f"its name holds {' '.join(chars)}, which Spark's file source reads as a "
             "pattern (it read other files twice); land it again under a name without them"
         )
-    if entry.kind == "file" and extension(entry.name) in COMPRESSED:
-        return _not_decompressing(entry)
+    if entry.kind == "file" and (extension(entry.name) in COMPRESSED or entry.size >= LONGEST_LINE):
+        return _unreadable(entry)
     return None
 
 
-# Compressed landing files checked, by (file, size, time): a continuous run screens every half
-# second, and reads each file's bytes once
+# Files whose bytes were checked, by (file, size, time): a continuous run screens every half
+# second, and reads each compressed or large file's bytes once
 _checked: dict[tuple[str, int, float], str | None] = {}
 
 
-def _not_decompressing(entry: Item) -> str | None:
-    """Why Spark could not read this file as its name says it is compressed, or None (a file
-    that did not decompress failed every try of its batch, so the stream stopped for good)."""
+def _unreadable(entry: Item) -> str | None:
+    """Why Spark could not read this file's bytes as its name says, or None (`measure`): a
+    file that does not decompress failed every try of its batch, and a line of hundreds of
+    megabytes ran the JVM out of memory at every try, so one file stopped its stream for good."""
     key = (locations.canonical(entry.place), entry.size, entry.modified)
     if key not in _checked:
         if len(_checked) > 10_000:
             _checked.clear()
         try:
-            line_count(locations.read_bytes(entry.place), entry.name)
-            _checked[key] = None
+            found = measure(locations.read_chunks(entry.place), entry.name)
         except FileNotFoundError:
             return None  # moved away meanwhile: nothing to read
         except ValueError as exc:
             _checked[key] = str(exc)
+        else:
+            _checked[key] = (
+                None
+                if found.too_long is None
+                else f"it holds a line of {found.too_long:,} bytes, and ingestion reads lines "
+                f"shorter than {LONGEST_LINE:,} (Spark holds a line whole in memory); land it "
+                "again as one JSON object per line"
+            )
     return _checked[key]
 
 

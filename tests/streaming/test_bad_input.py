@@ -21,6 +21,8 @@ import pytest
 
 from helpers import txn
 from streaming_jobs.storage.lake import read_table
+from orchestration.cli.summary import collect, render
+from streaming_jobs.core.landed_bytes import LONGEST_LINE
 from streaming_jobs.operations.landing import account, count_lines
 from streaming_jobs.runtime.runner import run_bronze
 from streaming_jobs.schemas import STREAMS, Expectation
@@ -236,6 +238,11 @@ def test_every_line_lands_in_exactly_one_place_with_its_reason(spark, cfg, monke
     skipped = sorted(f.message.split(":")[0] for f in accounting.findings)
     assert skipped == ["landing/transactions/.partial.jsonl", "landing/transactions/_tmp.jsonl"]
     assert landed_lines == len(bronze) + len(quarantine) + 2
+    # and `tidemark summary` says it holds: it counted a lone CR as a line end, as ingestion
+    # does not, and said DOES NOT HOLD for this very landing
+    summary = collect(spark, cfg)
+    assert summary.landing_lines["transactions"] == len(bronze) + len(quarantine)
+    assert "transactions: " in render(summary, cfg) and "(holds)" in render(summary, cfg)
 
 
 @pytest.mark.slow
@@ -355,14 +362,20 @@ NOT_DECOMPRESSING = {
 
 
 @pytest.mark.slow
-def test_a_compressed_file_that_does_not_decompress_is_refused_and_the_stream_goes_on(spark, cfg):
+def test_a_file_spark_could_not_read_is_refused_and_the_stream_goes_on(spark, cfg):
     """A .gz whose bytes are not gzip (or are cut short) failed every try of the batch that
     listed it, so one file stopped its stream for good; a .bz2, .lz4 or .snappy file that was
-    not one was read as no lines, and its lines were lost without a word."""
+    not one was read as no lines, and its lines were lost without a word. A file of one line of
+    hundreds of megabytes (a JSON array exported whole) ran the JVM out of memory at every try:
+    one at the limit stands for it here."""
     folder = cfg.paths.landing_dir("transactions")
     folder.mkdir(parents=True)
     for name, (data, _) in NOT_DECOMPRESSING.items():
         (folder / name).write_bytes(data)
+    with open(folder / "export.jsonl", "wb") as out:
+        out.write(line("e1") + b"\n[")
+        out.write((line("e2") + b",") * (LONGEST_LINE // len(line("e2") + b",") + 1))
+        out.write(b"]\n")
     (folder / "good.jsonl.gz").write_bytes(_gz("g1", "g2") + _gz("g3"))  # two members: read whole
     (folder / "UPPER.JSONL.GZ").write_bytes(_gz("u1"))  # an extension in any case
     (folder / "empty.jsonl.gz").write_bytes(b"")
@@ -374,7 +387,7 @@ def test_a_compressed_file_that_does_not_decompress_is_refused_and_the_stream_go
     assert sorted(r.event_id for r in bronze) == ["g1", "g2", "g3", "u1", "w2"]
     assert not read_table(spark, cfg.paths.table("quarantine", "transactions")).collect()
     aside = folder / "_refused"
-    assert sorted(p.name for p in aside.iterdir()) == sorted(NOT_DECOMPRESSING)
+    assert sorted(p.name for p in aside.iterdir()) == sorted([*NOT_DECOMPRESSING, "export.jsonl"])
     for name, (data, _) in NOT_DECOMPRESSING.items():
         assert (aside / name).read_bytes() == data  # moved as it was, never rewritten
 
@@ -384,9 +397,15 @@ def test_a_compressed_file_that_does_not_decompress_is_refused_and_the_stream_go
         message = by_name.pop(f"landing/transactions/_refused/{name}")
         assert "refused, its name " in message and why in message, message
         assert "its lines cannot be counted" in message, message
+    export = by_name.pop("landing/transactions/_refused/export.jsonl")
+    assert "refused, it holds a line of " in export and "one JSON object per line" in export
     assert not by_name, by_name
     assert accounting.lines == accounting.ingested == len(bronze) == 5
-    assert accounting.refused == 0 and not accounting.holds  # named, never "healthy"
+    # the export's two lines are counted as refused; the others' cannot be counted
+    assert accounting.refused == 2 and not accounting.holds  # named, never "healthy"
+    shown = render(collect(spark, cfg), cfg)
+    assert "and 2 lines in files ingestion refused, not read" in shown
+    assert "_refused/export.jsonl: refused, it holds a line of" in shown
 
 
 def test_a_compressed_file_refused_after_spark_listed_it_fails_no_batch(spark, cfg, monkeypatch):
@@ -513,6 +532,10 @@ FILE_CASES = [
     (
         "a file named .zst, .lz4 or .snappy (Hadoop's codecs, which tidemark cannot check)",
         "refused: moved aside, named by the accounting; land it uncompressed, .gz or .bz2",
+    ),
+    (
+        "a line of 64 MiB or more (a JSON array exported whole; 600 MB ran the JVM out of memory)",
+        "refused: moved aside, named by the accounting with the line's length",
     ),
     ("a 300-character value in a gold partition column", "gold: written (random file prefixes)"),
 ]

@@ -5,6 +5,8 @@ retention archives what was fully ingested, by server-side copies."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections import Counter
 from dataclasses import replace
 
@@ -55,11 +57,21 @@ def test_landing_on_the_store_is_read_once_and_accounted_for(spark, cfg, s3_buck
     land(store, "g.jsonl", [txn("g1", "u", 2), txn("g2", "u", 3)])
     land(store, "p[1].jsonl", [txn("p1", "u", 4)])
     land(store, "nested/n.jsonl", [txn("n1", "u", 5), txn("n2", "u", 6)])
-    run_bronze(spark, store, STREAM)  # reads nothing new: the names were read once
+    # compressed objects, read in parts by the screen: one whole, one cut short (which failed
+    # every try of its batch before the screen refused it)
+    folder = store.paths.landing_dir(STREAM)
+    packed = gzip.compress(
+        b"\n".join(json.dumps(txn(f"z{i}", "u", 7)).encode() for i in range(900))
+    )
+    locations.write_bytes(folder / "z.jsonl.gz", packed)
+    locations.write_bytes(folder / "cut.jsonl.gz", packed[:-50])
+    run_bronze(spark, store, STREAM)  # reads the whole object only: the other names were read
+    assert sum(n for e, n in _bronze(spark, store).items() if e.startswith("z")) == 900
 
     result = account(store, STREAM)
     said = {f.message.split(": ", 1)[0]: f.message for f in result.findings}
     assert sorted(said) == [
+        f"landing/{STREAM}/{REFUSED_DIR}/cut.jsonl.gz",
         f"landing/{STREAM}/{REFUSED_DIR}/p[1].jsonl",
         f"landing/{STREAM}/g.jsonl",
         f"landing/{STREAM}/nested/",
@@ -69,15 +81,17 @@ def test_landing_on_the_store_is_read_once_and_accounted_for(spark, cfg, s3_buck
     assert "1 lines were added after it was read" in said[f"landing/{STREAM}/g.jsonl"]
     assert "2 lines" in said[f"landing/{STREAM}/nested/"]
     assert "pattern" in said[f"landing/{STREAM}/{REFUSED_DIR}/p[1].jsonl"]
+    assert "cut short" in said[f"landing/{STREAM}/{REFUSED_DIR}/cut.jsonl.gz"]
     assert result.refused == 1 and not result.holds
     assert not locations.exists(store.paths.landing_dir(STREAM) / "p[1].jsonl")
     assert locations.is_file(store.paths.landing_dir(STREAM) / REFUSED_DIR / "p[1].jsonl")
     assert {replaced.name, grown.name} <= set(locations.names(store.paths.landing_dir(STREAM)))
 
-    # retention archives the fully ingested files (the generator's three), no other
+    # retention archives the fully ingested files (the generator's three and the compressed
+    # one), no other
     out = retention.Maintenance()
     retention._landing(out, f"landing/{STREAM}", store, STREAM)
     archived = sorted(e.name for e in retention.archived_files(store, STREAM))
-    assert archived == sorted(w.name for w in written)
+    assert archived == sorted([*(w.name for w in written), "z.jsonl.gz"])
     left = [e.name for e in locations.items(store.paths.landing_dir(STREAM)) if e.kind == "file"]
     assert sorted(left) == ["g.jsonl", "r.jsonl"]
