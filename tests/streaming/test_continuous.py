@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import subprocess
@@ -84,10 +85,16 @@ def test_terminated_continuous_run_stops_cleanly_and_the_next_run_resumes(spark,
     run = instance.get_runs()[0]
     wait_for("wave 1 in gold", lambda: len(gold_ids(spark, cfg)) == 30)
 
-    # Data landing while it runs is picked up by the next trigger.
+    # Data landing while it runs is picked up by the next trigger; a .gz cut short landed
+    # beside it (which failed every try of its batch, and so the run) is refused, by the
+    # run's screen or by the batch that listed it first.
+    folder = cfg.paths.landing_dir("clicks")
+    (folder / ".cut.jsonl.gz").write_bytes(gzip.compress(b"x\n" * 5000)[:-30])
+    (folder / ".cut.jsonl.gz").rename(folder / "cut.jsonl.gz")
     second = [click(f"c{i:02d}", f"u{i % 3}", i) for i in range(30, 40)]
     land(cfg, "b.jsonl", second, stream="clicks")
     wait_for("wave 2 in gold", lambda: len(gold_ids(spark, cfg)) == 40)
+    assert (folder / "_refused" / "cut.jsonl.gz").is_file()
 
     # A second run on the same checkpoint is refused, naming the owner: incremental...
     with pytest.raises(CheckpointBusy, match=f"owned by Dagster run {run.run_id}"):
