@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import bz2
 import zlib
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Item
 
 CHUNK = 1 << 20
 
@@ -176,3 +180,33 @@ def measure(chunks: Iterable[bytes], name: str, limit: int = LONGEST_LINE) -> Me
 def line_count(data: bytes, name: str) -> int:
     """`measure`'s line count of one file's bytes."""
     return measure([data], name).lines
+
+
+# Each landed file measured, by (file, size, time): a continuous run screens its landing folder
+# every half second and the health sensor accounts for it every minute; each reads a file's
+# bytes once in a process, not at every pass (a landing folder keeps a day of files until
+# maintenance archives them, all of them with TIDEMARK_LANDING_RETENTION=keep). A file changed
+# under its name changes its size or time, and is measured again.
+_measured: dict[tuple[str, int, float], Measure | str] = {}
+_measured_guard = threading.Lock()
+MEASURED_KEPT = 200_000
+
+
+def measured(entry: Item) -> Measure:
+    """`measure` of a landed file, read once per (file, size, time) in this process.
+    ValueError as `measure` raises it, FileNotFoundError when the file is gone."""
+    key = (locations.canonical(entry.place), entry.size, entry.modified)
+    with _measured_guard:
+        found = _measured.get(key)
+    if found is None:
+        try:
+            found = measure(locations.read_chunks(entry.place), entry.name)
+        except ValueError as exc:
+            found = str(exc)
+        with _measured_guard:
+            if len(_measured) >= MEASURED_KEPT:
+                _measured.clear()
+            _measured[key] = found
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
-from streaming_jobs.core.landed_bytes import measure
+from streaming_jobs.core.landed_bytes import measure, measured
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Entry, Item, Location, Where
 from streaming_jobs.runtime.ingestion import (
@@ -136,14 +136,11 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     for path in landing_files(folder):
         key = landing_key(path.place)
         try:
-            n = count_lines(path.place)
-        except ValueError as exc:
+            n = measured(path).lines
+        except (ValueError, FileNotFoundError) as exc:
+            # (not readable as its name says, or moved aside meanwhile: the screen names it)
             findings.append(
-                Finding(
-                    "landing_unaccounted",
-                    WARNING,
-                    f"landing/{stream}/{path.name}: {str(exc).split(': ', 1)[1]}",
-                )
+                Finding("landing_unaccounted", WARNING, f"landing/{stream}/{path.name}: {exc}")
             )
             continue
         rows = ingested.get(key, 0)
@@ -237,7 +234,7 @@ def _refused(folder: Where, stream: str, ingested: dict[str, int], findings: lis
         lines, uncounted = 0, ""
         if path.kind == "file":
             try:
-                lines = count_lines(path.place)
+                lines = measured(path).lines
             except (ValueError, OSError):
                 uncounted = " (its lines cannot be counted, so the refused lines leave them out)"
         total += lines

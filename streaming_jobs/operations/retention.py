@@ -409,7 +409,8 @@ def _committed_files(checkpoint: Where) -> set[str]:
 def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) -> None:
     from streaming_jobs.runtime.ingestion import landing_files, landing_key
     from streaming_jobs.core.checkpoints import query_name
-    from streaming_jobs.operations.landing import count_lines, replaced
+    from streaming_jobs.core.landed_bytes import measured
+    from streaming_jobs.operations.landing import replaced
 
     policy = cfg.ops.landing_retention
     if policy == "keep":
@@ -430,10 +431,10 @@ def _landing(out: Maintenance, target: str, cfg: TidemarkConfig, stream: str) ->
         if replaced(path, *read_as):
             continue  # replaced after it was read: the accounting names it
         try:
-            if rows != count_lines(path.place):
+            if rows != measured(path).lines:
                 continue  # it does not balance (the accounting names it)
-        except ValueError:
-            continue  # a name that says compressed, bytes that are not (named as well)
+        except (ValueError, FileNotFoundError):
+            continue  # bytes Spark cannot read under that name, or gone (named as well)
         if policy == "delete":
             locations.delete(path.place)
             freed += path.size

@@ -24,7 +24,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_jobs.core.checkpoints import query_id, query_name, still_owned
 from streaming_jobs.core import locations
-from streaming_jobs.core.landed_bytes import COMPRESSED, LONGEST_LINE, extension, measure
+from streaming_jobs.core.landed_bytes import COMPRESSED, LONGEST_LINE, extension, measured
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage.expectations import record, resolve, result_rows, split
@@ -105,34 +105,23 @@ def landing_refusal(entry: Item) -> str | None:
     return None
 
 
-# Files whose bytes were checked, by (file, size, time): a continuous run screens every half
-# second, and reads each compressed or large file's bytes once
-_checked: dict[tuple[str, int, float], str | None] = {}
-
-
 def _unreadable(entry: Item) -> str | None:
-    """Why Spark could not read this file's bytes as its name says, or None (`measure`): a
+    """Why Spark could not read this file's bytes as its name says, or None (`measured`): a
     file that does not decompress failed every try of its batch, and a line of hundreds of
     megabytes ran the JVM out of memory at every try, so one file stopped its stream for good."""
-    key = (locations.canonical(entry.place), entry.size, entry.modified)
-    if key not in _checked:
-        if len(_checked) > 10_000:
-            _checked.clear()
-        try:
-            found = measure(locations.read_chunks(entry.place), entry.name)
-        except FileNotFoundError:
-            return None  # moved away meanwhile: nothing to read
-        except ValueError as exc:
-            _checked[key] = str(exc)
-        else:
-            _checked[key] = (
-                None
-                if found.too_long is None
-                else f"it holds a line of {found.too_long:,} bytes, and ingestion reads lines "
-                f"shorter than {LONGEST_LINE:,} (Spark holds a line whole in memory); land it "
-                "again as one JSON object per line"
-            )
-    return _checked[key]
+    try:
+        found = measured(entry)
+    except FileNotFoundError:
+        return None  # moved away meanwhile: nothing to read
+    except ValueError as exc:
+        return str(exc)
+    if found.too_long is None:
+        return None
+    return (
+        f"it holds a line of {found.too_long:,} bytes, and ingestion reads lines shorter than "
+        f"{LONGEST_LINE:,} (Spark holds a line whole in memory); land it again as one JSON "
+        "object per line"
+    )
 
 
 def hidden(name: str) -> bool:

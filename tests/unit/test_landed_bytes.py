@@ -98,3 +98,30 @@ def test_ingestion_refuses_a_file_holding_a_line_longer_than_it_reads(tmp_path):
     assert why is not None and f"it holds a line of {LONGEST_LINE + 2:,} bytes" in why
     assert "one JSON object per line" in why
     assert landing_refusal(by_name["big.jsonl"]) is None  # large, of short lines: read
+
+
+def test_a_landed_file_is_read_once_per_size_and_time(tmp_path, monkeypatch):
+    """The health sensor accounts for every landing file every minute, and a continuous run
+    screens every half second: each read every file's bytes at every pass (a day of files,
+    on a store a GET each)."""
+    from streaming_jobs.core import landed_bytes
+
+    reads = []
+    real = locations.read_chunks
+    monkeypatch.setattr(locations, "read_chunks", lambda where: reads.append(where) or real(where))
+    path = tmp_path / "a.jsonl.gz"
+    path.write_bytes(gzip.compress(b"a\nb\n"))
+
+    def item():
+        [found] = [e for e in locations.items(tmp_path) if e.name == "a.jsonl.gz"]
+        return found
+
+    assert [landed_bytes.measured(item()).lines for _ in range(3)] == [2, 2, 2]
+    assert len(reads) == 1
+    path.write_bytes(gzip.compress(b"a\nb\nc\n"))  # changed under its name: read again
+    assert landed_bytes.measured(item()).lines == 3 and len(reads) == 2
+    path.write_bytes(b"not gzip")  # and an error is kept as well
+    for _ in range(2):
+        with pytest.raises(ValueError, match="does not decompress"):
+            landed_bytes.measured(item())
+    assert len(reads) == 3
