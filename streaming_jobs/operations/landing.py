@@ -133,7 +133,8 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
     planned = locations.stat(Location.of(checkpoint) / "offsets" / str(last))
     read_until = planned.modified if last is not None and planned is not None else None
     findings, lines, got = [], 0, 0
-    for path in landing_files(folder):
+    listed = locations.items(folder)  # once: on a store each listing is a request
+    for path in landing_files(folder, listed):
         key = landing_key(path.place)
         try:
             n = measured(path).lines
@@ -179,8 +180,8 @@ def account(cfg: TidemarkConfig, stream: str, now: float | None = None) -> Accou
         findings.append(
             Finding("landing_unaccounted", WARNING, f"landing/{stream}/{path.name}: {problem}")
         )
-    refused_lines = _refused(folder, stream, ingested, findings)
-    for path in locations.items(folder):
+    refused_lines = _refused(folder, stream, ingested, findings, listed)
+    for path in listed:
         if path.kind == "folder" and not hidden(path.name):
             inside = [
                 path.place / f.relative
@@ -217,14 +218,16 @@ def _lines_or_zero(path: Where) -> int:
         return 0
 
 
-def _refused(folder: Where, stream: str, ingested: dict[str, int], findings: list) -> int:
+def _refused(
+    folder: Where, stream: str, ingested: dict[str, int], findings: list, listed: list[Item]
+) -> int:
     """Name each entry ingestion refused (moved aside, or still waiting for the next screen);
-    returns the lines of the refused files."""
+    returns the lines of the refused files. ``listed``: the folder's entries."""
     aside = Location.of(folder) / REFUSED_DIR
     entries = [(e, f"{REFUSED_DIR}/{e.name}") for e in locations.items(aside)]
     entries += [
         (e, e.name)
-        for e in locations.items(folder)
+        for e in listed
         if not hidden(e.name) and e.kind != "folder" and landing_refusal(e) is not None
     ]
     landed_as = locations.canonical(folder)

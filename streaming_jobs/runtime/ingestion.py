@@ -130,12 +130,13 @@ def hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
-def landing_files(folder: Where) -> list[Item]:
+def landing_files(folder: Where, listed: list[Item] | None = None) -> list[Item]:
     """The files of a landing folder that bronze ingestion reads: every regular file whose name
-    is not `hidden`, whatever its extension, unless it is refused (`landing_refusal`)."""
+    is not `hidden`, whatever its extension, unless it is refused (`landing_refusal`).
+    ``listed``: the folder's entries, when the caller listed it already."""
     return [
         e
-        for e in locations.items(folder)
+        for e in (locations.items(folder) if listed is None else listed)
         if e.kind == "file" and not hidden(e.name) and landing_refusal(e) is None
     ]
 
