@@ -15,8 +15,8 @@ the landing accounting counts lines with it.
 from __future__ import annotations
 
 import bz2
-import zlib
 import threading
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
