@@ -177,11 +177,6 @@ def measure(chunks: Iterable[bytes], name: str, limit: int = LONGEST_LINE) -> Me
     return found.close()
 
 
-def line_count(data: bytes, name: str) -> int:
-    """`measure`'s line count of one file's bytes."""
-    return measure([data], name).lines
-
-
 # Each landed file measured, by (file, size, time): a continuous run screens its landing folder
 # every half second and the health sensor accounts for it every minute; each reads a file's
 # bytes once in a process, not at every pass (a landing folder keeps a day of files until

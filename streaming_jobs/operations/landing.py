@@ -224,16 +224,16 @@ def _refused(
     """Name each entry ingestion refused (moved aside, or still waiting for the next screen);
     returns the lines of the refused files. ``listed``: the folder's entries."""
     aside = Location.of(folder) / REFUSED_DIR
-    entries = [(e, f"{REFUSED_DIR}/{e.name}") for e in locations.items(aside)]
-    entries += [
-        (e, e.name)
-        for e in listed
-        if not hidden(e.name) and e.kind != "folder" and landing_refusal(e) is not None
+    entries = [
+        (e, f"{REFUSED_DIR}/{e.name}", landing_refusal(e) or "moved aside by hand")
+        for e in locations.items(aside)
     ]
+    for e in listed:  # refused, and not moved aside yet
+        if not hidden(e.name) and e.kind != "folder" and (why := landing_refusal(e)) is not None:
+            entries.append((e, e.name, why))
     landed_as = locations.canonical(folder)
     total = 0
-    for path, shown in entries:
-        why = landing_refusal(path) or "moved aside by hand"
+    for path, shown, why in entries:
         lines, uncounted = 0, ""
         if path.kind == "file":
             try:
