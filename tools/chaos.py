@@ -10,6 +10,13 @@ Fault points:
 - ``incremental``: a worker process ingests the landed events (bronze) and runs the job
   (gold) incrementally; it is killed (SIGKILL, the whole process group: Python and its JVM) at
   an instant drawn uniformly from the length of an uninterrupted run, then run again.
+- ``gold.committed``: the events land one file at a time, each ingested and then the job run
+  (``waves``); the worker ends like a SIGKILL right after the job's k-th gold commit, k drawn
+  over the commits of uninterrupted waves
+  (``TIDEMARK_FAULT_POINT=gold.committed#k``, see `streaming_jobs.runtime.gold`): the batch is in
+  gold and its checkpoint has not recorded it, so the waves run again must replay it and write
+  nothing twice. A random instant falls in that window rarely. Local data roots only (on a
+  store gold is written by Delta's sink or Delta's key).
 - ``restore.<stage>``: ``tidemark restore`` ends like a SIGKILL right after that stage
   (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.storage.restores`); the job is then run again.
 - ``continuous``: a worker ingests the events, then hosts the job in a continuous run (1 s
@@ -68,12 +75,26 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(CHECKOUT))
 
-JOB = "failed_txn_velocity"
+# The job the trials run, and its stream (`--job`): an append-mode job by default (24-hour
+# windows in keyed state), or the update-mode one (each batch a MERGE). Workers read it from
+# the environment the harness sets.
+JOBS = {"failed_txn_velocity": "transactions", "user_activity_profile": "clicks"}
+JOB = os.environ.get("TIDEMARK_CHAOS_JOB", "failed_txn_velocity")
+STREAM = JOBS.get(JOB, "transactions")
+# points whose trials run JOB (the others have jobs of their own, or none)
+JOB_POINTS = (
+    "incremental",
+    "continuous",
+    "gold.committed",
+    "savepoint",
+    *(f"restore.{s}" for s in ("planned", "gold", "copy", "swap", "progress")),
+)
 STAGES = ("planned", "gold", "copy", "swap", "progress")
 SWAP_STAGES = ("planned", "keep", "gold", "copy", "checkpoint", "rows")
 POINTS = (
     "incremental",
     "continuous",
+    "gold.committed",
     *(f"restore.{s}" for s in STAGES),
     "rebuild",
     *(f"swap.{s}" for s in SWAP_STAGES),
@@ -85,6 +106,7 @@ POINTS = (
 )
 NEEDS_SPARK = (
     "run",
+    "waves",
     "run+savepoint",
     "continuous",
     "retake+restore",
@@ -138,7 +160,7 @@ def worker(root: str, step: str, spark=None) -> int:
     print("WORKER STARTED", flush=True)
     started = time.monotonic()
     if step in ("run", "run+savepoint", "continuous", "ingest", "swap-run"):
-        run_bronze(spark, cfg, "transactions")
+        run_bronze(spark, cfg, STREAM)
     if step in ("run", "run+savepoint", "job"):
         run_job(spark, cfg, get_job(JOB))
     if step == "swap-run":
@@ -154,6 +176,8 @@ def worker(root: str, step: str, spark=None) -> int:
             raise RuntimeError(f"maintenance steps failed: {failed}")
     if step == "continuous":
         _continuous_until_caught_up(spark, cfg)
+    if step == "waves":
+        _waves(spark, cfg)
     if step in ("run+savepoint", "savepoint", "retake+restore"):
         savepoints.take(cfg, JOB)
     if step == "retake+restore":
@@ -196,10 +220,10 @@ def _tidemark_env(root: Path, fault: str | None = None) -> dict:
     return env
 
 
-def start_worker(root: Path, step: str) -> subprocess.Popen:
+def start_worker(root: Path, step: str, fault: str | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, __file__, "worker", str(root), step],
-        env=_tidemark_env(root),
+        env=_tidemark_env(root, fault),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -253,13 +277,17 @@ def snapshot(root) -> dict:
     """Bronze rows (with their lineage: a line ingested twice is two rows) and gold rows."""
     lake = root / "lake"
     return {
-        "bronze": delta_rows(
-            lake / "bronze" / "transactions", ["event_id", "event_time", "_source_file"]
-        ),
-        "gold": delta_rows(
-            lake / "gold" / JOB, ["user_id", "window_start", "window_end", "failed_count"]
-        ),
+        "bronze": delta_rows(lake / "bronze" / STREAM, ["event_id", "event_time", "_source_file"]),
+        "gold": delta_rows(lake / "gold" / JOB, gold_columns(JOB)),
     }
+
+
+def gold_columns(job: str) -> list[str]:
+    """The columns a trial compares in ``job``'s gold table: its keys and its measures."""
+    from streaming_jobs.storage.registry import get_job
+
+    spec = get_job(job)
+    return [*spec.keys, *spec.measures]
 
 
 def swap_snapshot(root) -> dict:
@@ -348,6 +376,11 @@ class Trial:
     # committed batches of the job left with no progress row after the recovery run (their
     # bronze rows would be unexplained to reconciliation)
     unreported_batches: int = 0
+    # a writer's batch in two gold commits (None: not measured, a trial of an older harness)
+    batches_committed_twice: int | None = None
+    # the kill came after a batch's gold commit and before its checkpoint commit: the recovery
+    # replayed a batch gold holds (None: not measured)
+    gold_ahead_of_checkpoint: bool | None = None
     recover_seconds: float = 0.0
     note: str = ""
 
@@ -370,6 +403,8 @@ class Bench:
     swap_old: dict = field(default_factory=dict)  # the swap job's outcome, old and new version
     swap_new: dict = field(default_factory=dict)
     rebuild_seconds: float = 0.0
+    gold_commits: int = 0  # the job's gold commits in the uninterrupted waves
+    waves_reference: dict = field(default_factory=dict)  # their outcome
     step_bytes: dict = field(default_factory=dict)  # bytes an ingest and a job run write
 
     @property
@@ -379,17 +414,22 @@ class Bench:
     def prepare(self) -> None:
         from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 
-        gen = GeneratorConfig(stream="transactions", events=self.events, files=6, seed=self.seed)
-        write_files(self.landing / "transactions", gen, generate(gen))
+        gen = GeneratorConfig(stream=STREAM, events=self.events, files=6, seed=self.seed)
+        write_files(self.landing / STREAM, gen, generate(gen))
         root = self.fresh_root("reference")
         ok, seconds, out = run_worker(root, "run")
         if not ok:
             raise RuntimeError(f"chaos: the uninterrupted reference run failed:\n{out}")
         self.run_seconds, self.reference = seconds, snapshot(root)
+        if not self.reference["bronze"] or not self.reference["gold"]:
+            raise RuntimeError(
+                f"chaos: the uninterrupted run of {JOB} left bronze or gold empty ({root}): "
+                "its trials would prove nothing; land more events (--events)"
+            )
 
     def fresh_root(self, name: str):
         root = trial_root(self, name)
-        land(root, sorted((self.landing / "transactions").iterdir()), fresh=True)
+        land(root, sorted((self.landing / STREAM).iterdir()), fresh=True)
         return root
 
 
@@ -420,6 +460,10 @@ def judge(trial: Trial, want: dict, root: Path) -> Trial:
     )
     trial.gold_rows_lost, trial.gold_rows_duplicated = difference(got["gold"], want["gold"])
     trial.unreported_batches = len(unreported(root, JOB))
+    from streaming_jobs.core.delta_log import batch_marks
+
+    marks = Counter(batch_marks(root / "lake" / "gold" / JOB))
+    trial.batches_committed_twice = sum(n - 1 for n in marks.values() if n > 1)
     return trial
 
 
@@ -448,8 +492,31 @@ def kill_during(root: Path, step: str, span: float, rng: random.Random) -> tuple
     return after, finished
 
 
+def gold_ahead(root, job: str) -> bool:
+    """Whether gold holds a batch of the job's query that its checkpoint has not committed."""
+    from streaming_jobs.core import locations
+    from streaming_jobs.core.checkpoints import query_id
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.core.delta_log import batch_marks
+    from streaming_jobs.core.locations import is_delta_table
+    from streaming_jobs.runtime.gold import sink_app_id
+    from streaming_jobs.storage.registry import get_job
+
+    paths = TidemarkConfig.from_env().with_data_root(root).paths
+    checkpoint, gold = paths.checkpoint(job), paths.table("gold", job)
+    identity = query_id(checkpoint)
+    if identity is None or not is_delta_table(gold):
+        return False  # killed before the query started
+    app = sink_app_id(get_job(job), identity)
+    written = [batch for writer, batch in batch_marks(gold) if writer == app]
+    commits = [int(n) for n in locations.names(checkpoint / "commits") if n.isdigit()]
+    return bool(written) and max(written) > max(commits, default=-1)
+
+
 def recover(trial: Trial, root: Path, step: str, want: dict) -> Trial:
     """The plain run after a kill: it must succeed by itself, then the root is judged."""
+    if trial.point in ("incremental", "continuous", "gold.committed"):
+        trial.gold_ahead_of_checkpoint = gold_ahead(root, JOB)
     ok, trial.recover_seconds, out = run_worker(root, step)
     if not ok:
         trial.manual_interventions, trial.note = 1, out[-500:]
@@ -463,6 +530,61 @@ def incremental_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
     trial.kill_after_seconds, finished = kill_during(root, "run", bench.run_seconds, rng)
     trial.note = "finished before the kill" if finished else ""
     return recover(trial, root, "run", bench.reference)
+
+
+def committed_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
+    """The job's events in waves (`_waves`), the run ending like a SIGKILL right after the job's
+    k-th gold commit; then the waves run again, to the end."""
+    if not bench.waves_reference:
+        from streaming_jobs.core.delta_log import batch_marks
+
+        reference = bench.fresh_root("committed-ref")
+        pend(reference)
+        ok, _, out = run_worker(reference, "waves")
+        if not ok:
+            raise RuntimeError(f"chaos: the uninterrupted waves failed:\n{out}")
+        bench.waves_reference = snapshot(reference)
+        bench.gold_commits = len(batch_marks(reference / "lake" / "gold" / JOB))
+    root = bench.fresh_root(f"committed-{number}")
+    pend(root)
+    trial = Trial("gold.committed", number)
+    commit = rng.randint(1, bench.gold_commits)
+    proc = start_worker(root, "waves", fault=f"gold.committed#{commit}")
+    out, _ = proc.communicate()
+    trial.note = f"ended after gold commit {commit} of {bench.gold_commits}"
+    if proc.returncode != 137:
+        trial.manual_interventions = 1
+        trial.note += f"; the run did not stop at the fault point: {out[-500:]}"
+        return trial
+    return recover(trial, root, "waves", bench.waves_reference)
+
+
+def pend(root: Path) -> None:
+    """Move the root's landed files to ``pending/``, whence `_waves` lands them one by one."""
+    pending = root / "pending" / STREAM
+    pending.mkdir(parents=True)
+    for path in sorted((root / "landing" / STREAM).iterdir()):
+        path.rename(pending / path.name)
+
+
+def _waves(spark, cfg) -> None:
+    """Ingest and run the job once per landing file, in name order: each file waits in
+    ``pending/`` (a local root) until its turn. A run again first finishes the wave whose file
+    was landed, so its batches are those of an uninterrupted run."""
+    from streaming_jobs.runtime.runner import run_bronze, run_job
+    from streaming_jobs.storage.registry import get_job
+
+    landing, pending = Path(cfg.paths.landing) / STREAM, Path(cfg.data_root) / "pending" / STREAM
+
+    def wave() -> None:
+        run_bronze(spark, cfg, STREAM)
+        run_job(spark, cfg, get_job(JOB))
+
+    if any(landing.iterdir()):
+        wave()
+    for path in sorted(pending.iterdir()):
+        path.rename(landing / path.name)
+        wave()
 
 
 def continuous_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
@@ -509,7 +631,7 @@ def savepoint_trial(bench: Bench, number: int, rng: random.Random, want: dict) -
 
 def half_landed(bench: Bench, root) -> list[Path]:
     """A root with the first half of the event files landed; returns all the files."""
-    files = sorted((bench.landing / "transactions").iterdir())
+    files = sorted((bench.landing / STREAM).iterdir())
     land(root, files[: len(files) // 2], fresh=True)
     return files
 
@@ -628,11 +750,11 @@ class environment:  # noqa: N801 - used as a context manager, like a function
 def landed_in_waves(bench: Bench, root: Path) -> list[list[Path]]:
     """A root with the first two of three waves of event files landed and run (two commits in
     every table: something for OPTIMIZE, VACUUM and the archive to do); returns the waves."""
-    files = sorted((bench.landing / "transactions").iterdir())
+    files = sorted((bench.landing / STREAM).iterdir())
     third = max(len(files) // 3, 1)
     waves = [files[:third], files[third : 2 * third], files[2 * third :]]
     shutil.rmtree(root, ignore_errors=True)
-    (root / "landing" / "transactions").mkdir(parents=True)
+    (root / "landing" / STREAM).mkdir(parents=True)
     for wave in waves[:2]:
         land(root, wave)
         ok, _, out = run_worker(root, "run")
@@ -648,7 +770,7 @@ def land(root, files: list[Path], fresh: bool = False) -> None:
 
     if fresh:
         locations.delete_tree(root)
-    target = root / "landing" / "transactions"
+    target = root / "landing" / STREAM
     for f in files:
         if locations.Location.of(target).on_store:
             locations.write_bytes(target / f.name, f.read_bytes())
@@ -953,6 +1075,8 @@ def run_trials(
                 out.append(incremental_trial(bench, number, rng))
             elif point == "continuous":
                 out.append(continuous_trial(bench, number, rng))
+            elif point == "gold.committed":
+                out.append(committed_trial(bench, number, rng))
             elif point == "alerts":
                 out.append(alerts_trial(bench, number, rng))
             elif point == "maintenance":
@@ -992,10 +1116,18 @@ def summarize(results: list[Trial]) -> list[dict]:
                 "lineage_differences": sum(t.lineage_differences for t in mine),
                 "versions_mixed": sum(t.versions_mixed for t in mine),
                 "unreported_batches": sum(t.unreported_batches for t in mine),
+                "batches_committed_twice": _measured_sum(t.batches_committed_twice for t in mine),
+                "gold_ahead_of_checkpoint": _measured_sum(t.gold_ahead_of_checkpoint for t in mine),
                 "recover_seconds_median": recover[len(recover) // 2] if recover else None,
             }
         )
     return rows
+
+
+def _measured_sum(values) -> int | None:
+    """The sum of what was measured; None when no trial measured it."""
+    measured = [v for v in values if v is not None]
+    return sum(measured) if measured else None
 
 
 def merge(sources: list[Path], out: Path) -> list[dict]:
@@ -1039,6 +1171,7 @@ def start_store(work: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
+    global JOB, STREAM
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
         return worker(argv[1], argv[2])
@@ -1051,6 +1184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--points", default=",".join(POINTS))
     parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument(
+        "--job",
+        choices=sorted(JOBS),
+        default=JOB,
+        help="the job of the points that run one (" + ", ".join(JOB_POINTS) + ")",
+    )
     parser.add_argument("--budget-minutes", type=float, default=None)
     parser.add_argument("--work", default=str(CHECKOUT / ".tidemark" / "chaos"))
     parser.add_argument(
@@ -1077,6 +1216,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in points if p not in POINTS]
     if unknown:
         parser.error(f"unknown fault point(s) {', '.join(unknown)}; known: {', '.join(POINTS)}")
+    JOB, STREAM = args.job, JOBS[args.job]
+    os.environ["TIDEMARK_CHAOS_JOB"] = JOB  # for every worker this process starts
+    other = [p for p in points if p not in JOB_POINTS]
+    if JOB != "failed_txn_velocity" and other:
+        parser.error(f"--job {JOB}: {', '.join(other)} run jobs of their own")
     server = None
     if args.store:
         on_disk_only = [p for p in points if p not in STORE_POINTS]
@@ -1095,6 +1239,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "command": "tools/chaos.py " + " ".join(argv),
+                    "job": JOB,
                     "seed": args.seed,
                     "summary": summarize(results),
                     "trials": [asdict(t) for t in results],
@@ -1124,19 +1269,21 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| fault point | trials | events lost | duplicated | gold rows lost | doubled | "
         "manual | alerts lost | reposted | lineage differences | versions mixed | "
-        "unreported batches | recover (median s) |"
+        "unreported batches | batches committed twice | recover (median s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
         print(
             f"| {r['point']} | {r['trials']} | {r['events_lost']} | {r['events_duplicated']} | "
             f"{r['gold_rows_lost']} | {r['gold_rows_duplicated']} | "
             f"{r['manual_interventions']} | {r['alerts_lost']} | {r['alerts_reposted']} | "
             f"{r['lineage_differences']} | {r['versions_mixed']} | "
-            f"{r.get('unreported_batches', 0)} | {r['recover_seconds_median']:.1f} |"
+            f"{r.get('unreported_batches', 0)} | "
+            f"{'not measured' if r.get('batches_committed_twice') is None else r['batches_committed_twice']} | "
+            f"{r['recover_seconds_median']:.1f} |"
         )
     bad = sum(
-        r[k]
+        r.get(k) or 0
         for r in table
         for k in (
             "events_lost",
@@ -1148,6 +1295,7 @@ def main(argv: list[str] | None = None) -> int:
             "lineage_differences",
             "versions_mixed",
             "unreported_batches",
+            "batches_committed_twice",
         )
     )
     return 1 if bad else 0

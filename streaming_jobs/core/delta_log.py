@@ -163,6 +163,20 @@ def _marker(action: dict, app_id: str) -> int | None:
     return None
 
 
+def batch_marks(table: Where) -> list[tuple[str, int]]:
+    """Every (writer, batch) marker in the table's commits, one entry per commit that holds it:
+    a batch written twice appears twice."""
+    found = []
+    for version in commit_versions(table):
+        marks = {
+            (mark["appId"], int(mark["version"]))
+            for mark in (a.get("txn") or _own_marker(a) for a in commit_actions(table, version))
+            if mark
+        }
+        found += sorted(marks)
+    return found
+
+
 def _marker_in(actions: list[dict], app_id: str) -> int | None:
     marks = [m for m in (_marker(a, app_id) for a in actions) if m is not None]
     return max(marks) if marks else None

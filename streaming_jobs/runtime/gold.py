@@ -5,7 +5,9 @@ Every write is exactly-once across restarts: a replayed batch writes nothing twi
   the query id and batch id in the commit, checked in the table's newest commits).
 - Append jobs on an object store write through the Delta sink (Delta's ``txn`` key, looked up
   in the table's state and checked again at the commit).
-- Update jobs upsert each micro-batch with a MERGE on the job's keys, keyed by the batch id.
+- Update jobs upsert each micro-batch with a MERGE on the job's keys (`UpsertBatch`), marked
+  with tidemark's marker on a local disk and with Delta's key on an object store, for the same
+  reasons as an append.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from streaming_jobs.storage.lake import (
     append_marked,
     ensure_properties,
     ensure_table,
+    merge_marked,
     merge_once,
     spark_path,
 )
 from streaming_jobs.core.locations import Location, Where, is_delta_table
+from streaming_jobs.storage.restores import fault_point
 from streaming_jobs.storage.spark import without_adaptive_plans
 from streaming_jobs.runtime.tables import remember_gold_schema
 
@@ -148,6 +152,7 @@ class AppendBatch:
                 batch.write.format("noop").mode("overwrite").save()
                 return
             append_marked(batch, self.target, app_id, batch_id, self.partition_by)
+        fault_point("gold.committed")  # the chaos harness: a crash before the checkpoint's commit
 
 
 def merge_app_id(query_id: str) -> str:
@@ -176,25 +181,31 @@ def sink_version_of(cfg: TidemarkConfig, spec: JobSpec, target: Where | None = N
 
 
 class UpsertBatch:
-    """foreachBatch for update-mode jobs: MERGE the batch's rows on the job's keys."""
+    """foreachBatch for update-mode jobs: MERGE the batch's rows on the job's keys.
+
+    On a local disk the MERGE carries tidemark's marker and a replayed batch finds it in the
+    table's newest commits (`delta_log.batch_written`), as `AppendBatch` does, under the same
+    ``flock``. On an object store Delta's key is checked again inside the commit: a run whose
+    lease lapsed while it paused cannot commit a batch twice."""
 
     def __init__(self, spec: JobSpec, place: Place, cfg: TidemarkConfig) -> None:
         self.keys, self.target = spec.keys, place.target
         self.checkpoint, self.name = place.checkpoint, place.name
         self.spec, self.cfg = spec, cfg
+        self.marked = not Location.of(place.target).on_store
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         # Keyed by the checkpoint's identity, read now (the query wrote it when it started):
-        # a restored or rebuilt checkpoint restarts its batch ids under a new key, so Delta
-        # never skips its writes as done.
+        # a restored or rebuilt checkpoint restarts its batch ids under a new key, so its
+        # writes are never skipped as done.
         app_id = merge_app_id(query_id(self.checkpoint))
         batch = batch.persist()
         try:
             with stoppable(f"job {self.name}"):
                 # Evaluate the whole batch first: its state stores must commit even when
-                # Delta skips the MERGE of a replayed batch (Spark 4.2 fails a batch whose
+                # the MERGE of a replayed batch is skipped (Spark 4.2 fails a batch whose
                 # stateful partitions never ran), and the MERGE then reads cached rows.
-                batch.count()
+                rows = batch.count()
                 if self.spec.expectations:  # 'fail' rules already raised inside the query
                     identity = query_id(self.checkpoint)
                     record(
@@ -208,6 +219,19 @@ class UpsertBatch:
                         ),
                     )
                 still_owned(self.checkpoint)  # on a store: this run's lease, before the commit
-                merge_once(batch, self.target, self.keys, app_id, batch_id)
+                if not self.marked:
+                    merge_once(batch, self.target, self.keys, app_id, batch_id)
+                    return
+                since = (batch_metadata(self.checkpoint, batch_id) or {}).get("batchTimestampMs")
+                if batch_written(self.target, app_id, batch_id, since):
+                    LOG.info(
+                        "job %s: batch %d is in its gold table already; not merged again",
+                        self.name,
+                        batch_id,
+                    )
+                    return
+                merge_marked(batch, self.target, self.keys, app_id, batch_id)
+                if rows:  # a MERGE of no rows commits nothing
+                    fault_point("gold.committed")  # the chaos harness, as in AppendBatch
         finally:
             batch.unpersist()

@@ -172,15 +172,46 @@ def merge_once(
     """Upsert ``df`` into the table on ``keys`` unless (app_id, version) was committed before.
 
     A micro-batch replayed after a crash then changes nothing twice, whatever the update does.
-    Delta takes a MERGE's idempotency key from session settings only, so the MERGE runs in a
-    session of its own (``newSession``: same context, its own settings): the key can never tag
-    another write, in this query or any other.
+    Delta checks its key inside the commit; its lookup reads the table's transactions from its
+    state, a cost that grows with the log (0.56 s of an update-mode job's batch of 2.16 s,
+    docs/benchmarks.md). `merge_marked` is the cheaper way where a lock keeps one writer.
     """
+    _merge(
+        df,
+        path,
+        keys,
+        {
+            "spark.databricks.delta.write.txnAppId": app_id,
+            "spark.databricks.delta.write.txnVersion": str(version),
+        },
+    )
+
+
+def merge_marked(
+    df: DataFrame, path: Where, keys: tuple[str, ...], app_id: str, version: int
+) -> None:
+    """Upsert ``df`` into the table on ``keys`` with tidemark's marker, (``app_id``,
+    ``version``) in the commit's ``userMetadata``, as `append_marked` appends. The caller
+    checks the marker first (`delta_log.batch_written`), holding the lock that makes it the only
+    writer of ``app_id``."""
+    _merge(
+        df,
+        path,
+        keys,
+        {"spark.databricks.delta.commitInfo.userMetadata": marker_metadata(app_id, version)},
+    )
+
+
+def _merge(df: DataFrame, path: Where, keys: tuple[str, ...], settings: dict[str, str]) -> None:
+    """MERGE ``df`` on ``keys`` (update every matched row, insert the rest). Delta takes a
+    commit's key and metadata from session settings only, so the MERGE runs in a session of its
+    own (``newSession``: same context, its own settings): they can never tag another write, in
+    this query or any other."""
     from delta.tables import DeltaTable
 
     session = df.sparkSession.newSession()
-    session.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    session.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    for key, value in settings.items():
+        session.conf.set(key, value)
     condition = " and ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     (
         DeltaTable.forPath(session, spark_path(path))

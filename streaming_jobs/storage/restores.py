@@ -48,9 +48,17 @@ STAGES = ("planned", "gold", "copy", "swap", "progress")
 FAULT_VARIABLE = "TIDEMARK_FAULT_POINT"
 
 
+_FAULT_HITS: dict[str, int] = {}
+
+
 def fault_point(name: str) -> None:
-    """End the process here, like a SIGKILL, if ``TIDEMARK_FAULT_POINT`` names this point."""
-    if os.environ.get(FAULT_VARIABLE) == name:
+    """End the process here, like a SIGKILL, if ``TIDEMARK_FAULT_POINT`` names this point:
+    ``name``, or ``name#k`` for the k-th time this process reaches it (the chaos harness)."""
+    wanted = os.environ.get(FAULT_VARIABLE)
+    if not wanted or wanted.split("#")[0] != name:
+        return
+    _FAULT_HITS[name] = _FAULT_HITS.get(name, 0) + 1
+    if "#" not in wanted or int(wanted.split("#")[1]) == _FAULT_HITS[name]:
         os._exit(137)
 
 

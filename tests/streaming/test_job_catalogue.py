@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import chaos
 import pytest
 
 from helpers import write_wave
@@ -62,9 +63,9 @@ def _rewind_to_last_write(cfg, spec) -> int:
     return batch
 
 
-# CI runs two shapes (24-hour panes in keyed state, a join); the other four are long (make
-# test-long): each job's own test covers its logic in CI
-IN_CI = {"failed_txn_velocity", "order_payment_match"}
+# CI runs three shapes (24-hour panes in keyed state, a join, and the update-mode job's MERGE);
+# the other three are long (make test-long): each job's own test covers its logic in CI
+IN_CI = {"failed_txn_velocity", "order_payment_match", "user_activity_profile"}
 
 
 @pytest.mark.parametrize(
@@ -92,6 +93,7 @@ def test_exactly_once_across_a_restart_and_state_drains(spark, cfg, name):
     target = cfg.paths.table("gold", name)
     versions = latest_version(target)
     replayed = _rewind_to_last_write(cfg, spec)
+    assert chaos.gold_ahead(cfg.data_root, name)  # the chaos harness's measure sees the crash
     replay = run_job(spark, cfg, spec)
     assert replay.batches >= 1  # the uncommitted batch ran again...
     assert _gold(spark, cfg, name) == before  # ...and wrote nothing twice

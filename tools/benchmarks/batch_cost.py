@@ -26,6 +26,7 @@ docs/benchmarks.md) and writes every batch to ``--results`` (JSON).
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import platform
 import statistics
@@ -73,7 +74,13 @@ class StepTimer:
 
     STEPS = {
         "streaming_jobs.runtime.ingestion": ("split", "record", "append_once"),
-        "streaming_jobs.runtime.gold": ("counts", "record", "merge_once"),
+        "streaming_jobs.runtime.gold": (
+            "counts",
+            "record",
+            "merge_once",
+            "merge_marked",
+            "batch_written",
+        ),
     }
 
     def __init__(self) -> None:
@@ -245,6 +252,7 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv  # recorded with the results
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", nargs="*", default=None, help="default: every built-in job")
     parser.add_argument("--waves", type=int, default=12)
@@ -292,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.results).write_text(
         json.dumps(
             {
-                "command": "tools/benchmarks/batch_cost.py " + " ".join(argv or []),
+                "command": "tools/benchmarks/batch_cost.py " + " ".join(argv),
                 "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
                 "data_roots": "s3://bench (the project's S3 server)"
                 if args.store
