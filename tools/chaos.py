@@ -11,12 +11,15 @@ Fault points:
   (gold) incrementally; it is killed (SIGKILL, the whole process group: Python and its JVM) at
   an instant drawn uniformly from the length of an uninterrupted run, then run again.
 - ``gold.committed``: the events land one file at a time, each ingested and then the job run
-  (``waves``); the worker ends like a SIGKILL right after the job's k-th gold commit, k drawn
-  over the commits of uninterrupted waves
+  (``waves``); the worker ends like a SIGKILL right after the job's k-th gold write, k drawn
+  over the gold commits of uninterrupted waves
   (``TIDEMARK_FAULT_POINT=gold.committed#k``, see `streaming_jobs.runtime.gold`): the batch is in
   gold and its checkpoint has not recorded it, so the waves run again must replay it and write
-  nothing twice. A random instant falls in that window rarely. Local data roots only (on a
-  store gold is written by Delta's sink or Delta's key).
+  nothing twice. A random instant falls in that window rarely. An update-mode job's point
+  follows each MERGE that wrote rows (each is a commit); an append job's follows every append,
+  and a no-data batch's commits nothing, so some of its kills fall between batches instead
+  (``gold_ahead_of_checkpoint`` says which). Local data roots only (on a store gold is written
+  by Delta's sink or Delta's key).
 - ``restore.<stage>``: ``tidemark restore`` ends like a SIGKILL right after that stage
   (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.storage.restores`); the job is then run again.
 - ``continuous``: a worker ingests the events, then hosts the job in a continuous run (1 s
@@ -81,15 +84,15 @@ sys.path.insert(0, str(CHECKOUT))
 JOBS = {"failed_txn_velocity": "transactions", "user_activity_profile": "clicks"}
 JOB = os.environ.get("TIDEMARK_CHAOS_JOB", "failed_txn_velocity")
 STREAM = JOBS.get(JOB, "transactions")
+STAGES = ("planned", "gold", "copy", "swap", "progress")
 # points whose trials run JOB (the others have jobs of their own, or none)
 JOB_POINTS = (
     "incremental",
     "continuous",
     "gold.committed",
     "savepoint",
-    *(f"restore.{s}" for s in ("planned", "gold", "copy", "swap", "progress")),
+    *(f"restore.{s}" for s in STAGES),
 )
-STAGES = ("planned", "gold", "copy", "swap", "progress")
 SWAP_STAGES = ("planned", "keep", "gold", "copy", "checkpoint", "rows")
 POINTS = (
     "incremental",
