@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from cpu_by_process import tree_cpu
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.generator import GeneratorConfig, generate
+
+CPU_AT_START = pytest.StashKey[float]()
 
 
 # The tests' data are tens to thousands of rows. Every Spark the tests start (the shared
@@ -264,6 +267,24 @@ def pytest_collection_modifyitems(session, config, items):
         return LONGEST_FILES.index(where) if where in LONGEST_FILES else len(LONGEST_FILES)
 
     items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[CPU_AT_START] = tree_cpu()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Each test's CPU (setup to teardown) in its JUnit report: this worker, its SparkSession's
+    JVM and every process the test started (`tools/cpu_by_process.tree_cpu`); not the shared
+    servers' (the SQL endpoint's builds, S3, Kafka). `tools/test_times.py` sums it per file:
+    seconds of CPU against seconds of wall tell a busy test from a waiting one."""
+    yield
+    start = item.stash.get(CPU_AT_START, None)
+    if start is not None:
+        item.user_properties.append(("cpu_seconds", round(tree_cpu() - start, 2)))
 
 
 def _uses_shared_sql(item) -> bool:

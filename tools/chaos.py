@@ -15,11 +15,10 @@ Fault points:
   over the gold commits of uninterrupted waves
   (``TIDEMARK_FAULT_POINT=gold.committed#k``, see `streaming_jobs.runtime.gold`): the batch is in
   gold and its checkpoint has not recorded it, so the waves run again must replay it and write
-  nothing twice. A random instant falls in that window rarely. An update-mode job's point
-  follows each MERGE that wrote rows (each is a commit); an append job's follows every append,
-  and a no-data batch's commits nothing, so some of its kills fall between batches instead
-  (``gold_ahead_of_checkpoint`` says which). Local data roots only (on a store gold is written
-  by Delta's sink or Delta's key).
+  nothing twice. A random instant falls in that window rarely. The point follows each gold
+  commit that wrote rows (a MERGE or an append of none commits nothing), so every kill lands
+  in that window (``gold_ahead_of_checkpoint`` says whether it did). Local data roots only (on
+  a store gold is written by Delta's sink or Delta's key).
 - ``restore.<stage>``: ``tidemark restore`` ends like a SIGKILL right after that stage
   (``TIDEMARK_FAULT_POINT``, see `streaming_jobs.storage.restores`); the job is then run again.
 - ``continuous``: a worker ingests the events, then hosts the job in a continuous run (1 s

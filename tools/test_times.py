@@ -5,6 +5,9 @@
 Prints each test file's time (its tests' setup, call and teardown), the slowest tests, and
 the sum against the two workers' share: `make test` hands out whole files (``--dist
 loadfile``), so a file is never split between the workers and the longest one bounds the wall.
+Where the report has each test's CPU (``cpu_seconds``, written by `tests/conftest.py`: the
+worker, its JVM and what the test started, not the shared servers), each file's CPU too: on two
+busy cores, CPU is what a test takes from the other worker, and wall minus CPU is waiting.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def read_report(path: Path) -> list[tuple[str, str, float, str]]:
-    """(file, test, seconds, outcome) per test case of the report."""
+def read_report(path: Path) -> list[tuple[str, str, float, str, float | None]]:
+    """(file, test, seconds, outcome, CPU seconds or None) per test case of the report."""
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
@@ -30,7 +33,15 @@ def read_report(path: Path) -> list[tuple[str, str, float, str]]:
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = child.tag
-        cases.append((file, case.get("name", "?"), float(case.get("time") or 0.0), outcome))
+        cpu = next(
+            (
+                float(p.get("value"))
+                for p in case.iter("property")
+                if p.get("name") == "cpu_seconds"
+            ),
+            None,
+        )
+        cases.append((file, case.get("name", "?"), float(case.get("time") or 0.0), outcome, cpu))
     return cases
 
 
@@ -45,18 +56,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"test_times: {args.report} holds no test case", file=sys.stderr)
         return 1
     per_file: dict[str, float] = defaultdict(float)
-    for file, _, seconds, _ in cases:
+    cpu_file: dict[str, float] = defaultdict(float)
+    for file, _, seconds, _, cpu in cases:
         per_file[file] += seconds
+        cpu_file[file] += cpu or 0.0
+    measured = all(c[4] is not None for c in cases)
     total = sum(per_file.values())
     print(f"{len(cases)} tests in {len(per_file)} files: {total:,.0f} s in all")
     print(f"the share of each of {args.workers} workers: {total / args.workers:,.0f} s at best")
-    print("\nper file (s, share of all):")
+    if measured:
+        cpu_total = sum(cpu_file.values())
+        print(f"their CPU (workers, their JVMs, what they started): {cpu_total:,.0f} s")
+        print("\nper file (wall s, share of all; CPU s, CPU / wall):")
+    else:
+        print("(no CPU per test in this report: it predates tests/conftest.py's cpu_seconds)")
+        print("\nper file (s, share of all):")
     for file, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
-        print(f"  {seconds:8.1f}  {seconds / total:6.1%}  {file}")
-    print(f"\nthe {args.top} slowest tests (s):")
-    for file, name, seconds, outcome in sorted(cases, key=lambda c: -c[2])[: args.top]:
+        cpu = f"  {cpu_file[file]:8.1f}  {cpu_file[file] / seconds:5.2f}" if measured else ""
+        share = seconds / total if total else 0.0
+        print(f"  {seconds:8.1f}  {share:6.1%}{cpu}  {file}")
+    print(f"\nthe {args.top} slowest tests (s{', CPU s' if measured else ''}):")
+    for file, name, seconds, outcome, cpu in sorted(cases, key=lambda c: -c[2])[: args.top]:
         mark = "" if outcome == "passed" else f"  [{outcome}]"
-        print(f"  {seconds:8.1f}  {file}::{name}{mark}")
+        used = f"  {cpu:8.1f}" if measured else ""
+        print(f"  {seconds:8.1f}{used}  {file}::{name}{mark}")
     return 0
 
 

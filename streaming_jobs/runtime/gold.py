@@ -21,7 +21,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from streaming_jobs.core.checkpoints import batch_metadata, query_id, still_owned
 from streaming_jobs.runtime.changes import check_before_start
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.core.delta_log import batch_written, version_of_batch
+from streaming_jobs.core.delta_log import batch_written, latest_version, txn_of, version_of_batch
 from streaming_jobs.storage.expectations import counts, guard, record, resolve, result_rows
 from streaming_jobs.core.interrupts import stoppable
 from streaming_jobs.spec import JobSpec
@@ -152,7 +152,14 @@ class AppendBatch:
                 batch.write.format("noop").mode("overwrite").save()
                 return
             append_marked(batch, self.target, app_id, batch_id, self.partition_by)
-        fault_point("gold.committed")  # the chaos harness: a crash before the checkpoint's commit
+        # the chaos harness: a crash before the checkpoint's commit, after a commit that wrote
+        # rows (an append of none commits nothing: the kill would fall between two batches)
+        fault_point("gold.committed", lambda: self._committed(app_id, batch_id))
+
+    def _committed(self, app_id: str, batch_id: int) -> bool:
+        """Whether the table's newest commit is this batch's (read for the chaos harness only)."""
+        newest = latest_version(self.target)
+        return newest is not None and txn_of(self.target, newest, app_id) == batch_id
 
 
 def merge_app_id(query_id: str) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,11 +52,17 @@ FAULT_VARIABLE = "TIDEMARK_FAULT_POINT"
 _FAULT_HITS: dict[str, int] = {}
 
 
-def fault_point(name: str) -> None:
+def fault_point(name: str, reached: Callable[[], bool] | None = None) -> None:
     """End the process here, like a SIGKILL, if ``TIDEMARK_FAULT_POINT`` names this point:
-    ``name``, or ``name#k`` for the k-th time this process reaches it (the chaos harness)."""
+    ``name``, or ``name#k`` for the k-th time this process reaches it (the chaos harness).
+
+    ``reached``, when given, is asked only when the point is named, and a False answer means
+    the point was not reached this time (neither counted nor fired): a check that costs a read
+    is then paid by the harness's workers alone."""
     wanted = os.environ.get(FAULT_VARIABLE)
     if not wanted or wanted.split("#")[0] != name:
+        return
+    if reached is not None and not reached():
         return
     _FAULT_HITS[name] = _FAULT_HITS.get(name, 0) + 1
     if "#" not in wanted or int(wanted.split("#")[1]) == _FAULT_HITS[name]:

@@ -1,0 +1,240 @@
+"""Where the machine's CPU goes while a command runs (CI, a test file, a benchmark), by role.
+
+    .venv/bin/python tools/cpu_by_process.py --results results/cpu_ci.json -- make test
+    .venv/bin/python tools/cpu_by_process.py --results cpu.json --seconds 1500   # whatever runs
+
+Samples every process of the machine once a second (``/proc``: user and system CPU, command
+line, parent) while the command runs, or for ``--seconds``, and sums each process's CPU into
+the role it plays: the test session's SparkSessions, the SQL endpoint, the JVMs of commands and
+killed workers, dbt, pytest, the Python workers of Spark, the servers. A process that lives
+less than a second may be missed: the figures are a lower bound (docs/testing.md, "Where the
+CPU goes"). Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _read(pid: str) -> tuple[int, float, float] | None:
+    """(parent pid, CPU seconds so far, start time in ticks) of a process, None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, float(fields[19])
+
+
+def _command(pid: int | str) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:800]
+
+
+def _exe(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def tree_cpu(pid: int | None = None) -> float:
+    """CPU seconds of a process and its descendants so far: its own, its reaped children's
+    (from ``os.times`` when it is this process), and every live descendant's with the children
+    each has reaped. A descendant that ends and is reaped moves from one sum to the other, so
+    the difference of two readings is what the tree used between them (the test report's
+    ``cpu_seconds``: the worker, its SparkSession's JVM and Python workers, the commands it ran).
+    """
+    pid = os.getpid() if pid is None else pid
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+    total, todo = 0.0, [pid]
+    children: dict[int, list[int]] = defaultdict(list)
+    for child, parent in parents.items():
+        children[parent].append(child)
+    while todo:
+        current = todo.pop()
+        total += cpu.get(current, 0.0)
+        todo.extend(children.get(current, []))
+    return total
+
+
+class Sampler:
+    """Every process seen, keyed by (pid, start time): a pid reused is another process."""
+
+    def __init__(self) -> None:
+        self.processes: dict[tuple[str, float], dict] = {}
+        self.started = time.monotonic()
+        self.first = True  # a process running before the first sample counts from it on
+
+    def sample(self) -> None:
+        now = round(time.monotonic() - self.started, 1)
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            read = _read(pid)
+            if read is None:
+                continue
+            parent, cpu, start = read
+            seen = self.processes.get((pid, start))
+            exe = _exe(pid)
+            if seen is None or seen["exe"] != exe:  # new, or exec'd (spark-class execs java)
+                seen = self.processes.setdefault(
+                    (pid, start), {"pid": int(pid), "first": now, "before": cpu * self.first}
+                )
+                seen.update(
+                    parent=parent,
+                    exe=exe,
+                    command=_command(pid),
+                    ancestors=self._ancestors(parent),
+                )
+            seen.update(cpu=cpu - seen["before"], last=now)
+        self.first = False
+
+    def _ancestors(self, parent: int) -> list[str]:
+        """The commands of up to six ancestors, nearest first (read while they run)."""
+        found = []
+        while parent > 1 and len(found) < 6:
+            found.append(_command(parent)[:300])
+            read = _read(str(parent))
+            if read is None:
+                break
+            parent = read[0]
+        return found
+
+    def records(self) -> list[dict]:
+        return list(self.processes.values())
+
+
+def role(record: dict) -> str:
+    """The role a process plays in a test session or a run of tidemark."""
+    exe, command, ancestors = record["exe"], record["command"], record["ancestors"]
+    parent = ancestors[0] if ancestors else ""
+    if exe.endswith("/weed"):
+        return "S3 server (SeaweedFS)"
+    if exe.endswith("/java"):
+        if "streaming_jobs.services.sql_endpoint" in parent:
+            return "JVM: SQL endpoint"
+        if "streaming_jobs.services.kafka_broker" in parent or "kafka.Kafka" in command:
+            return "JVM: Kafka broker"
+        if "deploy.master" in command or "deploy.worker" in command or "Executor" in command:
+            return "JVM: Spark cluster"
+        if _pytest_worker(parent):
+            return "JVM: the test session's SparkSession"
+        return f"JVM: {_who(ancestors)}"
+    if "python" in os.path.basename(exe):
+        if _pytest_worker(command):
+            return "Python: pytest"
+        if (
+            "pyspark.daemon" in command
+            or "pyspark.worker" in command
+            or "transform_with" in command
+        ):
+            return "Python: Spark's Python workers (UDFs, keyed state)"
+        if "dbt" in command:
+            return "Python: dbt"
+        return f"Python: {_who([command])}"
+    return "other"
+
+
+def _pytest_worker(command: str) -> bool:
+    return "pytest" in command or "sys.stdin.readline()" in command  # xdist's worker
+
+
+def _who(commands: list[str]) -> str:
+    """The nearest tidemark command, tool or module among ``commands``."""
+    for command in commands:
+        found = re.search(
+            r"(tidemark(?:-dbt)? [a-z-]+|tools/[\w/]+\.py(?: [a-z]+)?|-m [\w.]+|dagster[\w-]*)",
+            command,
+        )
+        if found:
+            return found.group(1).replace("tools/", "")
+        if _pytest_worker(command):
+            return "a script a test started"
+    return "other"
+
+
+def summarize(records: list[dict], wall_seconds: float) -> dict:
+    by_role: dict[str, dict] = defaultdict(lambda: {"cpu_seconds": 0.0, "processes": 0})
+    for record in records:
+        entry = by_role[role(record)]
+        entry["cpu_seconds"] += record.get("cpu", 0.0)
+        entry["processes"] += 1
+    total = sum(e["cpu_seconds"] for e in by_role.values())
+    rows = sorted(by_role.items(), key=lambda kv: -kv[1]["cpu_seconds"])
+    return {
+        "wall_seconds": round(wall_seconds, 1),
+        "cores": os.cpu_count(),
+        "cpu_seconds": round(total, 1),
+        "busy_share": round(total / (wall_seconds * (os.cpu_count() or 1)), 3),
+        "roles": [
+            {
+                "role": name,
+                "cpu_seconds": round(e["cpu_seconds"], 1),
+                "share": round(e["cpu_seconds"] / total, 3) if total else None,
+                "processes": e["processes"],
+            }
+            for name, e in rows
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", required=True, help="where the JSON goes")
+    parser.add_argument("--seconds", type=float, help="sample this long (no command given)")
+    parser.add_argument("--raw", action="store_true", help="keep every process in the JSON")
+    parser.add_argument("command", nargs="*", help="the command to run and sample (after --)")
+    args = parser.parse_args(argv)
+    if not args.command and not args.seconds:
+        parser.error("give a command after -- or --seconds")
+    sampler, stop = Sampler(), []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    child = subprocess.Popen(args.command) if args.command else None
+    deadline = time.monotonic() + (args.seconds or float("inf"))
+    code = 0
+    while not stop and time.monotonic() < deadline:
+        sampler.sample()
+        if child is not None and child.poll() is not None:
+            code = child.returncode
+            break
+        time.sleep(1)
+    summary = summarize(sampler.records(), time.monotonic() - sampler.started)
+    summary["command"] = args.command or f"every process for {args.seconds} s"
+    if args.raw:
+        summary["processes"] = sampler.records()
+    Path(args.results).write_text(json.dumps(summary, indent=1) + "\n")
+    print(
+        f"{summary['cpu_seconds']:,.0f} CPU s in {summary['wall_seconds']:,.0f} s on "
+        f"{summary['cores']} cores ({summary['busy_share']:.0%} busy)"
+    )
+    for row in summary["roles"][:15]:
+        print(
+            f"{row['cpu_seconds']:8,.0f} s {row['share']:6.1%} {row['processes']:5d}  {row['role']}"
+        )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
