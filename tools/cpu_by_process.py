@@ -98,7 +98,8 @@ class Sampler:
             parent, cpu, start = read
             seen = self.processes.get((pid, start))
             exe = _exe(pid)
-            if seen is None or seen["exe"] != exe:  # new, or exec'd (spark-class execs java)
+            # new, or exec'd (spark-class execs java); a process ending has no exe: kept as was
+            if seen is None or (exe and seen["exe"] != exe):
                 seen = self.processes.setdefault(
                     (pid, start), {"pid": int(pid), "first": now, "before": cpu * self.first}
                 )

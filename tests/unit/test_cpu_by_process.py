@@ -80,3 +80,16 @@ def test_a_busy_child_is_sampled_and_counted_from_its_start():
     # the last sample before it exited saw most of its second of CPU
     assert theirs and 0.3 <= theirs[0]["cpu"] <= 1.5, theirs
     assert cpu_by_process.role(theirs[0]).startswith("Python")
+
+
+def test_a_process_seen_ending_keeps_what_it_was(monkeypatch):
+    """A process caught as it ends has no exe and no command line: its role stays the one it
+    had (the last sample of a session catches every JVM so)."""
+    sampler = Sampler()
+    sampler.sample()
+    monkeypatch.setattr(cpu_by_process, "_exe", lambda pid: "")
+    monkeypatch.setattr(cpu_by_process, "_command", lambda pid: "")
+    sampler.sample()
+    [mine] = [r for r in sampler.records() if r["pid"] == os.getpid()]
+    assert mine["exe"].endswith(os.path.basename(os.path.realpath(sys.executable)))
+    assert role(mine) == "Python: pytest"
