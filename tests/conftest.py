@@ -278,8 +278,9 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """Each test's CPU (setup to teardown) in its JUnit report: this worker, its SparkSession's
-    JVM and every process the test started (`tools/cpu_by_process.tree_cpu`); not the shared
-    servers' (the SQL endpoint's builds, S3, Kafka). `tools/test_times.py` sums it per file:
+    JVM and every process the test started (`tools/cpu_by_process.tree_cpu`); in `make test`
+    not the shared servers' (the SQL endpoint's builds, S3, Kafka: the controller's children),
+    in a run without workers theirs too. `tools/test_times.py` sums it per file:
     seconds of CPU against seconds of wall tell a busy test from a waiting one."""
     yield
     start = item.stash.get(CPU_AT_START, None)

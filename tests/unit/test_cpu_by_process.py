@@ -93,3 +93,13 @@ def test_a_process_seen_ending_keeps_what_it_was(monkeypatch):
     [mine] = [r for r in sampler.records() if r["pid"] == os.getpid()]
     assert mine["exe"].endswith(os.path.basename(os.path.realpath(sys.executable)))
     assert role(mine) == "Python: pytest"
+
+
+def test_a_tree_counts_the_children_it_ran_and_reaped():
+    """tree_cpu's difference across a child that spins for half a second of CPU and is reaped
+    holds that half second (the child's CPU moves into this process's children's times)."""
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    before = cpu_by_process.tree_cpu()
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    used = cpu_by_process.tree_cpu() - before
+    assert 0.5 <= used <= 1.5, used  # the child's 0.5 s, its interpreter's start, this scan
