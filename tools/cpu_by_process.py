@@ -27,13 +27,20 @@ from pathlib import Path
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _read(pid: str) -> tuple[int, float, float] | None:
-    """(parent pid, CPU seconds so far, start time in ticks) of a process, None if gone."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), None if gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _read(pid: str) -> tuple[int, float, float] | None:
+    """(parent pid, CPU seconds so far, start time in ticks) of a process, None if gone."""
+    fields = _stat(pid)
+    if fields is None:
+        return None
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, float(fields[19])
 
 
@@ -53,27 +60,20 @@ def _exe(pid: str) -> str:
 
 
 def tree_cpu(pid: int | None = None) -> float:
-    """CPU seconds of a process and its descendants so far: its own, its reaped children's
-    (from ``os.times`` when it is this process), and every live descendant's with the children
-    each has reaped. A descendant that ends and is reaped moves from one sum to the other, so
-    the difference of two readings is what the tree used between them (the test report's
-    ``cpu_seconds``: the worker, its SparkSession's JVM and Python workers, the commands it ran).
+    """CPU seconds of a process (this one unless given) and its descendants so far: each live
+    one's own and its reaped children's (``/proc``'s utime, stime, cutime, cstime). A descendant
+    that ends and is reaped moves from one sum to its parent's, so the difference of two
+    readings is what the tree used between them (the test report's ``cpu_seconds``: the worker,
+    its SparkSession's JVM and Python workers, the commands it ran).
     """
-    pid = os.getpid() if pid is None else pid
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = defaultdict(list)
     cpu: dict[int, float] = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
-    total, todo = 0.0, [pid]
-    children: dict[int, list[int]] = defaultdict(list)
-    for child, parent in parents.items():
-        children[parent].append(child)
+        fields = _stat(entry)
+        if fields is not None:
+            children[int(fields[1])].append(int(entry))
+            cpu[int(entry)] = sum(int(f) for f in fields[11:15]) / TICK
+    total, todo = 0.0, [os.getpid() if pid is None else pid]
     while todo:
         current = todo.pop()
         total += cpu.get(current, 0.0)
