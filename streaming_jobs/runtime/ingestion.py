@@ -38,7 +38,7 @@ from streaming_jobs.storage.lake import (
 )
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.storage.spark import without_adaptive_plans
-from streaming_jobs.core.validation import LINE, LineParser
+from streaming_jobs.core.validation import LINE, line_parser
 
 LINEAGE = [
     T.StructField("_source_file", T.StringType()),
@@ -194,7 +194,7 @@ class BronzeBatchWriter:
         self.quarantine = paths.table("quarantine", schema.name)
         self.checkpoint = paths.checkpoint(query_name(schema.name))
         self.written: dict[int, tuple[int, int]] = {}
-        self.parse = LineParser(schema)
+        self.parse = line_parser(schema)
         ensure_table(spark, self.bronze, bronze_schema(schema), ROW_TRACKING)
         ensure_table(spark, self.quarantine, QUARANTINE_SCHEMA)
         add_missing_columns(spark, self.bronze, bronze_schema(schema))  # older data roots

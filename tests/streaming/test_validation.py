@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pyspark.testing import assertDataFrameEqual
 
-from streaming_jobs.schemas import TRANSACTIONS
-from streaming_jobs.core.validation import parse_lines
+from streaming_jobs.schemas import RIDES, TRANSACTIONS
+from streaming_jobs.core.validation import line_parser, parse_lines
 
 GOOD = (
     '{"event_id":"e1","user_id":"u1","card_id":"c1","merchant":"m","amount":12.5,'
@@ -60,6 +60,21 @@ def test_each_line_gets_its_fields_or_its_reason(spark):
         "_line string, event_id string, amount double, event_time timestamp, _reason string",
     )
     assertDataFrameEqual(result, expected)
+
+
+def test_a_streams_parser_is_built_once_and_serves_every_batch(spark):
+    parser = line_parser(TRANSACTIONS)
+    assert line_parser(TRANSACTIONS) is parser  # each bronze writer of the stream reuses it
+    assert line_parser(RIDES) is not parser
+    # one parser over two batches in turn: each gets its own lines' answers
+    first = spark.createDataFrame([(GOOD,)], "_line string")
+    second = spark.createDataFrame([(GOOD.replace("12.5", "true"),), ("{}",)], "_line string")
+    assert [(r.amount, r._reason) for r in parser(first).collect()] == [(12.5, None)]
+    assert sorted(r._reason for r in parser(second).collect()) == [
+        "amount is a JSON boolean, not a number",
+        "missing required field(s): event_id, user_id, card_id, merchant, amount, currency, "
+        "status, event_time",
+    ]
 
 
 def reasons(spark, lines, schema=TRANSACTIONS) -> list:
