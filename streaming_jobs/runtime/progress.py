@@ -20,6 +20,7 @@ import re
 import threading
 from collections import defaultdict
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Callable
 
 from pyspark.sql import SparkSession
@@ -145,6 +146,42 @@ def progress_row(job: str, progress: dict) -> dict:
     }
 
 
+class _SparkEvents:
+    """Spark's listener interface, called from the JVM, handing `ProgressLog` only what it
+    reads: the progress as Spark's JSON, the run id, the exception.
+
+    PySpark's own listener converts each progress event into Python objects first: dozens of
+    calls into the JVM, and a class looked up on the whole class path for each observed metric.
+    That took 106 ms per progress event against 0.8 ms for the JSON alone (2026-12-02, one
+    session, a windowed count with three observed metrics): CPU on every batch of every query,
+    and events waiting in the listener's queue."""
+
+    def __init__(self, log: ProgressLog) -> None:
+        self.log = log
+
+    def onQueryStarted(self, jevent) -> None:  # noqa: N802 - Spark's names
+        self.log.onQueryStarted(SimpleNamespace(runId=jevent.runId().toString()))
+
+    def onQueryProgress(self, jevent) -> None:  # noqa: N802
+        json_text = jevent.progress().json()
+        self.log.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json_text)))
+
+    def onQueryIdle(self, jevent) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, jevent) -> None:  # noqa: N802
+        exception = jevent.exception()
+        self.log.onQueryTerminated(
+            SimpleNamespace(
+                runId=jevent.runId().toString(),
+                exception=exception.get() if exception.isDefined() else None,
+            )
+        )
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 class ProgressLog(StreamingQueryListener):
     """Buffers progress rows per query until they are flushed to the ops table."""
 
@@ -153,6 +190,18 @@ class ProgressLog(StreamingQueryListener):
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._terminated: dict[str, str | None] = {}
         self._reported: dict[str, int] = {}  # per run id still running: batches reported
+
+    @property
+    def _jlistener(self):
+        """What `spark.streams.addListener` registers: Spark's wrapper around `_SparkEvents`
+        (instead of PySpark's converting one)."""
+        from pyspark import SparkContext
+
+        if not hasattr(self, "_jlistenerobj"):
+            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(
+                _SparkEvents(self)
+            )
+        return self._jlistenerobj
 
     # Spark's callbacks -------------------------------------------------------------
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's name
