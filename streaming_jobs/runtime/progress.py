@@ -152,9 +152,9 @@ class _SparkEvents:
 
     PySpark's own listener converts each progress event into Python objects first: dozens of
     calls into the JVM, and a class looked up on the whole class path for each observed metric.
-    That took 106 ms per progress event against 0.8 ms for the JSON alone (2026-12-02, one
-    session, a windowed count with three observed metrics): CPU on every batch of every query,
-    and events waiting in the listener's queue."""
+    That took 112.8 ms per progress event against 0.9 ms for the JSON alone (median, 2026-12-02,
+    `tools/benchmarks/listener_cost.py`): CPU on every batch of every query, and events waiting
+    in the listener's queue."""
 
     def __init__(self, log: ProgressLog) -> None:
         self.log = log
