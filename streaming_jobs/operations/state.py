@@ -208,10 +208,13 @@ def inspect(
                 F.to_json(F.struct("key")).alias("key"),
                 F.length(F.to_json(F.struct(*held))).alias("bytes"),
             )
-            op.rows += state.count()
-            op.largest += [
-                (r.key, r.bytes) for r in sized.orderBy(F.col("bytes").desc()).limit(top).collect()
-            ]
+            # one pass over the store: its row count and its largest values (a bounded heap)
+            [read] = sized.agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.max_by(F.struct("key", "bytes"), "bytes", max(top, 1)).alias("largest"),
+            ).collect()
+            op.rows += read.rows
+            op.largest += [(r.key, r.bytes) for r in read.largest or []]
         op.largest = sorted(op.largest, key=lambda kv: -kv[1])[:top]
         out.append(op)
     return out

@@ -263,6 +263,13 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
         > 0
     )
     assert len(op.largest) == 3 and "event_id" in op.largest[0][0]
+    # the largest values' sizes, measured here from the state's rows as JSON
+    held = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).collect()
+    sizes = sorted(
+        (len(json.dumps({"value": r.value.asDict(True)}, separators=(",", ":"))) for r in held),
+        reverse=True,
+    )
+    assert [size for _, size in op.largest] == sizes[:3]
     # the runbook's command for a state alert, in a process of its own (no stream ever ran in
     # its session): the same operator and rows
     shown = subprocess.run(
