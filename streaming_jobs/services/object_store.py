@@ -48,6 +48,8 @@ SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
 BUILD_TIMEOUT = 3600.0
 GRPC_OFFSET = 10000
 STOP_GRACE_SECONDS = 8.0
+# a volume id no store reaches (ids count up from 1): its lookup tells a warming master apart
+UNUSED_VOLUME = 4_000_000_000
 
 
 def paired_port() -> int:
@@ -190,19 +192,20 @@ class ObjectStoreServer(Service):
         server_keys(self.cfg)
 
     def ready(self, info: dict) -> bool:
-        """The master leads (a volume for a new bucket can be made), the filer answers
+        """The store takes writes: its master leads and is past its warm-up, its filer answers
         (buckets are its folders) and the S3 gateway accepts. A restarted master resumes its
-        state and leads only after an election: until then the filer and the gateway answer,
-        but every write waits."""
-        urls = [f"http://{HOST}:{info['filer_port']}/"]
+        state, leads after an election and then assigns nothing for 15 s (SeaweedFS's warm-up,
+        while its volume servers report in): until then the filer and the gateway answer, but
+        every write waits."""
         if "master_port" in info:  # a server an older tidemark started does not say
-            urls.insert(0, f"http://{HOST}:{info['master_port']}/cluster/healthz")
-        for url in urls:
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    pass
-            except (urllib.error.URLError, OSError):  # HTTPError (503: no leader yet) is one
+            master = f"http://{HOST}:{info['master_port']}"
+            if _status(f"{master}/cluster/healthz") != 200:
+                return False  # no leader yet
+            # a volume no store has: "not found" (404), or 503 while the master warms up
+            if _status(f"{master}/dir/lookup?volumeId={UNUSED_VOLUME}") != 404:
                 return False
+        if _status(f"http://{HOST}:{info['filer_port']}/") != 200:
+            return False
         return accepts(HOST, int(info["port"]))
 
     def run(self, stop: threading.Event) -> int:
@@ -265,6 +268,17 @@ class ObjectStoreServer(Service):
         return self.supervise(
             [weed], stop, STOP_GRACE_SECONDS, filer_port=ports["filer"], master_port=ports["master"]
         )
+
+
+def _status(url: str) -> int | None:
+    """The HTTP status ``url`` answers with, or None if nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return None
 
 
 def _server(cfg: TidemarkConfig, info: dict) -> S3Server:

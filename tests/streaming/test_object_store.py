@@ -102,6 +102,11 @@ def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
         "from streaming_jobs.services import object_store\n"
         "cfg = TidemarkConfig.from_env()\n"
         "print(object_store.start(cfg).endpoint, flush=True)\n"
+        # started means writable: its master assigns at once (a restarted one warms up first)
+        "import json, urllib.request\n"
+        "info = json.loads((cfg.s3.home / 'server.json').read_text())\n"
+        "url = f\"http://127.0.0.1:{info['master_port']}/dir/assign?collection=probe\"\n"
+        "print(urllib.request.urlopen(url, timeout=30).status, flush=True)\n"
         "ensure_bucket(cfg, sys.argv[1])\n"
         "place = locations.Location.of(f's3://{sys.argv[1]}/a/b.json')\n"
         "locations.write_bytes(place, b'{}')\n"
@@ -120,8 +125,9 @@ def test_a_restarted_server_starts_at_once_and_takes_new_buckets(tmp_path):
             timeout=240,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        endpoint, written = done.stdout.split()
+        endpoint, assigned, written = done.stdout.split()
         assert endpoint.startswith("http://127.0.0.1:") and written == "{}"
+        assert assigned == "200"
         if freeze:
             cfg = TidemarkConfig.from_env(env)
             info = json.loads((tmp_path / "s3" / "server.json").read_text())
