@@ -226,6 +226,9 @@ class ObjectStoreServer(Service):
             )
         command = [
             str(binary(self.cfg)),
+            # its log goes to the server's log only (by default glog also writes files into
+            # the machine's temporary folder, up to 1.8 GB each, one set per start)
+            "-logtostderr",
             "server",
             f"-dir={data}",
             f"-ip={HOST}",
