@@ -192,17 +192,20 @@ class ObjectStoreServer(Service):
         server_keys(self.cfg)
 
     def ready(self, info: dict) -> bool:
-        """The store takes writes: its master leads and is past its warm-up, its filer answers
-        (buckets are its folders) and the S3 gateway accepts. A restarted master resumes its
-        state, leads after an election and then assigns nothing for 15 s (SeaweedFS's warm-up,
-        while its volume servers report in): until then the filer and the gateway answer, but
-        every write waits."""
+        """The store takes writes: its master leads, is past its warm-up and has a volume server
+        (a new bucket's first write makes a volume there), its filer answers (buckets are its
+        folders) and the S3 gateway accepts. Until then the filer and the gateway answer, but a
+        write is refused ("no free volumes left") or waits: a new master has no volume server
+        until its first heartbeat (about 2.5 s), and a restarted master resumes its state,
+        leads after an election and then assigns nothing for 15 s (SeaweedFS's warm-up)."""
         if "master_port" in info:  # a server an older tidemark started does not say
             master = f"http://{HOST}:{info['master_port']}"
             if _status(f"{master}/cluster/healthz") != 200:
                 return False  # no leader yet
             # a volume no store has: "not found" (404), or 503 while the master warms up
             if _status(f"{master}/dir/lookup?volumeId={UNUSED_VOLUME}") != 404:
+                return False
+            if not _volume_slots(f"{master}/dir/status"):
                 return False
         if _status(f"http://{HOST}:{info['filer_port']}/") != 200:
             return False
@@ -282,6 +285,16 @@ def _status(url: str) -> int | None:
         return exc.code
     except (urllib.error.URLError, OSError):
         return None
+
+
+def _volume_slots(url: str) -> int:
+    """The volumes the master's volume servers may hold (its topology's ``Max``; 0 until one
+    has reported in), or 0 if the master does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return int(json.load(answer)["Topology"]["Max"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _server(cfg: TidemarkConfig, info: dict) -> S3Server:
