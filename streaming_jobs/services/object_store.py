@@ -276,24 +276,27 @@ class ObjectStoreServer(Service):
         )
 
 
-def _status(url: str) -> int | None:
-    """The HTTP status ``url`` answers with, or None if nothing answers."""
+def _answer(url: str) -> tuple[int | None, bytes]:
+    """The HTTP status ``url`` answers with and its body, or (None, b"") if nothing answers."""
     try:
         with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status
+            return answer.status, answer.read()
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return exc.code, b""
     except (urllib.error.URLError, OSError):
-        return None
+        return None, b""
+
+
+def _status(url: str) -> int | None:
+    return _answer(url)[0]
 
 
 def _volume_slots(url: str) -> int:
     """The volumes the master's volume servers may hold (its topology's ``Max``; 0 until one
     has reported in), or 0 if the master does not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return int(json.load(answer)["Topology"]["Max"])
-    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return int(json.loads(_answer(url)[1])["Topology"]["Max"])
+    except (ValueError, KeyError, TypeError):
         return 0
 
 
