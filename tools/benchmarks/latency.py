@@ -33,6 +33,10 @@ bronze's Delta log, ``ops/stream_progress``, gold's Delta log):
   batch whose gold commit holds the row. ``order_payment_match`` rows wait for their 20-minute
   bound by definition: reported as processed only.
 
+With ``--spark-jobs`` the processes write Spark's event log (``<work>/events``), and each
+query's first batch after the restart also says when its first Spark job was submitted, how
+many it ran, and their task time against their CPU (``tools/spark_events.py``).
+
 Only files landed and processed before the kill count for latency; the batch end is the
 progress row's ``timestamp`` + ``batchDuration``. It prints markdown tables (docs/benchmarks.md)
 and writes ``--results`` (JSON).
@@ -65,6 +69,9 @@ from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate_by_time, write_files
 from streaming_jobs.storage.registry import get_job, registry, stream_schema
+
+sys.path.insert(0, str(CHECKOUT / "tools"))
+import spark_events  # noqa: E402 - a tool beside this folder, not a package
 
 LIVE_TRIGGER = 15.0  # orchestration.cli.live.TRIGGER_SECONDS (not imported: no Dagster here)
 # the measured phase starts 8.5 minutes past an hour: with a 10-minute watermark the hour's
@@ -189,8 +196,18 @@ def commit_times(cfg: TidemarkConfig, query: str) -> dict[int, float]:
 class Host:
     """The ``tidemark continuous`` process, started and killed as a user's would be."""
 
-    def __init__(self, cfg: TidemarkConfig, jobs: list[str], trigger: float):
+    def __init__(
+        self, cfg: TidemarkConfig, jobs: list[str], trigger: float, events: Path | None = None
+    ):
         self.env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
+        if events is not None:  # Spark's event log, uncompressed, for `spark_events`
+            events.mkdir(parents=True, exist_ok=True)
+            logging = (
+                f"spark.eventLog.enabled=true;spark.eventLog.dir={events.as_uri()};"
+                "spark.eventLog.compress=false"
+            )
+            before = self.env.get("TIDEMARK_SPARK_CONF", "").strip().rstrip(";")
+            self.env["TIDEMARK_SPARK_CONF"] = f"{before};{logging}" if before else logging
         self.command = [
             str(Path(sys.executable).with_name("tidemark")),
             "continuous",
@@ -411,6 +428,12 @@ def table(report: dict, recovery: dict | None) -> list[str]:
                 if b
                 else "-"
             )
+            jobs = (b or {}).get("spark")
+            if jobs and jobs["spark_jobs"]:
+                batch += (
+                    f"; {jobs['spark_jobs']} Spark jobs from {jobs['first_job_s']} s, tasks "
+                    f"{jobs['tasks_s']} s for {jobs['cpu_s']} s of CPU"
+                )
             out.append(f"| {query} | {seconds if seconds is not None else 'none'} | {batch} |")
     return out
 
@@ -428,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=54)
     parser.add_argument("--work", default=None, help="folder for the data root (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the data root")
+    parser.add_argument(
+        "--spark-jobs",
+        action="store_true",
+        help="write Spark's event log and say where each first batch after the kill went",
+    )
     parser.add_argument(
         "--results",
         default=str(default_results("latency.json")),
@@ -468,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             "newest": utc_seconds(MEASURED_START),
             "phase": "warm-up",
         }
-    host = Host(cfg, jobs, args.trigger)
+    host = Host(cfg, jobs, args.trigger, work / "events" if args.spark_jobs else None)
     host.start()
     queries = [query_name(s) for s in streams] + jobs
     began = time.time()
@@ -557,12 +585,33 @@ def restart_batches(cfg: TidemarkConfig, killed: float) -> dict[str, dict]:
     return first
 
 
+def restart_spark_jobs(events: Path, recovery: dict, killed: float) -> None:
+    """Each query's first batch after the kill, as the restarted process's event log has it:
+    its Spark jobs' count, the first one's submission and the last one's end (seconds after
+    the kill), their task time and their CPU; and when the new SparkContext started."""
+    after = [p for p in spark_events.applications(events) if p.stat().st_mtime > killed]
+    if not after:
+        recovery["spark_jobs"] = "no event log written after the kill"
+        return
+    log = spark_events.read(after[0])
+    recovery["spark_context_start_s"] = (
+        round(log.app_start - killed, 2) if log.app_start is not None else None
+    )
+    names = log.query_names(set(recovery["first_batch"]))
+    ids = {name: query for query, name in names.items()}
+    for query, batch in recovery["first_batch"].items():
+        if query in ids:
+            batch["spark"] = spark_events.batch_summary(log, ids[query], batch["batch"], killed)
+
+
 def finish(cfg: TidemarkConfig, work: Path, args) -> int:
     run = json.loads((work / "run.json").read_text())
     jobs, killed, recovery = run["jobs"], run["killed"], run["recovery"]
     report = analyse(cfg, jobs, run["landed"], killed)
     if recovery and killed:
         recovery["first_batch"] = restart_batches(cfg, killed)
+        if (work / "events").is_dir():
+            restart_spark_jobs(work / "events", recovery, killed)
     result = {
         **{k: run[k] for k in ("command", "rate_per_stream", "seconds", "trigger_s", "exit_code")},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
