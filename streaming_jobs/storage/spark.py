@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 SPARK_VERSION = "4.2.0"
+# how long a local master waits for its own in-process executor's heartbeat (spark_conf)
+LOCAL_HEARTBEAT_TIMEOUT = "3650d"
 LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
 # The Python package is delta-spark 4.4.1, but no 4.4.1 jar for Spark 4.2 is published on
 # Maven Central (measured 2026-11-21: delta-spark_4.2_2.13 has only 4.4.0). The two Python
@@ -409,6 +411,14 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         )
     else:
         conf["spark.sql.catalogImplementation"] = "in-memory"
+    if cfg.spark.master == "local" or cfg.spark.master.startswith("local["):
+        # The executor lives in the driver's JVM, so its heartbeats can only stop when the whole
+        # process is paused: a host or VM frozen, a laptop asleep, a long GC, SIGSTOP. Past
+        # spark.network.timeout (120 s) the driver would then drop its own executor, which
+        # cannot register again in local mode, and ten minutes later the executor ends the JVM
+        # (every query and the session with it; seen in CI after a 168 s freeze of the host).
+        # Never expire it: a paused process carries on where it stopped.
+        conf["spark.storage.blockManagerHeartbeatTimeoutMs"] = LOCAL_HEARTBEAT_TIMEOUT
     if cfg.spark.master.startswith("spark://"):
         conf.update(cluster_conf(cfg))
     jars = cached_jars(cfg)
