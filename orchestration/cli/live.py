@@ -28,7 +28,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig
 
@@ -79,13 +78,18 @@ class DagsterDev:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def command(self) -> list[str]:
+        """`dagster dev` on loopback, with a code server that outlasts a paused host
+        (orchestration/cli/dagster_dev.py); run in the checkout with `env`."""
+        dagster = [sys.executable, "-m", "orchestration.cli.dagster_dev"]
+        return [*dagster, "dev", "-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"]
+
     def start(self, timeout: float = 300.0) -> "Graphql":
         prepare_dagster_home(self.cfg)
         self.cfg.paths.logs.mkdir(parents=True, exist_ok=True)
-        dagster = str(Path(sys.executable).with_name("dagster"))
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
-                [dagster, "dev", "-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"],
+                self.command(),
                 cwd=CHECKOUT,
                 env=self.env,
                 stdout=log,

@@ -134,3 +134,47 @@ def test_a_data_roots_own_endpoint_serves_dbt_until_stopped_and_a_shared_one_is_
     assert "SQL endpoint stopped" in stopped.stdout
     assert discover(cfg) is None
     assert run(shared, tidemark, "sql", "status").returncode == 1  # nothing answers now
+
+
+def test_the_code_server_of_tidemarks_dagster_dev_outlasts_a_paused_host(cfg):
+    """`dagster dev`'s code server shuts itself down after 45 s without a heartbeat, and then
+    refuses every new run while one it hosts goes on: a host paused that long (seen in `make
+    live` frozen for 150 s) would leave no reconciliation, savepoint or restart able to start.
+    The code server tidemark's `dagster dev` starts, as the operating system sees it: it waits a
+    day for a heartbeat, and so does the definitions server it spawns."""
+    from orchestration.cli.dagster_dev import PAUSE_TOLERANCE_SECONDS
+    from orchestration.cli.live import DagsterDev
+    from streaming_jobs.core.config import CHECKOUT
+
+    dev = DagsterDev(cfg, free_port())
+    cfg.paths.dagster_home.mkdir(parents=True)
+    proc = subprocess.Popen(
+        dev.command(),
+        cwd=CHECKOUT,
+        env=dev.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline, server = time.monotonic() + 120, None
+        while server is None and time.monotonic() < deadline:
+            assert proc.poll() is None, "dagster dev ended"
+            for pid in descendants(proc.pid):
+                try:
+                    argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+                    environ = Path(f"/proc/{pid}/environ").read_text().split("\0")
+                except OSError:
+                    continue
+                if "code-server" in argv and "start" in argv:
+                    server = argv, environ
+            time.sleep(0.5)
+        assert server is not None, "no code server started"
+        argv, environ = server
+        assert "--heartbeat" in argv
+        assert argv[argv.index("--heartbeat-timeout") + 1] == str(PAUSE_TOLERANCE_SECONDS)
+        assert f"DAGSTER_GRPC_PROXY_HEARTBEAT_TTL_SECONDS={PAUSE_TOLERANCE_SECONDS}" in environ
+        assert PAUSE_TOLERANCE_SECONDS >= 3600
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
