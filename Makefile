@@ -13,11 +13,12 @@ PORT ?= 3000
 
 setup: $(SETUP_DONE)
 
-# The virtual environment, with every pin from pyproject.toml.
+# The virtual environment, with every pin from pyproject.toml. --no-compile: Python compiles a
+# module when it is first imported (and keeps it), not all 165 packages up front (100 s -> 48 s).
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-compile -e '.[test]'
 	touch $@
 
 # The Delta jars, resolved once from Maven Central into the cache, the driver's class archive,

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 
 from streaming_jobs.core.checkpoints import CheckpointBusy
@@ -64,10 +65,13 @@ def setup(cfg: TidemarkConfig) -> None:
 
     with Console(cfg, "setup") as console:
         get_spark(cfg)  # first start resolves the jars into the cache and records them
-        archive = build_class_archive(cfg)  # every later JVM start maps these classes
-        ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
-        prepare_dagster_home(cfg)
-        ensure_manifest(cfg)
+        # every later JVM start maps these classes; its JVM (about a minute) runs beside the rest
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="class-archive") as pool:
+            building = pool.submit(build_class_archive, cfg)
+            ops_tables.ensure_all(cfg)  # created once, up front: writers only ever append
+            prepare_dagster_home(cfg)
+            ensure_manifest(cfg)
+            archive = building.result()
         classes = (
             f"JVM class archive {archive.name}"
             if archive
