@@ -413,11 +413,15 @@ class Bench:
     def landing(self) -> Path:
         return self.work / "events" / "landing"
 
-    def prepare(self) -> None:
+    def prepare(self, reference: bool = True) -> None:
+        """Generate the events, and (``reference``) run them uninterrupted once: the outcome
+        the killed runs, the continuous runs and the full disks are judged against."""
         from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 
         gen = GeneratorConfig(stream=STREAM, events=self.events, files=6, seed=self.seed)
         write_files(self.landing / STREAM, gen, generate(gen))
+        if not reference:
+            return
         root = self.fresh_root("reference")
         ok, seconds, out = run_worker(root, "run")
         if not ok:
@@ -943,14 +947,19 @@ def swap_prepared(bench: Bench, number: int, point: str):
         reference = bench.fresh_root("swap-new-ref")
         with environment(new):
             ok, _, out = run_worker(reference, "swap-run")
+        if not ok:
+            raise RuntimeError(f"chaos: the new version's uninterrupted run failed:\n{out}")
+        bench.swap_new = swap_snapshot(reference)
+    if point == "rebuild" and not bench.rebuild_seconds:
+        # a kill at a random instant of a rebuild needs its length: one uninterrupted (the
+        # swap's fault points stop at a stage, and their trials judge the outcome the same way)
         root = bench.fresh_root("swap-ref")
         with environment(old):
-            ok = ok and run_worker(root, "swap-run")[0]
+            ok, _, out = run_worker(root, "swap-run")
         with environment(new):
             rebuilt, bench.rebuild_seconds, out2 = run_worker(root, "rebuild")
         if not (ok and rebuilt):
-            raise RuntimeError(f"chaos: the uninterrupted swap runs failed:\n{out}\n{out2}")
-        bench.swap_new = swap_snapshot(reference)
+            raise RuntimeError(f"chaos: the uninterrupted rebuild failed:\n{out}\n{out2}")
         if swap_snapshot(root)["gold"] != bench.swap_new["gold"]:
             raise RuntimeError("chaos: an uninterrupted rebuild did not give the new version")
     root = bench.fresh_root(f"{point}-{number}")
@@ -1049,6 +1058,11 @@ def restore_root(bench: Bench) -> tuple[Path, dict]:
     return root, snapshot(root)  # what every restore and catch-up must give back
 
 
+# the points whose trials are judged against the bench's uninterrupted run (the others measure
+# their own references: the swap job's versions, the restore root, the maintenance waves)
+JUDGED_BY_REFERENCE = {"incremental", "continuous"}
+
+
 def run_trials(
     points: list[str],
     trials: int,
@@ -1065,7 +1079,9 @@ def run_trials(
     IN_PROCESS = spark
     rng = random.Random(seed)
     bench = Bench(work, events, seed)
-    bench.prepare()
+    bench.prepare(
+        reference=any(p in JUDGED_BY_REFERENCE or p.startswith("disk_full.") for p in points)
+    )
     started = time.monotonic()
     out: list[Trial] = []
     restore_at = None
