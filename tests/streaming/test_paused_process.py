@@ -29,14 +29,19 @@ WORKER = textwrap.dedent(
 )
 
 # Spark's timeouts shortened so that the pause exceeds them in seconds, not minutes: the driver
-# checks for silent executors every second, gives up on one after 4 s, and the executor ends its
-# JVM after 2 failed heartbeats (Spark's defaults: 60 s, 120 s, 60).
+# checks for silent executors every second and gives up on one after 4 s (Spark's defaults: 60 s,
+# 120 s). The executor sends a heartbeat every 0.5 s and waits that long for each answer; it ends
+# its JVM after 20 failures in a row (Spark's default: 60 at 10 s). With 2 allowed, a loaded CI
+# machine ended the JVM during its start, before the pause.
 SHORT_TIMEOUTS = {
     "spark.network.timeout": "4s",
     "spark.network.timeoutInterval": "1s",
     "spark.executor.heartbeatInterval": "500ms",
-    "spark.executor.heartbeat.maxFailures": "2",
+    "spark.executor.heartbeat.maxFailures": "20",
 }
+
+PAUSES = 3
+PAUSE_S = 6  # 1.5 times the timeout
 
 
 def _answer(proc: subprocess.Popen) -> list[str]:
@@ -49,6 +54,13 @@ def _answer(proc: subprocess.Popen) -> list[str]:
             return words
         seen.append(line)
     return ["ended", *seen]
+
+
+def _sum_after(proc: subprocess.Popen, wait_s: float) -> list[str]:
+    time.sleep(wait_s)
+    proc.stdin.write("sum\n")
+    proc.stdin.flush()
+    return _answer(proc)
 
 
 def test_a_process_paused_past_the_network_timeout_runs_on(tmp_path):
@@ -65,18 +77,19 @@ def test_a_process_paused_past_the_network_timeout_runs_on(tmp_path):
     )
     try:
         assert _answer(proc) == ["ready", "3"]
-        os.killpg(proc.pid, signal.SIGSTOP)
-        time.sleep(8)  # twice the timeout
-        os.killpg(proc.pid, signal.SIGCONT)
         answers = []
-        # 6 s after the pause: the driver's checks (every 1 s) and the executor's heartbeats
-        # (every 0.5 s, 2 failures allowed) have each had their many turns
-        for _ in range(4):
-            time.sleep(1.5)
-            proc.stdin.write("sum\n")
-            proc.stdin.flush()
-            answers.append(_answer(proc))
-        assert answers == [["sum", str(sum(range(1000)))]] * 4
+        # On waking, the driver's check for silent executors and the executor's heartbeat race:
+        # where the heartbeat comes first, even Spark's default lets the executor live. Three
+        # pauses give the check three chances to find it silent past the timeout.
+        for _ in range(PAUSES):
+            os.killpg(proc.pid, signal.SIGSTOP)
+            time.sleep(PAUSE_S)
+            os.killpg(proc.pid, signal.SIGCONT)
+            answers.append(_sum_after(proc, 1.5))
+        # then 3 s more: the driver's checks (every 1 s) and the executor's heartbeats (every
+        # 0.5 s) have each had their many turns
+        answers += [_sum_after(proc, 1.5), _sum_after(proc, 1.5)]
+        assert answers == [["sum", str(sum(range(1000)))]] * (PAUSES + 2)
     finally:
         proc.stdin.close()
         proc.wait(timeout=60)
