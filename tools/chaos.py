@@ -1058,9 +1058,10 @@ def restore_root(bench: Bench) -> tuple[Path, dict]:
     return root, snapshot(root)  # what every restore and catch-up must give back
 
 
-# the points whose trials are judged against the bench's uninterrupted run (the others measure
-# their own references: the swap job's versions, the restore root, the maintenance waves)
-JUDGED_BY_REFERENCE = {"incremental", "continuous"}
+def judged_by_reference(point: str) -> bool:
+    """The point's trials are judged against the bench's uninterrupted run (the others measure
+    their own references: the swap job's versions, the restore root, the maintenance waves)."""
+    return point in ("incremental", "continuous") or point.startswith("disk_full.")
 
 
 def run_trials(
@@ -1079,9 +1080,7 @@ def run_trials(
     IN_PROCESS = spark
     rng = random.Random(seed)
     bench = Bench(work, events, seed)
-    bench.prepare(
-        reference=any(p in JUDGED_BY_REFERENCE or p.startswith("disk_full.") for p in points)
-    )
+    bench.prepare(reference=any(judged_by_reference(p) for p in points))
     started = time.monotonic()
     out: list[Trial] = []
     restore_at = None

@@ -344,3 +344,44 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
     from streaming_jobs.operations.health import check
 
     assert "query_failed" not in {f.kind for f in check(cfg, "flaky_failures")}
+
+
+def test_a_query_that_cannot_start_ends_the_run_and_stops_the_ones_started_beside_it(
+    spark, cfg, monkeypatch
+):
+    """A run's queries start side by side (`_Host.start_all`), on a fresh data root a job after
+    the stream whose start creates its bronze table: when one cannot start, the run ends with
+    its error only once every other start has finished, and the ones that started are stopped
+    with their checkpoints free for the next run."""
+    from streaming_jobs.operations import continuous
+
+    land(cfg, "c.jsonl", [click(f"c{i}", "u1", i) for i in range(4)], stream="clicks")
+    real = continuous.gold_writer
+
+    def writer(spark_, cfg_, spec, *args, **kwargs):
+        if spec.name == "user_sessions":
+            raise RuntimeError("user_sessions: its writer failed (injected)")
+        time.sleep(3)  # still starting when the other has failed
+        return real(spark_, cfg_, spec, *args, **kwargs)
+
+    monkeypatch.setattr(continuous, "gold_writer", writer)
+    with pytest.raises(RuntimeError, match="its writer failed"):
+        continuous.run_continuous(
+            spark, cfg, streams=["clicks"], jobs=[JOB, "user_sessions"], max_seconds=60
+        )
+    assert spark.streams.active == []
+    assert (Path(cfg.paths.checkpoint(JOB)) / "metadata").exists()  # it had started
+    monkeypatch.setattr(continuous, "gold_writer", real)
+    names = ["bronze_clicks", JOB, "user_sessions"]
+    for name in names:  # no lock is left behind
+        with checkpoint_lock(cfg.paths.checkpoint(name), "the test"):
+            pass
+    run = continuous.run_continuous(
+        spark,
+        cfg,
+        streams=["clicks"],
+        jobs=[JOB, "user_sessions"],
+        trigger_seconds=1.0,
+        max_seconds=1.0,
+    )
+    assert sorted(run.metrics) == sorted(names)

@@ -169,3 +169,39 @@ def test_batches_a_killed_run_did_not_report_get_their_rows_back_from_the_checkp
     # restored once: a later run finds every batch reported
     run_job(spark, cfg, spec)
     assert len(ops_tables.read(cfg, "stream_progress", where=where)) == 6
+
+
+def test_a_gold_table_without_random_prefixes_gets_them_at_the_next_start_once(spark, cfg):
+    """A partitioned gold table an older tidemark made (Hive-style folders) is given
+    ``delta.randomizeFilePrefixes`` when its job's query is next built: one commit that
+    changes no row, and none when the table has it. The table's properties are read from its
+    log by delta-rs (`lake.ensure_properties`; on the store, the progress flush reads every
+    bronze table's metadata the same way)."""
+    from streaming_jobs.core.delta_log import commit_actions, latest_version
+    from streaming_jobs.core.locations import delta_table
+    from streaming_jobs.runtime.gold import gold_writer
+    from streaming_jobs.storage.lake import spark_path
+
+    spec = get_job("events_by_type")
+    land(cfg, "p.jsonl", [click(f"p{i}", "u1", i) for i in range(4)], stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    target = cfg.paths.table("gold", spec.name)
+    prefixes = "delta.randomizeFilePrefixes"
+    spark.sql(f"ALTER TABLE delta.`{spark_path(target)}` UNSET TBLPROPERTIES ('{prefixes}')")
+    assert prefixes not in delta_table(target).metadata().configuration
+    rows, before = read_table(spark, target).count(), latest_version(target)
+
+    gold_writer(spark, cfg, spec)
+    after = latest_version(target)
+    operations = [
+        a["commitInfo"]["operation"]
+        for v in range(before + 1, after + 1)
+        for a in commit_actions(target, v)
+        if "commitInfo" in a
+    ]
+    assert operations == ["SET TBLPROPERTIES"]
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{spark_path(target)}`").first()
+    assert detail.properties[prefixes] == "true" and read_table(spark, target).count() == rows
+    gold_writer(spark, cfg, spec)
+    assert latest_version(target) == after
