@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cpu_by_process import tree_cpu
+from cpu_by_process import read_tree, tree_use
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.storage.generator import GeneratorConfig, generate
 
@@ -271,21 +271,28 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    item.stash[CPU_AT_START] = tree_cpu()
+    item.stash[CPU_AT_START] = read_tree()
     yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """Each test's CPU (setup to teardown) in its JUnit report: this worker, its SparkSession's
-    JVM and every process the test started (`tools/cpu_by_process.tree_cpu`); in `make test`
+    JVM and every process the test started while it stays in the worker's tree
+    (`tools/cpu_by_process.tree_use`; a server it detaches is not counted); in `make test`
     not the shared servers' (the SQL endpoint's builds, S3, Kafka: the controller's children),
-    in a run without workers theirs too. `tools/test_times.py` sums it per file:
-    seconds of CPU against seconds of wall tell a busy test from a waiting one."""
+    in a run without workers theirs too. A test whose tree lost a process it had at its start
+    (one left running, or ended outside) gets ``cpu_unknown`` naming it, not a figure.
+    `tools/test_times.py` sums it per file: seconds of CPU against seconds of wall tell a busy
+    test from a waiting one."""
     yield
     start = item.stash.get(CPU_AT_START, None)
     if start is not None:
-        item.user_properties.append(("cpu_seconds", round(tree_cpu() - start, 2)))
+        use = tree_use(start, read_tree())
+        if use.seconds is not None:
+            item.user_properties.append(("cpu_seconds", use.seconds))
+        else:  # unknown, said so: never a figure that leaves out what it cannot see
+            item.user_properties.append(("cpu_unknown", "; ".join(use.lost)[:500]))
 
 
 def _uses_shared_sql(item) -> bool:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -59,26 +60,75 @@ def _exe(pid: str) -> str:
         return ""
 
 
-def tree_cpu(pid: int | None = None) -> float:
-    """CPU seconds of a process (this one unless given) and its descendants so far: each live
-    one's own and its reaped children's (``/proc``'s utime, stime, cutime, cstime). A descendant
-    that ends and is reaped moves from one sum to its parent's, so the difference of two
-    readings is what the tree used between them (the test report's ``cpu_seconds``: the worker,
-    its SparkSession's JVM and Python workers, the commands it ran).
-    """
+@dataclass(frozen=True)
+class TreeReading:
+    """One reading of a process and its descendants: each member by (pid, start time in
+    ticks) with its parent, its name and its CPU so far (its own and its reaped children's:
+    ``/proc``'s utime, stime, cutime, cstime), and every process of the machine then (pid to
+    start time), to tell a member that left the tree running from one that ended."""
+
+    members: dict[tuple[int, int], tuple[int, str, float]]
+    machine: dict[int, int]
+
+
+def read_tree(pid: int | None = None) -> TreeReading:
+    """The tree of a process (this one unless given) as it is now."""
     children: dict[int, list[int]] = defaultdict(list)
-    cpu: dict[int, float] = {}
+    seen: dict[int, tuple[int, int, str, float]] = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
-        fields = _stat(entry)
-        if fields is not None:
-            children[int(fields[1])].append(int(entry))
-            cpu[int(entry)] = sum(int(f) for f in fields[11:15]) / TICK
-    total, todo = 0.0, [os.getpid() if pid is None else pid]
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu = sum(int(f) for f in fields[11:15]) / TICK
+        seen[int(entry)] = (int(fields[19]), int(fields[1]), name, cpu)
+        children[int(fields[1])].append(int(entry))
+    members: dict[tuple[int, int], tuple[int, str, float]] = {}
+    todo = [os.getpid() if pid is None else pid]
     while todo:
         current = todo.pop()
-        total += cpu.get(current, 0.0)
-        todo.extend(children.get(current, []))
-    return total
+        if current in seen:
+            start, parent, name, cpu = seen[current]
+            members[(current, start)] = (parent, name, cpu)
+            todo.extend(children.get(current, []))
+    return TreeReading(members, {p: v[0] for p, v in seen.items()})
+
+
+@dataclass(frozen=True)
+class TreeUse:
+    """What a tree used between two readings: ``seconds`` is exact when ``lost`` is empty;
+    each entry of ``lost`` names a process of the first reading whose CPU in between cannot
+    be told (it left the tree running, or ended outside it), and then ``seconds`` is None."""
+
+    seconds: float | None
+    lost: tuple[str, ...]
+
+
+def tree_use(before: TreeReading, after: TreeReading) -> TreeUse:
+    """The CPU a tree used between two readings. A process present at both counts its
+    difference, a new one all it used; a process of the first reading that ended and was
+    reaped by its parent, still in the tree, moved its CPU into that parent's children's
+    times: what it had used before the first reading comes off again. Any other process of
+    the first reading that is not in the second makes the figure unknown, never a wrong one
+    (a child the tree reparented to init and that ended there took its CPU with it)."""
+    total = sum(cpu for _, _, cpu in after.members.values())
+    keys_before = {key[0]: key for key in before.members}
+    lost = []
+    for key, (parent, name, cpu) in before.members.items():
+        if key in after.members:
+            total -= cpu
+            continue
+        pid, started = key
+        parent_key = keys_before.get(parent)
+        if after.machine.get(pid) == started:
+            lost.append(f"{name} (pid {pid}) left the tree running")
+        elif parent_key is not None and parent_key in after.members:
+            total -= cpu
+        else:
+            lost.append(f"{name} (pid {pid}) ended outside the tree")
+    return TreeUse(None if lost else round(total, 2), tuple(lost))
 
 
 class Sampler:

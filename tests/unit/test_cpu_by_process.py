@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -95,11 +96,73 @@ def test_a_process_seen_ending_keeps_what_it_was(monkeypatch):
     assert role(mine) == "Python: pytest"
 
 
+SPIN = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass\n"
+
+
 def test_a_tree_counts_the_children_it_ran_and_reaped():
-    """tree_cpu's difference across a child that spins for half a second of CPU and is reaped
-    holds that half second (the child's CPU moves into this process's children's times)."""
-    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
-    before = cpu_by_process.tree_cpu()
-    subprocess.run([sys.executable, "-c", spin], check=True)
-    used = cpu_by_process.tree_cpu() - before
-    assert 0.5 <= used <= 1.5, used  # the child's 0.5 s, its interpreter's start, this scan
+    """A child that spins for half a second of CPU and is reaped between two readings: the
+    half second moves into this process's children's times and is counted once."""
+    before = cpu_by_process.read_tree()
+    subprocess.run([sys.executable, "-c", SPIN.format(0.5)], check=True)
+    use = cpu_by_process.tree_use(before, cpu_by_process.read_tree())
+    assert use.lost == () and 0.5 <= use.seconds <= 1.5, use  # and its interpreter's start
+
+
+def test_a_child_running_at_the_first_reading_counts_only_what_it_used_after():
+    """A child spins 0.6 s, is read, spins 0.5 s more and is reaped: its CPU before the first
+    reading comes off again (counted twice, the figure would pass 1.1 s)."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SPIN.format(0.6) + "import sys\nsys.stdin.readline()\n" + SPIN.format(0.5),
+        ],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while cpu_by_process._read(str(child.pid))[1] < 0.6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = cpu_by_process.read_tree()
+        assert any(pid == child.pid for pid, _ in before.members)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0
+    finally:
+        child.kill()
+    use = cpu_by_process.tree_use(before, cpu_by_process.read_tree())
+    assert use.lost == () and 0.5 <= use.seconds < 1.0, use
+
+
+def test_a_process_that_leaves_the_tree_running_makes_the_figure_unknown():
+    """A child forks a grandchild and ends: the grandchild, reparented, runs on outside the
+    tree, and what it used in between cannot be told: no figure, and the process named."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    time.sleep(120)\n"
+            "    os._exit(0)\n"
+            "print(pid, flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    grandchild = int(child.stdout.readline())
+    try:
+        before = cpu_by_process.read_tree()
+        assert {child.pid, grandchild} <= {pid for pid, _ in before.members}
+        child.stdin.write("end\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0
+        use = cpu_by_process.tree_use(before, cpu_by_process.read_tree())
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
+    assert use.seconds is None
+    assert len(use.lost) == 1 and f"(pid {grandchild}) left the tree running" in use.lost[0], use
