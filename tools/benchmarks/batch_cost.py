@@ -178,6 +178,8 @@ def measure(spark, base: TidemarkConfig, job: str, args) -> list[dict]:
     thread.start()
     try:
         for wave in range(args.waves + 1):  # wave 0 warms the queries up (first plans, tables)
+            if wave:
+                time.sleep(args.quiet_seconds)  # a sparse stream's quiet spell, if asked
             for stream, waves in files.items():
                 write_files(
                     cfg.paths.landing_dir(stream),
@@ -260,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--wave-seconds", type=float, default=120.0)
     parser.add_argument("--warmup-seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=0.0,
+        help="how long the streams stay quiet before each wave after the first (a sparse "
+        "stream: Spark ends Python workers idle for a minute)",
+    )
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--work", default=None, help="folder for the data roots (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the data roots")
