@@ -10,9 +10,12 @@ can keep up with. For each job, on a data root of its own, in one process (one S
 ingestion queries (landing -> bronze) and the job (bronze -> gold), ``--trigger-seconds``
 apart. After a warm-up wave it lands ``--waves`` waves of ``--events`` events per source
 stream, each once every query has read the one before (``--wave-seconds`` at most), then
-stops and reads every batch back from ``ops/stream_progress``. With ``--store`` every data root
-is on the project's S3 server (started for the run on 127.0.0.1): the same batches with their
-checkpoints, Delta commits and landing on an object store.
+stops and reads every batch back from ``ops/stream_progress``. With ``--quiet-seconds`` the
+streams stay quiet that long before each wave after the warm-up, as a sparse stream does
+(Spark ends Python workers idle for a minute: a keyed-state job's next batch starts new ones).
+With ``--store`` every data root is on the project's S3 server (started for the run on
+127.0.0.1): the same batches with their checkpoints, Delta commits and landing on an object
+store.
 
 Per query it reports, over the batches that carried input: the batch's wall time
 (``batchDuration``, median and worst), and where it went: Spark's own phases
