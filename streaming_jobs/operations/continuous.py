@@ -83,6 +83,7 @@ from streaming_jobs.runtime.runner import (
     settle_snapshots,
 )
 from streaming_jobs.storage.registry import stream_schema
+from streaming_jobs.storage.spark import session_settings
 
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
@@ -105,6 +106,17 @@ TRANSIENT_WINDOW_SECONDS = 600.0
 # The n-th in-place restart waits this x 2^(n-1): on a loaded machine the worker that did not
 # connect back in time needs the machine to calm down, not three tries within a minute
 TRANSIENT_BACKOFF_SECONDS = 15.0
+# A continuous run's queries run their plans interpreted. Spark writes a long or timestamp
+# literal into the Java code it generates, and a micro-batch's plan holds values that move every
+# batch (its watermark, its batch id and time), so each batch of each query generated, compiled
+# and loaded new classes (about 50 a second with every job hosted), which the JIT then compiled
+# again: a quarter of the process's CPU at 1,000 events/s per stream (docs/benchmarks.md, "A
+# continuous run's generated code"). A query starts with a copy of the session's settings, so
+# these hold for the queries this run starts; TIDEMARK_SPARK_CONF naming a key keeps its value.
+CONTINUOUS_SQL_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -503,6 +515,13 @@ class _Host:
                 between()  # reports go on between tables
 
 
+def interpreted_plans(spark: SparkSession, cfg: TidemarkConfig):
+    """`CONTINUOUS_SQL_CONF` on the session while a continuous run starts its queries (the keys
+    TIDEMARK_SPARK_CONF names left alone), the session's own values back afterwards."""
+    settings = {k: v for k, v in CONTINUOUS_SQL_CONF.items() if k not in cfg.spark.extra_conf}
+    return session_settings(spark, settings)
+
+
 @contextmanager
 def stop_on_signals(stop: threading.Event, received: list[str]):
     """SIGINT and SIGTERM set ``stop`` (their names go to ``received``) while the block runs;
@@ -596,6 +615,7 @@ def run_continuous(
             raise StreamRunError(
                 "continuous run: no query can start: " + " ".join(out.refused + out.held)
             )
+        locks.enter_context(interpreted_plans(spark, cfg))
         host = _Host(spark, cfg, streams, jobs, trigger_seconds)
         began = time.time()  # state files written since (settle_snapshots compares mtimes)
         failure: tuple[str, Exception] | None = None

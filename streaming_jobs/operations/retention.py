@@ -54,6 +54,7 @@ from streaming_jobs.core.locations import Item, Location, Where
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.core.checkpoints import CheckpointBusy, checkpoint_lock, last_committed_batch
 from streaming_jobs.storage.lake import spark_path
+from streaming_jobs.storage.spark import session_settings
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import commit_actions, commit_versions, latest_version
 
@@ -748,26 +749,17 @@ def _vacuum(spark, table: Where, hours: int) -> None:
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
     }
-    previous = {key: spark.conf.get(key, None) for key in lifted}
-    for key, value in lifted.items():
-        spark.conf.set(key, value)
     # LITE reads the commits up to the newest one older than the retention; when the log's
     # oldest commit left is younger than that (expired by an older tidemark), Delta finds no
     # such commit and silently deletes nothing: list the folder instead (FULL)
     kind = "" if _log_starts_after(table, time.time() - hours * 3600) else "LITE"
-    try:
+    with session_settings(spark, lifted):
         try:
             spark.sql(f"VACUUM delta.`{spark_path(table)}` {kind} RETAIN {hours} HOURS").collect()
         except Exception as exc:  # noqa: BLE001 - only the log-too-short case is retried
             if "LITE" not in str(exc) and "FULL" not in str(exc):
                 raise
             spark.sql(f"VACUUM delta.`{spark_path(table)}` RETAIN {hours} HOURS").collect()
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _log_starts_after(table: Where, since: float) -> bool:

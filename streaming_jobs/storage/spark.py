@@ -20,6 +20,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -590,6 +591,23 @@ def start_session(cfg: TidemarkConfig, conf: dict[str, str]):
 
 if __name__ == "__main__":
     _dump_classes(sys.argv[1])
+
+
+@contextmanager
+def session_settings(spark, settings: dict[str, str]):
+    """``settings`` on ``spark``'s session for the block, the session's own values (or none)
+    back afterwards: a process's session is shared (a test session, a Dagster process)."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def without_adaptive_plans(batch: DataFrame) -> None:

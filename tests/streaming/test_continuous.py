@@ -385,3 +385,47 @@ def test_a_query_that_cannot_start_ends_the_run_and_stops_the_ones_started_besid
         max_seconds=1.0,
     )
     assert sorted(run.metrics) == sorted(names)
+
+
+def test_a_continuous_runs_queries_plan_without_generated_code_and_the_session_keeps_its_own(
+    spark, cfg
+):
+    """The queries a continuous run starts take `CONTINUOUS_SQL_CONF` (each batch's session,
+    which a query copies from the session at its start, says so); the session's own settings are
+    back afterwards, and a key TIDEMARK_SPARK_CONF names keeps the user's value."""
+    from dataclasses import replace
+
+    from streaming_jobs.operations.continuous import CONTINUOUS_SQL_CONF, interpreted_plans
+
+    key = "spark.sql.codegen.wholeStage"
+
+    def as_a_started_query_sees_it() -> str:
+        seen = []
+        query = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 10)
+            .load()
+            .writeStream.foreachBatch(
+                lambda batch, _: seen.append(batch.sparkSession.conf.get(key))
+            )
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        assert seen and len(set(seen)) == 1, seen
+        return seen[0]
+
+    before = {k: spark.conf.get(k, None) for k in CONTINUOUS_SQL_CONF}
+    assert spark.conf.get(key) == "true"  # Spark's default, which the tests keep
+    with interpreted_plans(spark, cfg):
+        inside = as_a_started_query_sees_it()
+    assert inside == "false"
+    assert as_a_started_query_sees_it() == "true"
+    assert {k: spark.conf.get(k, None) for k in CONTINUOUS_SQL_CONF} == before
+
+    mine = replace(cfg, spark=replace(cfg.spark, extra_conf={**cfg.spark.extra_conf, key: "true"}))
+    with interpreted_plans(spark, mine):
+        assert as_a_started_query_sees_it() == "true"
+    assert {k: spark.conf.get(k, None) for k in CONTINUOUS_SQL_CONF} == before
