@@ -516,8 +516,9 @@ class _Host:
 
 
 def interpreted_plans(spark: SparkSession, cfg: TidemarkConfig):
-    """`CONTINUOUS_SQL_CONF` on the session while a continuous run starts its queries (the keys
-    TIDEMARK_SPARK_CONF names left alone), the session's own values back afterwards."""
+    """`CONTINUOUS_SQL_CONF` on the session for a continuous run's life, so that every query it
+    starts (again after a savepoint, a swap or an in-place restart too) copies it; the keys
+    TIDEMARK_SPARK_CONF names are left alone, and the session's own values come back after."""
     settings = {k: v for k, v in CONTINUOUS_SQL_CONF.items() if k not in cfg.spark.extra_conf}
     return session_settings(spark, settings)
 

@@ -376,6 +376,14 @@ def test_a_query_that_cannot_start_ends_the_run_and_stops_the_ones_started_besid
     for name in names:  # no lock is left behind
         with checkpoint_lock(cfg.paths.checkpoint(name), "the test"):
             pass
+    # each query starts with the run's interpreted plans; the session has its own back after
+    key, started_with, start = "spark.sql.codegen.wholeStage", [], continuous._Host.start
+
+    def start_seen(host, name):
+        started_with.append((name, host.spark.conf.get(key)))
+        return start(host, name)
+
+    monkeypatch.setattr(continuous._Host, "start", start_seen)
     run = continuous.run_continuous(
         spark,
         cfg,
@@ -385,6 +393,8 @@ def test_a_query_that_cannot_start_ends_the_run_and_stops_the_ones_started_besid
         max_seconds=1.0,
     )
     assert sorted(run.metrics) == sorted(names)
+    assert sorted(started_with) == [(name, "false") for name in sorted(names)]
+    assert spark.conf.get(key) == "true"
 
 
 def test_a_continuous_runs_queries_plan_without_generated_code_and_the_session_keeps_its_own(
