@@ -396,20 +396,7 @@ def live(
         gql = dagster.start()
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
         landing.start()
-        continuous = gql.launch(
-            CONTINUOUS_JOB,
-            {
-                "ops": {
-                    "run_continuously": {
-                        "config": {
-                            "trigger_seconds": TRIGGER_SECONDS,
-                            "flush_seconds": 15.0,
-                            "heartbeat_seconds": 15.0,
-                        }
-                    }
-                }
-            },
-        )
+        continuous = gql.launch(CONTINUOUS_JOB, continuous_config(TRIGGER_SECONDS))
         out(
             f"  continuous run    {continuous[:8]} hosting every job; landing {rate:g} events/s "
             f"per stream (payments fewer, in step with their orders); reconciliation every "
@@ -425,7 +412,7 @@ def live(
                 # producers do not stop when a consumer fails: landing goes on while
                 # streaming_restart_sensor starts the run again (with its backoff)
                 wait = cfg.ops.restart_wait(restarts + 1) + 120.0
-                successor = _successor(gql, continuous, timeout=wait)
+                successor = successor_run(gql, continuous, timeout=wait)
                 if successor is None:
                     out(
                         f"  the continuous run {continuous[:8]} ended ({ended}) and was not "
@@ -480,6 +467,16 @@ def live(
     return 1 if failures else 0
 
 
+def continuous_config(trigger_seconds: float) -> dict:
+    """The run config `live` launches the continuous run with (every job, this trigger)."""
+    settings = {
+        "trigger_seconds": trigger_seconds,
+        "flush_seconds": 15.0,
+        "heartbeat_seconds": 15.0,
+    }
+    return {"ops": {"run_continuously": {"config": settings}}}
+
+
 def settle_runs(gql: Graphql, wait_seconds: float, poll: float = 2.0) -> str:
     """Before Dagster stops (its run workers share its process group): let the runs in flight
     finish for up to ``wait_seconds``, then terminate the rest through Dagster, so that each is
@@ -509,7 +506,7 @@ def terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def _successor(gql: "Graphql", ended: str, timeout: float) -> str | None:
+def successor_run(gql: "Graphql", ended: str, timeout: float) -> str | None:
     """The continuous run launched after ``ended`` (by streaming_restart_sensor), if one is
     launched within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

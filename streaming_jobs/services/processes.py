@@ -45,6 +45,19 @@ def identity(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid}:{fields[19] if fields else ''}"
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, theirs, ...), from /proc; empty without it."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
 def ended(named: str) -> bool | None:
     """Whether the process ``named`` (an `identity`) has ended: a zombie counts as ended, and so
     does a process that took its id later. None when this host cannot tell (another host's)."""

@@ -11,25 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.services.processes import free_port
+from streaming_jobs.services.processes import descendants, free_port
 from streaming_jobs.services.sql_endpoint import discover
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid``, from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def alive(pid: int) -> bool:

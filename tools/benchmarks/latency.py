@@ -17,8 +17,13 @@ ingestion queries, as ``tidemark live`` hosts them (``--trigger``: live's trigge
 3. **Recovery** (``--kill``): the process group gets SIGKILL at a random instant of the next
    second, the same command starts again at once, and files keep landing for
    ``--recovery-seconds``. Measured per query: SIGKILL to its first commit after the restart
-   (its checkpoint's ``commits/N`` file). A restart through Dagster adds the restart sensor's
-   tick (10 s at most: its first restart of a chain has no back-off) and the run's launch.
+   (its checkpoint's ``commits/N`` file).
+   With ``--dagster`` the run is ``continuous_streaming_job`` launched through ``dagster dev``
+   as ``tidemark live`` launches it (the schedules that would share the cores set to January
+   1st); the kill is of the run's worker process and its JVM, and ``streaming_restart_sensor``
+   starts the next run as shipped: its tick (every 10 s; the first restart of a chain has no
+   back-off) and the run's launch are in the figure. It also says when Dagster failed the
+   killed run and created and started its restart.
 
 Afterwards, read back from the lake (bronze's ``_source_file`` and ``_ingest_batch_id``,
 bronze's Delta log, ``ops/stream_progress``, gold's Delta log):
@@ -66,6 +71,7 @@ from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig, default_results
 from streaming_jobs.core.locations import Location
 from streaming_jobs.intervals import interval_seconds
+from streaming_jobs.services.processes import descendants, free_port
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate_by_time, write_files
 from streaming_jobs.storage.registry import get_job, registry, stream_schema
@@ -193,21 +199,28 @@ def commit_times(cfg: TidemarkConfig, query: str) -> dict[int, float]:
     return out
 
 
+def host_env(cfg: TidemarkConfig, events: Path | None) -> dict[str, str]:
+    """The environment of the process hosting the queries: the data root, and with ``events``
+    Spark's event log (uncompressed, for `spark_events`)."""
+    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
+    if events is not None:
+        events.mkdir(parents=True, exist_ok=True)
+        logging = (
+            f"spark.eventLog.enabled=true;spark.eventLog.dir={events.as_uri()};"
+            "spark.eventLog.compress=false"
+        )
+        before = env.get("TIDEMARK_SPARK_CONF", "").strip().rstrip(";")
+        env["TIDEMARK_SPARK_CONF"] = f"{before};{logging}" if before else logging
+    return env
+
+
 class Host:
     """The ``tidemark continuous`` process, started and killed as a user's would be."""
 
     def __init__(
         self, cfg: TidemarkConfig, jobs: list[str], trigger: float, events: Path | None = None
     ):
-        self.env = {**os.environ, "TIDEMARK_DATA_ROOT": str(cfg.data_root)}
-        if events is not None:  # Spark's event log, uncompressed, for `spark_events`
-            events.mkdir(parents=True, exist_ok=True)
-            logging = (
-                f"spark.eventLog.enabled=true;spark.eventLog.dir={events.as_uri()};"
-                "spark.eventLog.compress=false"
-            )
-            before = self.env.get("TIDEMARK_SPARK_CONF", "").strip().rstrip(";")
-            self.env["TIDEMARK_SPARK_CONF"] = f"{before};{logging}" if before else logging
+        self.env = host_env(cfg, events)
         self.command = [
             str(Path(sys.executable).with_name("tidemark")),
             "continuous",
@@ -235,6 +248,11 @@ class Host:
         self.process.wait()
         return killed
 
+    def restart(self, killed: float) -> dict:
+        """Started again at once, as a supervisor with no back-off would."""
+        self.start()
+        return {"restart_after_kill_s": round(time.time() - killed, 2)}
+
     def stop(self) -> int:
         self.process.send_signal(signal.SIGINT)
         try:
@@ -244,6 +262,102 @@ class Host:
             return -9
         finally:
             self.log.close()
+
+
+# In --dagster, the schedules that would share the cores (reconciliation, savepoints,
+# retention) are set to fire on January 1st only: the machine is quiet but for the run.
+QUIET_CRONS = ("TIDEMARK_RECON_CRON", "TIDEMARK_SAVEPOINT_CRON", "TIDEMARK_MAINTENANCE_CRON")
+
+
+class DagsterHost:
+    """The continuous run hosting every job, launched through ``dagster dev`` (webserver,
+    daemon, code server) as ``tidemark live`` launches it; killed as a crash would kill it (the
+    run's worker process and its JVM, SIGKILL) and started again by ``streaming_restart_sensor``
+    as shipped (its tick, its back-off)."""
+
+    def __init__(self, cfg: TidemarkConfig, trigger: float, events: Path | None = None):
+        from orchestration.cli.live import DagsterDev
+
+        env = {**host_env(cfg, events), **{name: "0 0 1 1 *" for name in QUIET_CRONS}}
+        self.cfg, self.trigger = cfg, trigger
+        self.dev = DagsterDev(cfg, free_port(), env)
+        self.gql = None
+        self.run_id: str | None = None
+
+    def start(self) -> None:
+        from orchestration.cli.live import CONTINUOUS_JOB, continuous_config
+
+        self.gql = self.dev.start()
+        self.run_id = self.gql.launch(CONTINUOUS_JOB, continuous_config(self.trigger))
+
+    def _run(self, run_id: str) -> dict:
+        return self.gql.query(
+            "query S($id: ID!) { runOrError(runId: $id) { ... on Run { status creationTime "
+            "startTime endTime tags { key value } } } }",
+            {"id": run_id},
+        )["runOrError"]
+
+    def kill(self) -> float:
+        from orchestration.defs.streaming.jobs import WORKER_TAG
+
+        tags = {t["key"]: t["value"] for t in self._run(self.run_id)["tags"]}
+        if WORKER_TAG not in tags:
+            raise RuntimeError(f"latency benchmark: run {self.run_id} names no worker process")
+        worker = int(tags[WORKER_TAG].split(":")[1])
+        for pid in [*descendants(worker), worker]:  # its JVM, then the run's worker
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return time.time()
+
+    def restart(self, killed: float) -> dict:
+        """Nothing is started here: the run started by the restart sensor is found, and when
+        the killed run was failed, the restart created and started (seconds after the kill)."""
+        from orchestration.cli.live import CONTINUOUS_JOB, successor_run
+
+        successor = successor_run(self.gql, self.run_id, timeout=600.0)
+        if successor is None:
+            raise RuntimeError("latency benchmark: no restart within 600 s; see the Dagster UI")
+        failed = self._run(self.run_id)
+        self.run_id = successor
+        deadline = time.monotonic() + 600
+        while (new := self._run(successor))["startTime"] is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"latency benchmark: the restart {successor} did not start")
+            time.sleep(0.5)
+
+        def after(t):
+            return round(t - killed, 2) if t is not None else None
+
+        return {
+            "via": f"Dagster: {CONTINUOUS_JOB} restarted by streaming_restart_sensor",
+            "killed_run": {
+                "status": failed["status"],
+                "ended_after_kill_s": after(failed["endTime"]),
+            },
+            "restart_created_after_kill_s": after(new["creationTime"]),
+            "restart_after_kill_s": after(new["startTime"]),
+        }
+
+    def stop(self) -> int:
+        """The run terminated through Dagster (it stops at a committed batch), then Dagster:
+        0 if the run ended CANCELED or SUCCESS."""
+        from orchestration.cli.live import LiveError, settle_runs
+
+        status = "not launched"
+        try:
+            if self.gql is not None and self.run_id is not None:
+                self.gql.terminate(self.run_id)
+                try:
+                    status = self.gql.wait(self.run_id, timeout=300)
+                except LiveError:
+                    status = "not ended within 300 s"
+                print(f"continuous run {self.run_id[:8]}: {status}", flush=True)
+                print(settle_runs(self.gql, 0.0), flush=True)
+        finally:
+            self.dev.stop()
+        return 0 if status in ("CANCELED", "SUCCESS") else 1
 
 
 def analyse(cfg: TidemarkConfig, jobs: list[str], landed: dict[str, dict], killed: float | None):
@@ -448,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-rate", type=float, default=100.0)
     parser.add_argument("--kill", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--recovery-seconds", type=int, default=120)
+    parser.add_argument(
+        "--dagster",
+        action="store_true",
+        help="host every job in the continuous run launched through dagster dev (as tidemark "
+        "live does), restarted after the kill by streaming_restart_sensor, not at once",
+    )
     parser.add_argument("--seed", type=int, default=54)
     parser.add_argument("--work", default=None, help="folder for the data root (default: tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the data root")
@@ -471,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         args.keep = True
         return finish(TidemarkConfig.from_env().with_data_root(work / "root"), work, args)
     jobs = args.jobs or sorted(registry())
+    if args.dagster and set(jobs) != set(registry()):
+        parser.error("--dagster hosts every job, as tidemark live does: leave out --jobs")
     work = Path(tempfile.mkdtemp(prefix="tidemark-latency-", dir=args.work))
     cfg = TidemarkConfig.from_env().with_data_root(work / "root")
     rng = random.Random(args.seed)
@@ -496,7 +618,11 @@ def main(argv: list[str] | None = None) -> int:
             "newest": utc_seconds(MEASURED_START),
             "phase": "warm-up",
         }
-    host = Host(cfg, jobs, args.trigger, work / "events" if args.spark_jobs else None)
+    events = work / "events" if args.spark_jobs else None
+    if args.dagster:
+        host = DagsterHost(cfg, args.trigger, events)
+    else:
+        host = Host(cfg, jobs, args.trigger, events)
     host.start()
     queries = [query_name(s) for s in streams] + jobs
     began = time.time()
@@ -516,8 +642,7 @@ def main(argv: list[str] | None = None) -> int:
             lander.phase = "recovery"
             time.sleep(rng.uniform(0.0, 1.0))
             killed = host.kill()
-            host.start()
-            restarted = time.time()
+            restarted = host.restart(killed)
             first = {}
             deadline = time.monotonic() + 600
             while len(first) < len(queries) and time.monotonic() < deadline:
@@ -528,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
                             first[query] = round(min(after) - killed, 2)
                 time.sleep(0.1)
             recovery = {
-                "restart_after_kill_s": round(restarted - killed, 2),
+                **restarted,
                 "first_commit_s": {q: first.get(q) for q in queries},
                 "slowest_s": max(first.values()) if first else None,
                 "sensor_first_restart_wait_s": cfg.ops.restart_wait(1),
