@@ -279,7 +279,7 @@ class DagsterHost:
         from orchestration.cli.live import DagsterDev
 
         env = {**host_env(cfg, events), **{name: "0 0 1 1 *" for name in QUIET_CRONS}}
-        self.cfg, self.trigger = cfg, trigger
+        self.trigger = trigger
         self.dev = DagsterDev(cfg, free_port(), env)
         self.gql = None
         self.run_id: str | None = None
@@ -303,7 +303,7 @@ class DagsterHost:
         tags = {t["key"]: t["value"] for t in self._run(self.run_id)["tags"]}
         if WORKER_TAG not in tags:
             raise RuntimeError(f"latency benchmark: run {self.run_id} names no worker process")
-        worker = int(tags[WORKER_TAG].split(":")[1])
+        worker = int(tags[WORKER_TAG].rsplit(":", 2)[1])  # host:pid:start
         for pid in [*descendants(worker), worker]:  # its JVM, then the run's worker
             try:
                 os.kill(pid, signal.SIGKILL)
