@@ -15,6 +15,8 @@ from streaming_jobs.core.config import TidemarkConfig
 
 from orchestration.lib.concurrency import all_queries, run_limits
 
+DEQUEUE_INTERVAL_SECONDS = 1
+
 HEADER = "# Written by tidemark (orchestration/lib/instance.py); delete this line to edit the file."
 
 
@@ -24,6 +26,13 @@ def dagster_yaml(cfg: TidemarkConfig) -> str:
         # Runs overlap (a continuous run, a reconciliation, a savepoint run...): only what truly
         # conflicts is limited, see orchestration/lib/concurrency.py.
         "concurrency": {"runs": run_limits(all_queries(), cfg.ops.max_concurrent_runs)},
+        # The daemon looks at the run queue every second, not every 5 s (Dagster's default): a
+        # continuous run's restart waits there between the sensor's tick and its launch.
+        "run_coordinator": {
+            "module": "dagster.core.run_coordinator",
+            "class": "QueuedRunCoordinator",
+            "config": {"dequeue_interval_seconds": DEQUEUE_INTERVAL_SECONDS},
+        },
         # A run that never starts or never finishes cancelling is failed, not left hanging.
         "run_monitoring": {
             "enabled": True,

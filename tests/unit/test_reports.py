@@ -183,6 +183,7 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
             + [(f".dagster/tidemark/checkpoint.{q}", 1) for q in queries]
         )
         assert instance.run_monitoring_enabled
+        assert instance.run_coordinator.dequeue_interval_seconds == 1  # not Dagster's 5
     finally:
         instance.dispose()
     # tidemark's file is rewritten at every start; once its header is removed, it is left alone
