@@ -58,15 +58,21 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def pid_of(named: str) -> int:
+    """The process id in an `identity` (``host:pid:start``)."""
+    return int(named.rsplit(":", 2)[1])
+
+
 def ended(named: str) -> bool | None:
     """Whether the process ``named`` (an `identity`) has ended: a zombie counts as ended, and so
     does a process that took its id later. None when this host cannot tell (another host's)."""
-    host, pid, start = named.rsplit(":", 2)
+    host, _, start = named.rsplit(":", 2)
     if host != socket.gethostname():
         return None
-    if not alive(int(pid)):
+    pid = pid_of(named)
+    if not alive(pid):
         return True
-    fields = _stat(int(pid))
+    fields = _stat(pid)
     if fields is None:  # no /proc here: the id alone
         return False
     return fields[0] in ("Z", "X") or (bool(start) and fields[19] != start)

@@ -71,7 +71,7 @@ from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig, default_results
 from streaming_jobs.core.locations import Location
 from streaming_jobs.intervals import interval_seconds
-from streaming_jobs.services.processes import descendants, free_port
+from streaming_jobs.services.processes import descendants, free_port, pid_of
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate_by_time, write_files
 from streaming_jobs.storage.registry import get_job, registry, stream_schema
@@ -303,7 +303,7 @@ class DagsterHost:
         tags = {t["key"]: t["value"] for t in self._run(self.run_id)["tags"]}
         if WORKER_TAG not in tags:
             raise RuntimeError(f"latency benchmark: run {self.run_id} names no worker process")
-        worker = int(tags[WORKER_TAG].rsplit(":", 2)[1])  # host:pid:start
+        worker = pid_of(tags[WORKER_TAG])
         for pid in [*descendants(worker), worker]:  # its JVM, then the run's worker
             try:
                 os.kill(pid, signal.SIGKILL)

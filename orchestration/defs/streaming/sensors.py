@@ -124,7 +124,7 @@ def _fail_ended_workers(context: dg.SensorEvaluationContext) -> None:
         worker = run.tags.get(WORKER_TAG)
         if not worker or processes.ended(worker) is not True:
             continue
-        pid = worker.rsplit(":", 2)[1]
+        pid = processes.pid_of(worker)
         context.instance.report_run_failed(
             run,
             message=(
