@@ -112,10 +112,12 @@ def tree_use(before: TreeReading, after: TreeReading) -> TreeUse:
     reaped by its parent, still in the tree, moved its CPU into that parent's children's
     times: what it had used before the first reading comes off again. Any other process of
     the first reading that is not in the second makes the figure unknown, never a wrong one
-    (a child the tree reparented to init and that ended there took its CPU with it)."""
+    (a child the tree reparented to init and that ended there took its CPU with it), and so
+    does a parent whose CPU grew less than its reaped children had used: a child reaped
+    without a wait (its parent ignores SIGCHLD) passes its time to nobody."""
     total = sum(cpu for _, _, cpu in after.members.values())
     keys_before = {key[0]: key for key in before.members}
-    lost = []
+    lost, reaped = [], defaultdict(float)
     for key, (parent, name, cpu) in before.members.items():
         if key in after.members:
             total -= cpu
@@ -126,8 +128,16 @@ def tree_use(before: TreeReading, after: TreeReading) -> TreeUse:
             lost.append(f"{name} (pid {pid}) left the tree running")
         elif parent_key is not None and parent_key in after.members:
             total -= cpu
+            reaped[parent_key] += cpu
         else:
             lost.append(f"{name} (pid {pid}) ended outside the tree")
+    for parent_key, used in reaped.items():
+        grew = after.members[parent_key][2] - before.members[parent_key][2]
+        if grew < used - 2 / TICK:  # two clock ticks of rounding
+            lost.append(
+                f"{before.members[parent_key][1]} (pid {parent_key[0]}) gained {grew:.2f} s "
+                f"where its ended children had used {used:.2f} s: their time went to nobody"
+            )
     return TreeUse(None if lost else round(total, 2), tuple(lost))
 
 

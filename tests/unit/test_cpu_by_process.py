@@ -166,3 +166,23 @@ def test_a_process_that_leaves_the_tree_running_makes_the_figure_unknown():
         os.kill(grandchild, signal.SIGKILL)
     assert use.seconds is None
     assert len(use.lost) == 1 and f"(pid {grandchild}) left the tree running" in use.lost[0], use
+
+
+def test_a_child_whose_time_reached_no_parent_makes_the_figure_unknown():
+    """Two readings written out: a child that used 0.5 s is gone at the second and its parent
+    gained 0.05 s, so the child's time went to nobody (reaped without a wait). The figure
+    would be 0.05 - 0.5, below zero: it is unknown, the parent named. Had the parent gained
+    0.6 s, its children's 0.5 s was passed on, and what the tree used is 0.1 s."""
+    parent, child = (100, 1), (200, 2)
+
+    def reading(parent_cpu: float, with_child: bool):
+        members = {parent: (1, "python3", parent_cpu)}
+        if with_child:
+            members[child] = (100, "sh", 0.5)
+        return cpu_by_process.TreeReading(members, {100: 1} | ({200: 2} if with_child else {}))
+
+    use = cpu_by_process.tree_use(reading(1.0, True), reading(1.05, False))
+    assert use.seconds is None and len(use.lost) == 1, use
+    assert "python3 (pid 100)" in use.lost[0] and "0.50 s" in use.lost[0]
+    use = cpu_by_process.tree_use(reading(1.0, True), reading(1.6, False))
+    assert use.lost == () and use.seconds == 0.1, use
