@@ -3,6 +3,7 @@ models, the generated models of your jobs, and the --vars every invocation gets.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 import yaml
@@ -348,3 +349,24 @@ def test_a_statement_on_the_endpoint_is_polled_soon_then_less_often(monkeypatch)
     waits.clear()
     wrapper.execute("select 2")  # the next statement starts short again
     assert waits == [0.05]
+
+
+def test_the_version_dagster_asks_for_before_each_dbt_step_is_the_installed_one(tmp_path):
+    """Dagster's dbt resource runs ``tidemark-dbt --version`` before every dbt step: answered
+    from the packages' metadata, without importing dbt or asking the package index."""
+    import subprocess
+    from importlib.metadata import version
+
+    from dagster_dbt import DbtCliResource
+    from orchestration.recon.project import dbt_executable
+
+    env = {**os.environ, "TIDEMARK_DATA_ROOT": str(tmp_path / "root")}
+    out = subprocess.run(
+        [dbt_executable(), "--version"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert f"installed: {version('dbt-core')}\n" in out
+    assert f"spark: {version('dbt-spark')}\n" in out
+    assert not (tmp_path / "root").exists()  # the project was not synced: dbt was not run
+    # and the resource reads from it the version dbt itself would report
+    resource = DbtCliResource(project_dir=str(DBT_PROJECT_DIR), dbt_executable=dbt_executable())
+    assert str(resource._cli_version) == version("dbt-core")
