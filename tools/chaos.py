@@ -77,12 +77,17 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(CHECKOUT))
 
-# The job the trials run, and its stream (`--job`): an append-mode job by default (24-hour
-# windows in keyed state), or the update-mode one (each batch a MERGE). Workers read it from
-# the environment the harness sets.
-JOBS = {"failed_txn_velocity": "transactions", "user_activity_profile": "clicks"}
+# The job the trials run, and its streams (`--job`): an append-mode job by default (24-hour
+# windows in keyed state), the update-mode one (each batch a MERGE), or the stream-stream join
+# (two streams, the join's state in one store per partition). Workers read it from the
+# environment the harness sets.
+JOBS = {
+    "failed_txn_velocity": ("transactions",),
+    "user_activity_profile": ("clicks",),
+    "order_payment_match": ("orders", "payments"),
+}
 JOB = os.environ.get("TIDEMARK_CHAOS_JOB", "failed_txn_velocity")
-STREAM = JOBS.get(JOB, "transactions")
+STREAMS = JOBS.get(JOB, ("transactions",))
 STAGES = ("planned", "gold", "copy", "swap", "progress")
 # points whose trials run JOB (the others have jobs of their own, or none)
 JOB_POINTS = (
@@ -162,7 +167,8 @@ def worker(root: str, step: str, spark=None) -> int:
     print("WORKER STARTED", flush=True)
     started = time.monotonic()
     if step in ("run", "run+savepoint", "continuous", "ingest", "swap-run"):
-        run_bronze(spark, cfg, STREAM)
+        for stream in STREAMS:
+            run_bronze(spark, cfg, stream)
     if step in ("run", "run+savepoint", "job"):
         run_job(spark, cfg, get_job(JOB))
     if step == "swap-run":
@@ -276,12 +282,16 @@ def delta_rows(table, columns: list[str]) -> Counter:
 
 
 def snapshot(root) -> dict:
-    """Bronze rows (with their lineage: a line ingested twice is two rows) and gold rows."""
+    """Bronze rows of the job's streams (with their lineage: a line ingested twice is two rows)
+    and gold rows."""
+    from streaming_jobs.storage.registry import stream_schema
+
     lake = root / "lake"
-    return {
-        "bronze": delta_rows(lake / "bronze" / STREAM, ["event_id", "event_time", "_source_file"]),
-        "gold": delta_rows(lake / "gold" / JOB, gold_columns(JOB)),
-    }
+    bronze = Counter()
+    for stream in STREAMS:
+        at = stream_schema(stream).event_time
+        bronze += delta_rows(lake / "bronze" / stream, ["event_id", at, "_source_file"])
+    return {"bronze": bronze, "gold": delta_rows(lake / "gold" / JOB, gold_columns(JOB))}
 
 
 def gold_columns(job: str) -> list[str]:
@@ -418,8 +428,9 @@ class Bench:
         the killed runs, the continuous runs and the full disks are judged against."""
         from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 
-        gen = GeneratorConfig(stream=STREAM, events=self.events, files=6, seed=self.seed)
-        write_files(self.landing / STREAM, gen, generate(gen))
+        for stream in STREAMS:  # one seed: a join's two streams share their keys
+            gen = GeneratorConfig(stream=stream, events=self.events, files=6, seed=self.seed)
+            write_files(self.landing / stream, gen, generate(gen))
         if not reference:
             return
         root = self.fresh_root("reference")
@@ -435,8 +446,12 @@ class Bench:
 
     def fresh_root(self, name: str):
         root = trial_root(self, name)
-        land(root, sorted((self.landing / STREAM).iterdir()), fresh=True)
+        land(root, [f for files in self.files() for f in files], fresh=True)
         return root
+
+    def files(self) -> list[list[Path]]:
+        """The event files of each of the job's streams, in name order."""
+        return [sorted((self.landing / stream).iterdir()) for stream in STREAMS]
 
 
 # With --store: the trials' data roots are under this s3:// prefix on the project's own
@@ -457,9 +472,11 @@ def judge(trial: Trial, want: dict, root: Path) -> Trial:
     """Compare the root with the uninterrupted outcome ``want``, row by row."""
     got = snapshot(root)
 
-    # source paths differ per root: compare the file names only
+    # source paths differ per root: compare the stream's folder and the file's name only
     def named(rows: Counter) -> Counter:
-        return Counter({(e, t, Path(f).name): n for (e, t, f), n in rows.items()})
+        return Counter(
+            {(e, t, f"{Path(f).parent.name}/{Path(f).name}"): n for (e, t, f), n in rows.items()}
+        )
 
     trial.events_lost, trial.events_duplicated = difference(
         named(got["bronze"]), named(want["bronze"])
@@ -567,29 +584,36 @@ def committed_trial(bench: Bench, number: int, rng: random.Random) -> Trial:
 
 def pend(root: Path) -> None:
     """Move the root's landed files to ``pending/``, whence `_waves` lands them one by one."""
-    pending = root / "pending" / STREAM
-    pending.mkdir(parents=True)
-    for path in sorted((root / "landing" / STREAM).iterdir()):
-        path.rename(pending / path.name)
+    for stream in STREAMS:
+        pending = root / "pending" / stream
+        pending.mkdir(parents=True)
+        for path in sorted((root / "landing" / stream).iterdir()):
+            path.rename(pending / path.name)
 
 
 def _waves(spark, cfg) -> None:
-    """Ingest and run the job once per landing file, in name order: each file waits in
-    ``pending/`` (a local root) until its turn. A run again first finishes the wave whose file
-    was landed, so its batches are those of an uninterrupted run."""
+    """Ingest and run the job once per landing file of each stream, in name order (wave k: the
+    k-th file of every stream): each file waits in ``pending/`` (a local root) until its turn.
+    A run again first finishes the wave whose files were landed, so its batches are those of
+    an uninterrupted run."""
     from streaming_jobs.runtime.runner import run_bronze, run_job
     from streaming_jobs.storage.registry import get_job
 
-    landing, pending = Path(cfg.paths.landing) / STREAM, Path(cfg.data_root) / "pending" / STREAM
+    landing = {s: Path(cfg.paths.landing) / s for s in STREAMS}
+    pending = {s: Path(cfg.data_root) / "pending" / s for s in STREAMS}
 
     def wave() -> None:
-        run_bronze(spark, cfg, STREAM)
+        for stream in STREAMS:
+            run_bronze(spark, cfg, stream)
         run_job(spark, cfg, get_job(JOB))
 
-    if any(landing.iterdir()):
+    if any(any(folder.iterdir()) for folder in landing.values()):
         wave()
-    for path in sorted(pending.iterdir()):
-        path.rename(landing / path.name)
+    waiting = {s: sorted(pending[s].iterdir()) for s in STREAMS}
+    for k in range(max(len(files) for files in waiting.values())):
+        for stream, files in waiting.items():
+            if k < len(files):
+                files[k].rename(landing[stream] / files[k].name)
         wave()
 
 
@@ -635,15 +659,15 @@ def savepoint_trial(bench: Bench, number: int, rng: random.Random, want: dict) -
     return recover(trial, root, "run", want)
 
 
-def half_landed(bench: Bench, root) -> list[Path]:
-    """A root with the first half of the event files landed; returns all the files."""
-    files = sorted((bench.landing / STREAM).iterdir())
-    land(root, files[: len(files) // 2], fresh=True)
+def half_landed(bench: Bench, root) -> list[list[Path]]:
+    """A root with the first half of each stream's event files landed; returns all the files."""
+    files = bench.files()
+    land(root, [f for each in files for f in each[: len(each) // 2]], fresh=True)
     return files
 
 
-def land_rest(root, files: list[Path]) -> None:
-    land(root, files[len(files) // 2 :])
+def land_rest(root, files: list[list[Path]]) -> None:
+    land(root, [f for each in files for f in each[len(each) // 2 :]])
 
 
 class Webhook:
@@ -756,11 +780,11 @@ class environment:  # noqa: N801 - used as a context manager, like a function
 def landed_in_waves(bench: Bench, root: Path) -> list[list[Path]]:
     """A root with the first two of three waves of event files landed and run (two commits in
     every table: something for OPTIMIZE, VACUUM and the archive to do); returns the waves."""
-    files = sorted((bench.landing / STREAM).iterdir())
+    [files] = bench.files()  # the maintenance trials run the default job, over one stream
     third = max(len(files) // 3, 1)
     waves = [files[:third], files[third : 2 * third], files[2 * third :]]
     shutil.rmtree(root, ignore_errors=True)
-    (root / "landing" / STREAM).mkdir(parents=True)
+    (root / "landing" / files[0].parent.name).mkdir(parents=True)
     for wave in waves[:2]:
         land(root, wave)
         ok, _, out = run_worker(root, "run")
@@ -770,14 +794,15 @@ def landed_in_waves(bench: Bench, root: Path) -> list[list[Path]]:
 
 
 def land(root, files: list[Path], fresh: bool = False) -> None:
-    """Land ``files`` in the root's landing folder whole, as a lander does (a hidden name then
-    a rename on a disk, one put on a store); ``fresh``: the root emptied first."""
+    """Land ``files`` in the root's landing folder whole, each in its stream's folder (the
+    name of the folder it comes from), as a lander does (a hidden name then a rename on a
+    disk, one put on a store); ``fresh``: the root emptied first."""
     from streaming_jobs.core import locations
 
     if fresh:
         locations.delete_tree(root)
-    target = root / "landing" / STREAM
     for f in files:
+        target = root / "landing" / f.parent.name
         if locations.Location.of(target).on_store:
             locations.write_bytes(target / f.name, f.read_bytes())
             continue
@@ -1188,7 +1213,7 @@ def start_store(work: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    global JOB, STREAM
+    global JOB, STREAMS
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
         return worker(argv[1], argv[2])
@@ -1233,7 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in points if p not in POINTS]
     if unknown:
         parser.error(f"unknown fault point(s) {', '.join(unknown)}; known: {', '.join(POINTS)}")
-    JOB, STREAM = args.job, JOBS[args.job]
+    JOB, STREAMS = args.job, JOBS[args.job]
     os.environ["TIDEMARK_CHAOS_JOB"] = JOB  # for every worker this process starts
     other = [p for p in points if p not in JOB_POINTS]
     if JOB != "failed_txn_velocity" and other:

@@ -15,6 +15,7 @@ readers: per operator its store, partitions and batch range, rows, and the large
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -154,8 +155,6 @@ class OperatorState:
 
 
 def _state_variables(properties: str | None) -> list[str]:
-    import json
-
     try:
         info = json.loads(properties or "{}")
     except ValueError:
@@ -166,6 +165,28 @@ def _state_variables(properties: str | None) -> list[str]:
         for v in info.get("stateVariables", [])
         if v.get("stateName") and not v["stateName"].startswith("$")
     ]
+
+
+# A stream-stream join's stores: each side's key counts and its rows by key and index. On
+# Spark's join state format 3 they are column families of the operator's one store ("default"),
+# read by these names; on format 2, stores of their own, each listed by the state metadata.
+JOIN_STORES = tuple(
+    f"{side}-{kind}"
+    for side in ("left", "right")
+    for kind in ("keyToNumValues", "keyWithIndexToValue")
+)
+
+
+def _stores(operator: str, store: str, properties: str | None) -> list[str]:
+    """The stores to read for one row of the state metadata: a format-3 join's four column
+    families, so that a join reads the same on either format; else the row's own store."""
+    try:
+        families = json.loads(properties or "{}").get("useVirtualColumnFamilies")
+    except (ValueError, AttributeError):
+        families = None
+    if operator == "symmetricHashJoin" and families is True and store == "default":
+        return list(JOIN_STORES)
+    return [store]
 
 
 def inspect(
@@ -186,35 +207,43 @@ def inspect(
     for m in meta:
         props = m.asDict().get("operatorProperties")
         variables = _state_variables(props)
-        op = OperatorState(
-            m.operatorId,
-            m.operatorName,
-            m.stateStoreName,
-            m.numPartitions,
-            m.minBatchId,
-            m.maxBatchId,
-            variables,
-        )
-        reads = [{"stateVarName": v} for v in variables] or [{"storeName": m.stateStoreName}]
-        for options in reads:
-            state = (
-                spark.read.format("statestore")
-                .option("operatorId", m.operatorId)
-                .options(**options)
-                .load(checkpoint)
+        for store in _stores(m.operatorName, m.stateStoreName, props):
+            op = OperatorState(
+                m.operatorId,
+                m.operatorName,
+                store,
+                m.numPartitions,
+                m.minBatchId,
+                m.maxBatchId,
+                variables,
             )
-            held = [c for c in state.columns if c not in ("key", "partition_id")]
-            sized = state.select(
-                F.to_json(F.struct("key")).alias("key"),
-                F.length(F.to_json(F.struct(*held))).alias("bytes"),
-            )
-            # one pass over the store: its row count and its largest values (a bounded heap)
-            [read] = sized.agg(
-                F.count(F.lit(1)).alias("rows"),
-                F.max_by(F.struct("key", "bytes"), "bytes", max(top, 1)).alias("largest"),
-            ).collect()
-            op.rows += read.rows
-            op.largest += [(r.key, r.bytes) for r in read.largest or []]
-        op.largest = sorted(op.largest, key=lambda kv: -kv[1])[:top]
-        out.append(op)
+            reads = [{"stateVarName": v} for v in variables] or [{"storeName": store}]
+            out.append(_read(spark, checkpoint, op, reads, top))
     return out
+
+
+def _read(
+    spark: SparkSession, checkpoint: str, op: OperatorState, reads: list[dict], top: int
+) -> OperatorState:
+    """``op`` with its rows and largest values, read store by store (or variable by variable)."""
+    for options in reads:
+        state = (
+            spark.read.format("statestore")
+            .option("operatorId", op.operator_id)
+            .options(**options)
+            .load(checkpoint)
+        )
+        held = [c for c in state.columns if c not in ("key", "partition_id")]
+        sized = state.select(
+            F.to_json(F.struct("key")).alias("key"),
+            F.length(F.to_json(F.struct(*held))).alias("bytes"),
+        )
+        # one pass over the store: its row count and its largest values (a bounded heap)
+        [read] = sized.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.max_by(F.struct("key", "bytes"), "bytes", max(top, 1)).alias("largest"),
+        ).collect()
+        op.rows += read.rows
+        op.largest += [(r.key, r.bytes) for r in read.largest or []]
+    op.largest = sorted(op.largest, key=lambda kv: -kv[1])[:top]
+    return op

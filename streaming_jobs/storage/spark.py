@@ -323,6 +323,12 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # changes of each batch instead of a full snapshot, so commits stay short.
         "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # A stream-stream join keeps its four stores (each side's keys and values) as column
+        # families of one RocksDB store per partition (Spark's join state format 3), not four
+        # stores: one commit, one changelog file and one snapshot per partition and batch instead
+        # of four (docs/benchmarks.md). Spark records the format in each checkpoint's offsets,
+        # so a join whose checkpoint began on format 2 goes on with it.
+        "spark.sql.streaming.join.stateFormatVersion": "3",
         # A store's snapshot is made at a commit (every minDeltasForSnapshot versions) but
         # uploaded by the state store's maintenance thread; a run that ends first loses it, and
         # the next run replays every changelog since the last uploaded one. Every 10 s instead of

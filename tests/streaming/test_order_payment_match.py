@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from helpers import dbt, land
+from streaming_jobs.operations.health import structural_findings
+from streaming_jobs.operations.state import inspect
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
@@ -137,15 +139,61 @@ LATE = {"e-o6", "e-p3"}
 FINAL_WATERMARK = T0 + timedelta(minutes=90)
 
 
-def stream_both_waves(spark, cfg):
+JOIN_FORMAT = "spark.sql.streaming.join.stateFormatVersion"
+
+
+def stream_both_waves(spark, cfg, first_join_format: str | None = None):
+    """Both waves through bronze and the job; ``first_join_format``: the session's join state
+    format for the first wave only (the checkpoint is created then)."""
     spec, late = get_job("order_payment_match"), 0
     for wave, (orders, payments) in enumerate((WAVE_1, WAVE_2), start=1):
         land(cfg, f"w{wave}.jsonl", orders, stream="orders")
         land(cfg, f"w{wave}.jsonl", payments, stream="payments")
         run_bronze(spark, cfg, "orders")
         run_bronze(spark, cfg, "payments")
-        late += run_job(spark, cfg, spec).late_rows_dropped
+        shipped = spark.conf.get(JOIN_FORMAT)
+        if wave == 1 and first_join_format:
+            spark.conf.set(JOIN_FORMAT, first_join_format)
+        try:
+            late += run_job(spark, cfg, spec).late_rows_dropped
+        finally:
+            spark.conf.set(JOIN_FORMAT, shipped)
     return spec, late
+
+
+def store_folders(cfg, spec) -> dict[str, set[str]]:
+    """Per state partition of the job's checkpoint (``<operator>/<partition>``), the store
+    folders in it: none where the partition is one store (RocksDB's ``SSTs`` and Spark's
+    ``_metadata`` are not stores)."""
+    state = cfg.paths.checkpoint(spec.name) / "state"
+    return {
+        f"{part.parent.name}/{part.name}": {
+            p.name for p in part.iterdir() if p.is_dir() and p.name != "SSTs" and p.name[0] != "_"
+        }
+        for part in state.glob("*/*")
+        if part.name.isdigit()
+    }
+
+
+def assert_join_state_holds_the_open_pair(spark, cfg, spec) -> None:
+    """At the final watermark only o5 and p5 are open (see the waves above): each side of the
+    join holds one key, o5, and one row; each dedup holds its one event; read as `tidemark
+    state` reads them."""
+    held = {
+        (op.operator_id, op.operator, op.store): (op.rows, op.largest)
+        for op in inspect(spark, cfg, spec.name)
+    }
+    joined = {k: v for k, v in held.items() if k[1] == "symmetricHashJoin"}
+    assert sorted(store for _, _, store in joined) == [
+        "left-keyToNumValues",
+        "left-keyWithIndexToValue",
+        "right-keyToNumValues",
+        "right-keyWithIndexToValue",
+    ]
+    for rows, largest in joined.values():
+        assert rows == 1 and '"o5"' in largest[0][0]
+    dedup = sorted(v[1][0][0] for k, v in held.items() if k[1] == "dedupeWithinWatermark")
+    assert dedup == ['{"key":{"event_id":"e-o5"}}', '{"key":{"event_id":"e-p5"}}']
 
 
 def _on_time():
@@ -164,6 +212,39 @@ def test_stream_emits_pairs_at_once_and_unmatched_rows_once_the_bound_passes(spa
     assert got[("o3", None)][0] == "unpaid" and got[("o6", "p6")][0] == "unknown_order"
     assert ("o5", None) not in got  # still open: a payment may come until minute 120
     assert late == len(LATE)
+    # the join keeps its four stores in one store per partition (Spark's state format 3)
+    assert spark.conf.get(JOIN_FORMAT) == "3"
+    assert set().union(*store_folders(cfg, spec).values()) == set()
+    assert_join_state_holds_the_open_pair(spark, cfg, spec)
+    assert structural_findings(cfg.paths.checkpoint(spec.name)) == []
+
+
+def test_a_join_begun_on_state_format_2_goes_on_with_it_with_the_same_results(spark, cfg):
+    """A checkpoint made before tidemark chose format 3 keeps format 2 (Spark reads it from the
+    checkpoint's offsets), with the same rows out and the same state read back."""
+    spec, late = stream_both_waves(spark, cfg, first_join_format="2")
+    expected = {
+        k: v[:3] for k, v in matches(*_on_time()).items() if v[3] is None or v[3] < FINAL_WATERMARK
+    }
+    assert _got(read_table(spark, cfg.paths.table("gold", spec.name)).collect()) == expected
+    assert late == len(LATE)
+    folders = store_folders(cfg, spec)
+    join_parts = [where for where, stores in folders.items() if stores]
+    assert len(join_parts) == cfg.spark.shuffle_partitions
+    for where in join_parts:  # four stores each, each committed by the second wave too
+        stores = cfg.paths.checkpoint(spec.name) / "state" / where
+        assert folders[where] == {
+            "left-keyToNumValues",
+            "left-keyWithIndexToValue",
+            "right-keyToNumValues",
+            "right-keyWithIndexToValue",
+        }
+        last = max(
+            int(f.name.split(".")[0]) for f in (stores / "left-keyToNumValues").glob("*.changelog")
+        )
+        assert last == len(list((cfg.paths.checkpoint(spec.name) / "commits").glob("[0-9]*")))
+    assert_join_state_holds_the_open_pair(spark, cfg, spec)
+    assert structural_findings(cfg.paths.checkpoint(spec.name)) == []
 
 
 @pytest.mark.slow
