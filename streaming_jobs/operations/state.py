@@ -154,11 +154,16 @@ class OperatorState:
     largest: list[tuple[str, int]] = field(default_factory=list)  # (key as JSON, value bytes)
 
 
-def _state_variables(properties: str | None) -> list[str]:
+def _properties(properties: str | None) -> dict:
+    """An operator's properties from the state metadata (JSON); none where they do not parse."""
     try:
         info = json.loads(properties or "{}")
     except ValueError:
-        return []
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _state_variables(info: dict) -> list[str]:
     # "$..." variables are Spark's own bookkeeping (timers, TTL indexes), not the job's state
     return [
         v["stateName"]
@@ -177,13 +182,10 @@ JOIN_STORES = tuple(
 )
 
 
-def _stores(operator: str, store: str, properties: str | None) -> list[str]:
+def _stores(operator: str, store: str, info: dict) -> list[str]:
     """The stores to read for one row of the state metadata: a format-3 join's four column
     families, so that a join reads the same on either format; else the row's own store."""
-    try:
-        families = json.loads(properties or "{}").get("useVirtualColumnFamilies")
-    except (ValueError, AttributeError):
-        families = None
+    families = info.get("useVirtualColumnFamilies")
     if operator == "symmetricHashJoin" and families is True and store == "default":
         return list(JOIN_STORES)
     return [store]
@@ -205,7 +207,7 @@ def inspect(
     meta = spark.read.format("state-metadata").load(checkpoint).collect()
     out = []
     for m in meta:
-        props = m.asDict().get("operatorProperties")
+        props = _properties(m.asDict().get("operatorProperties"))
         variables = _state_variables(props)
         for store in _stores(m.operatorName, m.stateStoreName, props):
             op = OperatorState(
