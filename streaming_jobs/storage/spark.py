@@ -323,12 +323,11 @@ def spark_conf(cfg: TidemarkConfig, *, hive_metastore: bool = False) -> dict[str
         # changes of each batch instead of a full snapshot, so commits stay short.
         "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        # A stream-stream join keeps its four stores (each side's keys and values) as column
-        # families of one RocksDB store per partition (Spark's join state format 3), not four
-        # stores: one commit, one changelog file and one snapshot per partition and batch instead
-        # of four (docs/benchmarks.md). Spark records the format in each checkpoint's offsets,
-        # so a join whose checkpoint began on format 2 goes on with it.
-        "spark.sql.streaming.join.stateFormatVersion": "3",
+        # A stream-stream join's state stays on Spark's default format (2: four stores per
+        # partition). Format 3 (one store, its four parts column families) made a batch of a
+        # handful of rows commit faster, but the join at 1 M events per stream 10 to 20 % slower
+        # (docs/benchmarks.md). A checkpoint begun on 3 goes on with it: Spark keeps the format
+        # in the checkpoint's offsets, and `tidemark state` reads both.
         # A store's snapshot is made at a commit (every minDeltasForSnapshot versions) but
         # uploaded by the state store's maintenance thread; a run that ends first loses it, and
         # the next run replays every changelog since the last uploaded one. Every 10 s instead of

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import dbt, land
 from streaming_jobs.operations.health import structural_findings
-from streaming_jobs.operations.state import inspect
+from streaming_jobs.operations.state import JOIN_STORES, inspect
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
@@ -140,6 +140,7 @@ FINAL_WATERMARK = T0 + timedelta(minutes=90)
 
 
 JOIN_FORMAT = "spark.sql.streaming.join.stateFormatVersion"
+JOIN = "symmetricHashJoin"  # the join's operator in Spark's state metadata
 
 
 def stream_both_waves(spark, cfg, first_join_format: str | None = None):
@@ -183,13 +184,8 @@ def assert_join_state_holds_the_open_pair(spark, cfg, spec) -> None:
         (op.operator_id, op.operator, op.store): (op.rows, op.largest)
         for op in inspect(spark, cfg, spec.name)
     }
-    joined = {k: v for k, v in held.items() if k[1] == "symmetricHashJoin"}
-    assert sorted(store for _, _, store in joined) == [
-        "left-keyToNumValues",
-        "left-keyWithIndexToValue",
-        "right-keyToNumValues",
-        "right-keyWithIndexToValue",
-    ]
+    joined = {k: v for k, v in held.items() if k[1] == JOIN}
+    assert sorted(store for _, _, store in joined) == sorted(JOIN_STORES)
     for rows, largest in joined.values():
         assert rows == 1 and '"o5"' in largest[0][0]
     dedup = sorted(v[1][0][0] for k, v in held.items() if k[1] == "dedupeWithinWatermark")
@@ -212,37 +208,42 @@ def test_stream_emits_pairs_at_once_and_unmatched_rows_once_the_bound_passes(spa
     assert got[("o3", None)][0] == "unpaid" and got[("o6", "p6")][0] == "unknown_order"
     assert ("o5", None) not in got  # still open: a payment may come until minute 120
     assert late == len(LATE)
-    # the join keeps its four stores in one store per partition (Spark's state format 3)
-    assert spark.conf.get(JOIN_FORMAT) == "3"
-    assert set().union(*store_folders(cfg, spec).values()) == set()
+    # the join keeps four stores per partition (Spark's state format 2, its default)
+    assert spark.conf.get(JOIN_FORMAT) == "2"
+    assert_committed_through_the_last_batch(spark, cfg, spec, JOIN_STORES)
     assert_join_state_holds_the_open_pair(spark, cfg, spec)
     assert structural_findings(cfg.paths.checkpoint(spec.name)) == []
 
 
-def test_a_join_begun_on_state_format_2_goes_on_with_it_with_the_same_results(spark, cfg):
-    """A checkpoint made before tidemark chose format 3 keeps format 2 (Spark reads it from the
-    checkpoint's offsets), with the same rows out and the same state read back."""
-    spec, late = stream_both_waves(spark, cfg, first_join_format="2")
+def assert_committed_through_the_last_batch(spark, cfg, spec, stores: tuple[str, ...]) -> None:
+    """Each join partition holds ``stores`` (none: it is one store itself), each with its
+    changelog at the checkpoint's last committed batch: the second wave committed them too."""
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    batches = len(list((checkpoint / "commits").glob("[0-9]*")))
+    folders = store_folders(cfg, spec)
+    [join] = {op.operator_id for op in inspect(spark, cfg, spec.name) if op.operator == JOIN}
+    join_parts = [w for w in folders if w.split("/")[0] == str(join)]
+    assert len(join_parts) == cfg.spark.shuffle_partitions
+    for where in join_parts:
+        assert folders[where] == set(stores)
+        for store in [checkpoint / "state" / where / s for s in stores] or [
+            checkpoint / "state" / where
+        ]:
+            last = max(int(f.name.split(".")[0]) for f in store.glob("*.changelog"))
+            assert last == batches, (where, store.name)
+
+
+def test_a_join_begun_on_state_format_3_goes_on_with_it_with_the_same_results(spark, cfg):
+    """A checkpoint begun on Spark's join state format 3 (tidemark's default for a day, or a
+    user's setting) keeps it (Spark reads it from the checkpoint's offsets): each partition one
+    store, the same rows out and the same state read back."""
+    spec, late = stream_both_waves(spark, cfg, first_join_format="3")
     expected = {
         k: v[:3] for k, v in matches(*_on_time()).items() if v[3] is None or v[3] < FINAL_WATERMARK
     }
     assert _got(read_table(spark, cfg.paths.table("gold", spec.name)).collect()) == expected
     assert late == len(LATE)
-    folders = store_folders(cfg, spec)
-    join_parts = [where for where, stores in folders.items() if stores]
-    assert len(join_parts) == cfg.spark.shuffle_partitions
-    for where in join_parts:  # four stores each, each committed by the second wave too
-        stores = cfg.paths.checkpoint(spec.name) / "state" / where
-        assert folders[where] == {
-            "left-keyToNumValues",
-            "left-keyWithIndexToValue",
-            "right-keyToNumValues",
-            "right-keyWithIndexToValue",
-        }
-        last = max(
-            int(f.name.split(".")[0]) for f in (stores / "left-keyToNumValues").glob("*.changelog")
-        )
-        assert last == len(list((cfg.paths.checkpoint(spec.name) / "commits").glob("[0-9]*")))
+    assert_committed_through_the_last_batch(spark, cfg, spec, ())
     assert_join_state_holds_the_open_pair(spark, cfg, spec)
     assert structural_findings(cfg.paths.checkpoint(spec.name)) == []
 
