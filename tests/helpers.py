@@ -146,3 +146,41 @@ def clicks_per_user(events) -> dict[str, list[tuple[datetime, float]]]:
 
 def write_wave(cfg, gen, files, wave: int) -> None:
     write_files(cfg.paths.landing_dir(gen.stream), gen, files, range(wave, wave + 1))
+
+
+# Each job's code digests and version as tidemark 478b91e recorded them (its text digests),
+# printed by that commit's `code_parts` and `job_version`
+BY_TEXT = {
+    "user_activity_profile": (
+        "1004401ac267",
+        {
+            "ProfileProcessor": "a1bf496a662a",
+            "build": "aa86a9978793",
+            "latest_profile": "73ac0f2b3bc6",
+            "streaming_jobs.stateful.dedup": "0a4641b1e114",
+            "streaming_jobs.stateful.epochs": "620a0025381e",
+            "streaming_jobs.stateful.frames": "a63e20f061a7",
+        },
+    ),
+    "failed_txn_velocity": (
+        "1c285c9c76c9",
+        {
+            "build": "e694c9d1214e",
+            "streaming_jobs.stateful.dedup": "0a4641b1e114",
+            "streaming_jobs.stateful.frames": "a63e20f061a7",
+            "streaming_jobs.stateful.panes": "8332345d4aa2",
+            "streaming_jobs.stateful.sliding": "2b222e0981be",
+        },
+    ),
+}
+
+
+def by_text(job: str, shape: dict) -> dict:
+    """The record a checkpoint of ``job`` holds from before syntax digests (with ``shape``)."""
+    version, code = BY_TEXT[job]
+    from streaming_jobs.core.versions import version_of, version_parts
+    from streaming_jobs.storage.registry import get_job, streams
+
+    parts = {**version_parts(get_job(job), streams()), "code": code}
+    assert version_of(parts) == version  # the rest of the parts as they were then
+    return {"version": version, "parts": parts, "shape": shape}

@@ -179,7 +179,8 @@ def savepoint(cfg: TidemarkConfig, args) -> int:
 
 
 def restore(cfg: TidemarkConfig, args) -> int:
-    from streaming_jobs.core.versions import job_version
+    from streaming_jobs.core.versions import RECORD, holds_current, job_version
+    from streaming_jobs.core.locations import read_text
     from streaming_jobs.operations import savepoints
     from streaming_jobs.storage.registry import streams
 
@@ -197,7 +198,17 @@ def restore(cfg: TidemarkConfig, args) -> int:
             )
     chosen = chosen or next(reversed(savepoints.savepoints(cfg, spec.name)), None)
     now = job_version(spec, streams())
-    if chosen is not None and chosen.job_version not in (None, now) and not args.any_version:
+
+    def of_another_version(point: savepoints.Savepoint) -> bool:
+        if point.job_version in (None, now):
+            return False
+        try:  # the same code recorded under another digest is this version
+            record = json.loads(read_text(point.path / "checkpoint" / RECORD))
+        except (OSError, ValueError):
+            return True
+        return not holds_current(record, spec, streams())
+
+    if chosen is not None and of_another_version(chosen) and not args.any_version:
         raise OperationError(
             f"{spec.name}: savepoint {chosen.path.name} was taken under version "
             f"{chosen.job_version} of the job, and the job is now version {now}. Restore a "

@@ -60,9 +60,9 @@ def version_notes(cfg: TidemarkConfig, jobs) -> dict[str, str]:
     """Per job whose gold was written by another version than its code's now (a rollback whose
     code was not put back, a change not run yet): what its reconciliation then means. The
     models hold the code's definition only, so that is what gold is compared with."""
-    from streaming_jobs.core.versions import read_record, version_of
+    from streaming_jobs.core.versions import holds_current, read_record, version_of
     from streaming_jobs.runtime.changes import current_parts
-    from streaming_jobs.storage.registry import registry
+    from streaming_jobs.storage.registry import registry, streams
 
     specs, out = registry(), {}
     for job in sorted(jobs):
@@ -70,7 +70,7 @@ def version_notes(cfg: TidemarkConfig, jobs) -> dict[str, str]:
         if not record or not record.get("version"):
             continue
         code = version_of(current_parts(specs[job]))
-        if record["version"] != code:
+        if not holds_current(record, specs[job], streams()):
             out[job] = (
                 f"gold holds version {record['version']} of the job (its checkpoint's) and the "
                 f"code is version {code}: reconciled against the code's definition, so rows the "

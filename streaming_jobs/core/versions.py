@@ -4,7 +4,9 @@ a checkpoint keeps.
 The version hashes the job's **parts** (`version_parts`):
 
 - its code: a SQL job's query; a Python job's functions and classes (``build`` and what it
-  defines beside it), and the source of every module of ``streaming_jobs.stateful`` it uses;
+  defines beside it), and every module of ``streaming_jobs.stateful`` it uses. Python code is
+  hashed by its syntax (`syntax_digest`): a comment, a docstring, the layout or where an import
+  sits changes no version;
 - its spec: sources, keys, measures, event time, watermark, TTL, output mode, parameters,
   ``reads`` and partition columns;
 - its sources' schemas: fields and types, event time, deduplication key.
@@ -16,14 +18,20 @@ Dagster shows the version as the gold asset's ``code_version``. Each run writes 
 its parts and the query's state shape (`streaming_jobs.runtime.changes`) to the checkpoint's
 ``tidemark_version.json`` before its first batch; each progress row names the version that ran
 it. The next run compares its own with that record before any batch.
+
+The record keeps each piece's text digest beside its syntax digest (``texts``). A piece is
+unchanged if either matches (`unchanged_pieces`): a record written before code was hashed by
+its syntax (its parts hold text digests), and code a new Python renders otherwise, both run on.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import json
 import sys
+import textwrap
 from types import ModuleType
 
 from streaming_jobs.core import locations
@@ -38,8 +46,89 @@ REFUSED = "tidemark_refused.json"
 STATEFUL_PACKAGE = "streaming_jobs.stateful"
 
 
+# imports that change no result: annotations and the language's own switches
+_NOT_CODE = {"__future__", "typing"}
+# tidemark's own code whose text changed with its syntax unchanged since checkpoints recorded
+# text digests: the text digest a checkpoint may hold -> the syntax digest it stands for
+# (each entry checked against the file in git by tests/unit/test_versions.py)
+RETEXTED = {
+    # pandas imported where used (478b91e: at the top)
+    "a63e20f061a7": "29c9d63d2187",  # streaming_jobs/stateful/frames.py
+    "2b222e0981be": "685e802856b4",  # streaming_jobs/stateful/sliding.py
+    "73ac0f2b3bc6": "505e7f5b66c6",  # streaming_jobs/jobs/user_activity_profile.latest_profile
+}
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+class _Syntax(ast.NodeTransformer):
+    """Code as its syntax: docstrings gone, every import taken out into ``imports``, and an
+    ``if TYPE_CHECKING:`` left empty by that dropped."""
+
+    def __init__(self) -> None:
+        self.imports: set[str] = set()
+
+    def _imported(self, node: ast.Import | ast.ImportFrom) -> None:
+        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+        if (module or "").split(".")[0] not in _NOT_CODE:
+            self.imports.add(ast.unparse(node))
+        return None
+
+    visit_Import = visit_ImportFrom = _imported
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if not isinstance(statements, list):
+                continue
+            if field == "body" and statements and _docstring(statements[0]):
+                if isinstance(
+                    node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+                ):
+                    statements = statements[1:]
+            statements = [
+                s
+                for s in statements
+                if not (
+                    isinstance(s, ast.If)
+                    and _type_checking(s.test)
+                    and all(isinstance(b, ast.Pass) for b in s.body + s.orelse)
+                )
+            ]
+            if field == "body" and not statements and not isinstance(node, ast.Module):
+                statements = [ast.Pass()]
+            setattr(node, field, statements)
+        return node
+
+
+def syntax_digest(source: str, imports: bool = True) -> str:
+    """The digest of Python code's syntax (the text's digest if it does not parse on its own).
+    ``imports``: whether the set of what it imports counts (a whole module's: yes; a function's
+    or class's: no, as its module's imports are not part of it either)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return _digest(source)
+    syntax = _Syntax()
+    code = ast.unparse(syntax.visit(tree))
+    return _digest(code + ("\n\n" + "\n".join(sorted(syntax.imports)) if imports else ""))
 
 
 def _stateful_modules(module: ModuleType, used: set[str] | None = None) -> set[str]:
@@ -58,16 +147,21 @@ def _stateful_modules(module: ModuleType, used: set[str] | None = None) -> set[s
     return used
 
 
-def code_parts(spec: JobSpec) -> dict[str, str]:
+def code_parts(spec: JobSpec, texts: bool = False) -> dict[str, str]:
     """A hash per piece of the job's code: ``query`` for a SQL job; for a Python job each
-    function and class its module defines (by name) and each stateful module it uses."""
+    function and class its module defines (by name) and each stateful module it uses. Python
+    pieces are hashed by their syntax, or by their text with ``texts``."""
     sql = getattr(spec.build, "sql", None)
     if isinstance(sql, str):
         return {"query": _digest(sql.strip())}
+
+    def digest(source: str, imports: bool = False) -> str:
+        return _digest(source) if texts else syntax_digest(source, imports)
+
     module = sys.modules.get(getattr(spec.build, "__module__", "") or "")
     if module is None:  # a build made at run time (a test's lambda): its own source
         try:
-            return {"build": _digest(inspect.getsource(spec.build))}
+            return {"build": digest(inspect.getsource(spec.build))}
         except (OSError, TypeError):
             return {"build": _digest(repr(spec.build))}
     parts = {}
@@ -76,12 +170,48 @@ def code_parts(spec: JobSpec) -> dict[str, str]:
             value, "__module__", None
         ) == module.__name__:
             try:
-                parts[name] = _digest(inspect.getsource(value))
+                parts[name] = digest(inspect.getsource(value))
             except (OSError, TypeError):
                 parts[name] = _digest(repr(value))
     for used in sorted(_stateful_modules(module) - {module.__name__}):
-        parts[used] = _digest(inspect.getsource(sys.modules[used]))
+        parts[used] = digest(inspect.getsource(sys.modules[used]), imports=True)
     return parts
+
+
+def unchanged_pieces(old: dict, code: dict[str, str], texts: dict[str, str]) -> set[str]:
+    """The pieces of ``code`` (syntax digests; ``texts``: the same pieces' text digests) that
+    the ``old`` record holds unchanged: the same syntax, or the same text (a record from before
+    syntax digests, or code a new Python renders otherwise), or tidemark's own code retexted
+    (`RETEXTED`)."""
+    was, was_texts = (old.get("parts") or {}).get("code") or {}, old.get("texts") or {}
+    return {
+        piece
+        for piece, digest in code.items()
+        if piece in was
+        and (
+            was[piece] in (digest, texts.get(piece))
+            or RETEXTED.get(was[piece]) == digest
+            or (piece in was_texts and was_texts[piece] == texts.get(piece))
+        )
+    }
+
+
+def holds_current(old: dict | None, spec: JobSpec, streams: dict[str, StreamSchema]) -> bool:
+    """Whether the ``old`` record (a checkpoint's or a savepoint's) is of the job's current
+    version: the same version, or the same parts with every piece of code unchanged."""
+    if not old:
+        return False
+    parts = version_parts(spec, streams)
+    if old.get("version") == version_of(parts):
+        return True
+    was = old.get("parts") or {}
+    code = parts["code"]
+    rest = json.loads(json.dumps({k: v for k, v in parts.items() if k != "code"}, sort_keys=True))
+    return (
+        set(was.get("code") or {}) == set(code)
+        and {k: v for k, v in was.items() if k != "code"} == rest
+        and unchanged_pieces(old, code, code_parts(spec, texts=True)) == set(code)
+    )
 
 
 def _stream(schema: StreamSchema) -> dict:

@@ -23,10 +23,9 @@ deduplication operator (the first stateful operator); exact duplicates count onc
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -37,6 +36,10 @@ from streaming_jobs.stateful.frames import epoch_ms, timestamps
 from streaming_jobs.intervals import interval_seconds
 from streaming_jobs.spec import JobSpec, StateBound, StateThresholds
 
+if TYPE_CHECKING:  # imported where used: pandas takes about a second to import, and
+    # Spark imports this module at every start of a keyed-state query (its processor's init)
+    import pandas as pd
+
 OUTPUT = (
     "user_id string, visits long, total_spend double, active_seconds double, "
     "first_activity timestamp, last_activity timestamp, expires_at timestamp"
@@ -45,6 +48,8 @@ STATE = "first array<long>, last array<long>, count array<long>, total array<dou
 
 
 def latest_profile(user: str, epochs: Epochs, ttl_ms: int) -> pd.DataFrame:
+    import pandas as pd
+
     i = int(np.argmax(epochs.first))
     return pd.DataFrame(
         {

@@ -35,7 +35,10 @@ from streaming_jobs.core.locations import Location
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.versions import (
     REFUSED,
+    code_parts,
+    holds_current,
     read_record,
+    unchanged_pieces,
     version_of,
     version_parts,
     write_record,
@@ -295,8 +298,9 @@ def compare(old: dict, new: dict) -> list[Change]:
                 gone = [line.strip() for line in b["input"] if line not in a["input"]]
                 out.append(Change("input", f"{name}: {_diff(gone, changed)}"))
     code_was, code = was.get("code") or {}, parts["code"]
+    same = unchanged_pieces(old, code, new.get("texts") or {})
     for piece in sorted(set(code_was) | set(code)):
-        if code_was.get(piece) == code.get(piece):
+        if piece in same:
             continue
         stateful = piece.startswith("streaming_jobs.stateful") or (
             piece[:1].isupper() and shape["python"]
@@ -339,7 +343,12 @@ def new_record(spec: JobSpec, frame: DataFrame) -> dict:
     except Exception as exc:  # noqa: BLE001 - a plan tidemark cannot read must not stop a run
         LOG.warning("job %s: its state shape could not be read: %s", spec.name, exc)
         shape = {"unreadable": str(exc)[:300]}
-    return {"version": version_of(parts), "parts": parts, "shape": shape}
+    return {
+        "version": version_of(parts),
+        "parts": parts,
+        "shape": shape,
+        "texts": code_parts(spec, texts=True),
+    }
 
 
 def changed_since_checkpoint(cfg: TidemarkConfig, spec: JobSpec) -> bool:
@@ -379,11 +388,32 @@ def check_before_start(
     checkpoint = checkpoint or cfg.paths.checkpoint(spec.name)
     said = Location.of(checkpoint) / REFUSED
     old = read_record(checkpoint)
-    if old is not None and old.get("version") == version_of(current_parts(spec)):
+    parts = current_parts(spec)
+    if old is not None and old.get("version") == version_of(parts):
         # the version that runs the checkpoint: no plan to read (most runs end here)
         if locations.exists(said):
             locations.delete(said)
         return old
+    known = {s: stream_schema(s) for s in spec.sources}
+    if holds_current(old, spec, known):
+        # the same code and spec under another digest (recorded by text, or retexted): the
+        # record is brought to the current version, with the shape it holds
+        record = {
+            **old,
+            "version": version_of(parts),
+            "parts": parts,
+            "texts": code_parts(spec, texts=True),
+        }
+        LOG.info(
+            "job %s: version %s recorded as %s (the same code)",
+            spec.name,
+            old["version"],
+            record["version"],
+        )
+        write_record(checkpoint, record)
+        if locations.exists(said):
+            locations.delete(said)
+        return record
     old, new, changes = assess(cfg, spec, frame, checkpoint)
     unsafe = [c for c in changes if c.unsafe]
     if unsafe:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where used: pandas takes about a second to import, and
+    # Spark imports this module at every start of a keyed-state query (its processor's init)
+    import pandas as pd
 
 
 def epoch_ms(times: pd.Series) -> np.ndarray:
@@ -17,4 +22,6 @@ def epoch_ms(times: pd.Series) -> np.ndarray:
 
 def timestamps(ms) -> pd.Series:
     """UTC timestamps from epoch milliseconds (Spark reads them as TIMESTAMP)."""
+    import pandas as pd
+
     return pd.Series(pd.to_datetime(np.asarray(ms, dtype=np.int64), unit="ms", utc=True))

@@ -20,10 +20,9 @@ later than every window end already emitted: emitted rows are final.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -31,6 +30,10 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from streaming_jobs.stateful import panes
 from streaming_jobs.stateful.frames import epoch_ms, timestamps
 from streaming_jobs.intervals import interval_seconds
+
+if TYPE_CHECKING:  # imported where used: pandas takes about a second to import, and
+    # Spark imports this module at every start of a keyed-state query (its processor's init)
+    import pandas as pd
 
 STATE_SCHEMA = (
     "starts array<long>, counts array<long>, emitted_end long, emitted_value long, timer long"
@@ -47,6 +50,8 @@ def _ms(interval: str, what: str) -> int:
 def _frame(
     key_col: str, key, ends: np.ndarray, values: np.ndarray, size_ms: int, count_col: str
 ) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(
         {
             key_col: [key] * len(ends),

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from helpers import click, clicks_per_user, dbt, land
+from helpers import by_text, click, clicks_per_user, dbt, land
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
@@ -127,6 +127,43 @@ def test_stream_upserts_profiles_merges_out_of_order_clicks_and_forgets_idle_use
     watermark = T0 + timedelta(minutes=190)
     still_active = {u for u, p in profiles(on_time).items() if p[5] > watermark}
     assert {r.key.user_id for r in state} == still_active == {"u2"}
+
+
+def test_a_checkpoint_recorded_by_text_runs_on_and_its_savepoint_restores(spark, cfg):
+    """A checkpoint of tidemark 478b91e, whose record holds the text digests of modules that
+    imported pandas at the top then: the next run goes on, no refusal, and records the current
+    version; a savepoint taken then restores without --any-version, and gold comes back."""
+    from orchestration.cli.main import main as tidemark
+    from streaming_jobs.core.versions import job_version, read_record, write_record
+    from streaming_jobs.operations import savepoints
+    from streaming_jobs.storage.registry import streams
+
+    spec = get_job("user_activity_profile")
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    land(cfg, "w1.jsonl", WAVE_1, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    old = by_text(spec.name, read_record(checkpoint)["shape"])
+    write_record(checkpoint, old)
+    point = savepoints.take(cfg, spec.name)
+    assert point.job_version == old["version"] != job_version(spec, streams())
+
+    land(cfg, "w2.jsonl", WAVE_2, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    late = run_job(spark, cfg, spec).late_rows_dropped
+    on_time = [e for e in WAVE_1 + WAVE_2 if e["event_id"] not in LATE]
+    gold = cfg.paths.table("gold", spec.name)
+    assert _got(read_table(spark, gold).collect()) == profiles(on_time)
+    assert late == len(LATE)
+    assert read_record(checkpoint)["version"] == job_version(spec, streams())
+
+    # the savepoint (recorded by text) back, then wave 2 again from its state
+    assert tidemark(["restore", spec.name]) == 0
+    assert read_record(checkpoint)["version"] == old["version"]
+    assert _got(read_table(spark, gold).collect()) == profiles(WAVE_1)
+    run_job(spark, cfg, spec)
+    assert _got(read_table(spark, gold).collect()) == profiles(on_time)
+    assert read_record(checkpoint)["version"] == job_version(spec, streams())
 
 
 @pytest.mark.slow

@@ -3,9 +3,23 @@ recorded parts show (no plan needed)."""
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import subprocess
 from dataclasses import replace
+from pathlib import Path
 
-from streaming_jobs.core.versions import code_parts, job_version, version_parts
+import pytest
+
+from helpers import BY_TEXT, by_text
+from streaming_jobs.core.versions import (
+    RETEXTED,
+    code_parts,
+    holds_current,
+    job_version,
+    syntax_digest,
+    version_parts,
+)
 from streaming_jobs.runtime.changes import compare
 from streaming_jobs.storage.registry import get_job, streams
 
@@ -74,3 +88,85 @@ def test_a_keyed_state_processors_code_is_unsafe_and_a_build_change_alone_is_not
     build["parts"]["code"]["build"] = "changed"
     changes = compare(old, build)
     assert [c.what for c in changes] == ["safe: code"]
+
+
+CODE = '''import numpy as np
+
+
+class Counter:
+    """Counts."""
+
+    def add(self, values):
+        return np.asarray(values).sum() + 1
+'''
+
+
+def test_comments_docstrings_layout_and_where_an_import_sits_change_no_digest():
+    same = syntax_digest(CODE)
+    for words in (
+        CODE.replace('"""Counts."""', '"""Counts what it is given."""'),
+        CODE.replace("        return", "        # one more than the sum\n        return"),
+        CODE.replace(
+            "np.asarray(values).sum() + 1",
+            "(\n            np.asarray(values).sum()\n            + 1\n        )",
+        ),
+        # numpy imported where used, its name kept for the annotations of type checkers only
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import numpy as np\n"
+        + CODE.replace("import numpy as np\n", "").replace(
+            "    def add(self, values):\n",
+            "    def add(self, values):\n        import numpy as np\n\n",
+        ),
+    ):
+        assert syntax_digest(words) == same, words
+    for result in (
+        CODE.replace("+ 1", "+ 2"),
+        CODE.replace("import numpy as np", "import numpy.ma as np"),  # another module
+        CODE.replace(".sum()", ".max()"),
+    ):
+        assert syntax_digest(result) != same, result
+    # a function's or class's own digest leaves imports out, as its module's imports are
+    assert syntax_digest(CODE, imports=False) == syntax_digest(
+        CODE.replace("import numpy as np", "import numpy.ma as np"), imports=False
+    )
+
+
+@pytest.mark.parametrize("job", sorted(BY_TEXT))
+def test_a_record_from_before_syntax_digests_is_the_current_version(job):
+    """pandas now imported where used changed these modules' text and not their syntax: a
+    checkpoint recorded by text runs on, and a piece whose code did change is still found."""
+    spec, old = get_job(job), by_text(job, SHAPE)
+    assert old["version"] != job_version(spec, streams())
+    assert holds_current(old, spec, streams())
+    new = {
+        "version": job_version(spec, streams()),
+        "parts": version_parts(spec, streams()),
+        "shape": {**SHAPE, "python": ["TransformWithStateInPySpark ..."]},
+        "texts": code_parts(spec, texts=True),
+    }
+    assert compare({**old, "shape": new["shape"]}, new) == []
+    changed = {**old, "parts": {**old["parts"], "code": dict(old["parts"]["code"])}}
+    changed["parts"]["code"]["streaming_jobs.stateful.frames"] = "0123456789ab"
+    assert not holds_current(changed, spec, streams())
+    assert [c.what for c in compare({**changed, "shape": new["shape"]}, new)] == ["code"]
+
+
+def test_each_retexted_digest_stands_for_that_code_in_git():
+    """`RETEXTED`'s entries, from the files as commit 478b91e holds them."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git clone: the files of 478b91e cannot be read")
+
+    def old(path: str) -> str:
+        return subprocess.run(
+            ["git", "show", f"478b91e:{path}"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+
+    found = {}
+    for path in ("streaming_jobs/stateful/frames.py", "streaming_jobs/stateful/sliding.py"):
+        text = old(path)
+        found[hashlib.sha256(text.encode()).hexdigest()[:12]] = syntax_digest(text)
+    text = old("streaming_jobs/jobs/user_activity_profile.py")
+    [node] = [n for n in ast.parse(text).body if getattr(n, "name", "") == "latest_profile"]
+    piece = "".join(text.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
+    found[hashlib.sha256(piece.encode()).hexdigest()[:12]] = syntax_digest(piece, imports=False)
+    assert found == RETEXTED
