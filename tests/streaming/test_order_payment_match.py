@@ -176,14 +176,11 @@ def store_folders(cfg, spec) -> dict[str, set[str]]:
     }
 
 
-def assert_join_state_holds_the_open_pair(spark, cfg, spec) -> None:
+def assert_join_state_holds_the_open_pair(state) -> None:
     """At the final watermark only o5 and p5 are open (see the waves above): each side of the
-    join holds one key, o5, and one row; each dedup holds its one event; read as `tidemark
-    state` reads them."""
-    held = {
-        (op.operator_id, op.operator, op.store): (op.rows, op.largest)
-        for op in inspect(spark, cfg, spec.name)
-    }
+    join holds one key, o5, and one row; each dedup holds its one event; ``state``: the job's
+    state as `tidemark state` reads it (`inspect`)."""
+    held = {(op.operator_id, op.operator, op.store): (op.rows, op.largest) for op in state}
     joined = {k: v for k, v in held.items() if k[1] == JOIN}
     assert sorted(store for _, _, store in joined) == sorted(JOIN_STORES)
     for rows, largest in joined.values():
@@ -210,18 +207,20 @@ def test_stream_emits_pairs_at_once_and_unmatched_rows_once_the_bound_passes(spa
     assert late == len(LATE)
     # the join keeps four stores per partition (Spark's state format 2, its default)
     assert spark.conf.get(JOIN_FORMAT) == "2"
-    assert_committed_through_the_last_batch(spark, cfg, spec, JOIN_STORES)
-    assert_join_state_holds_the_open_pair(spark, cfg, spec)
+    state = inspect(spark, cfg, spec.name)
+    assert_committed_through_the_last_batch(cfg, spec, state, JOIN_STORES)
+    assert_join_state_holds_the_open_pair(state)
     assert structural_findings(cfg.paths.checkpoint(spec.name)) == []
 
 
-def assert_committed_through_the_last_batch(spark, cfg, spec, stores: tuple[str, ...]) -> None:
+def assert_committed_through_the_last_batch(cfg, spec, state, stores: tuple[str, ...]) -> None:
     """Each join partition holds ``stores`` (none: it is one store itself), each with its
-    changelog at the checkpoint's last committed batch: the second wave committed them too."""
+    changelog at the checkpoint's last committed batch: the second wave committed them too.
+    ``state``: `inspect`'s reading, for the join's operator id."""
     checkpoint = cfg.paths.checkpoint(spec.name)
     batches = len(list((checkpoint / "commits").glob("[0-9]*")))
     folders = store_folders(cfg, spec)
-    [join] = {op.operator_id for op in inspect(spark, cfg, spec.name) if op.operator == JOIN}
+    [join] = {op.operator_id for op in state if op.operator == JOIN}
     join_parts = [w for w in folders if w.split("/")[0] == str(join)]
     assert len(join_parts) == cfg.spark.shuffle_partitions
     for where in join_parts:
@@ -243,8 +242,9 @@ def test_a_join_begun_on_state_format_3_goes_on_with_it_with_the_same_results(sp
     }
     assert _got(read_table(spark, cfg.paths.table("gold", spec.name)).collect()) == expected
     assert late == len(LATE)
-    assert_committed_through_the_last_batch(spark, cfg, spec, ())
-    assert_join_state_holds_the_open_pair(spark, cfg, spec)
+    state = inspect(spark, cfg, spec.name)
+    assert_committed_through_the_last_batch(cfg, spec, state, ())
+    assert_join_state_holds_the_open_pair(state)
     assert structural_findings(cfg.paths.checkpoint(spec.name)) == []
 
 
