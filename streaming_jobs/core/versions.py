@@ -85,8 +85,11 @@ class _Syntax(ast.NodeTransformer):
         self.imports: set[str] = set()
 
     def _imported(self, node: ast.Import | ast.ImportFrom) -> None:
-        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
-        if (module or "").split(".")[0] not in _NOT_CODE:
+        if isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""] if not node.level else ["."]
+        else:
+            modules = [alias.name for alias in node.names]
+        if any(m.split(".")[0] not in _NOT_CODE for m in modules):
             self.imports.add(ast.unparse(node))
         return None
 
