@@ -4,7 +4,8 @@
 gold table of its own under ``rebuilds/<job>/shadow/``, the query named ``<job>@rebuild`` (its
 ops rows carry that name). The live version keeps serving meanwhile, and keeps running if a
 continuous run hosts it. A shadow cut short resumes from its last batch; one built by another
-version of the job (or for another partition count) is discarded and started again.
+version of the job (or for another partition count) is discarded and started again. The same
+code recorded under an earlier digest is the same version (`built_by`).
 
 `swap_locked` puts the shadow in place of the live version, holding the live checkpoint's lock;
 a continuous run that hosts the job does it between two batches, asked by `swap` (a request it
@@ -40,7 +41,7 @@ from streaming_jobs.core.checkpoints import (
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import commit_versions, latest_version, txn_of
 from streaming_jobs.core.locations import Location
-from streaming_jobs.core.versions import read_record, version_of
+from streaming_jobs.core.versions import holds_current, read_record, version_of
 from streaming_jobs.runtime.changes import current_parts
 from streaming_jobs.runtime.gold import (
     RANDOM_PREFIXES,
@@ -81,6 +82,18 @@ def shadow_info(cfg: TidemarkConfig, job: str) -> dict | None:
     return read_json(folder(cfg, job) / "shadow" / "shadow.json")
 
 
+def built_by(cfg: TidemarkConfig, spec: JobSpec, info: dict, version: str) -> bool:
+    """Whether the shadow ``info`` describes was built by ``version`` of ``spec``: the same
+    version, or its checkpoint's record holds the same code and spec under another digest (a
+    record from an earlier tidemark, `streaming_jobs.core.versions.holds_current`)."""
+    if info.get("version") == version:
+        return True
+    from streaming_jobs.storage.registry import stream_schema
+
+    record = read_record(shadow_place(cfg, spec.name).checkpoint)
+    return holds_current(record, spec, {s: stream_schema(s) for s in spec.sources})
+
+
 def previous_info(cfg: TidemarkConfig, job: str) -> dict | None:
     """The version kept for a rollback of ``job`` (version, gold version, query id), or None."""
     return read_json(folder(cfg, job) / "previous" / "previous.json")
@@ -119,7 +132,8 @@ def build(
     with checkpoint_lock(place.checkpoint, holder):
         info = read_json(home / "shadow.json")
         if info is not None and (
-            info.get("version") != version or (partitions and info.get("partitions") != partitions)
+            not built_by(cfg, spec, info, version)
+            or (partitions and info.get("partitions") != partitions)
         ):
             LOG.info("rebuild %s: discarding the shadow of version %s", job, info.get("version"))
             locations.delete_tree(home)
@@ -128,8 +142,9 @@ def build(
             forget_lineage(cfg, place.name)  # rows of a shadow that is gone
         else:  # the rows a killed rebuild did not flush, from the shadow's checkpoint
             restore_lost_progress(cfg, spec, place)
-        if info is None:
-            info = {"job": job, "version": version, "partitions": partitions, "started": now()}
+        if info is None or info["version"] != version:  # new, or the same code's new digest
+            info = {"started": now(), **(info or {}), "job": job, "version": version}
+            info.setdefault("partitions", partitions)
             write_json(home / "shadow.json", info)
         log = progress_log(spark)
         with _shuffle_partitions(spark, partitions):
@@ -195,7 +210,7 @@ def swap_locked(
             "one and swaps it"
         )
     version = version_of(current_parts(spec))
-    if info["version"] != version:
+    if not built_by(cfg, spec, info, version):
         raise RebuildError(
             f"job {job}: its code changed since its shadow was built (shadow: version "
             f"{info['version']}, the code now: {version}); nothing was swapped. Run "

@@ -19,6 +19,7 @@ from streaming_jobs.core.versions import (
     job_version,
     syntax_digest,
     version_parts,
+    write_record,
 )
 from streaming_jobs.runtime.changes import compare
 from streaming_jobs.storage.registry import get_job, streams
@@ -170,3 +171,25 @@ def test_each_retexted_digest_stands_for_that_code_in_git():
     piece = "".join(text.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
     found[hashlib.sha256(piece.encode()).hexdigest()[:12]] = syntax_digest(piece, imports=False)
     assert found == RETEXTED
+
+
+def test_a_shadow_built_by_the_same_code_under_its_text_digest_is_kept(tmp_path):
+    """A rebuild's shadow begun by an earlier tidemark (its record and shadow.json hold text
+    digests) is the current version's: kept and swapped, not built again. Another piece of
+    code, or no record, is not."""
+    from streaming_jobs.core.config import TidemarkConfig
+    from streaming_jobs.operations.shadow import built_by, shadow_place
+
+    cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
+    spec = get_job("user_activity_profile")
+    now = job_version(spec, streams())
+    old = by_text(spec.name, SHAPE)
+    info = {"job": spec.name, "version": old["version"]}
+    assert not built_by(cfg, spec, info, now)  # no record in the shadow's checkpoint
+    checkpoint = shadow_place(cfg, spec.name).checkpoint
+    write_record(checkpoint, old)
+    assert built_by(cfg, spec, info, now)
+    assert built_by(cfg, spec, {"version": now}, now)
+    changed = {**old, "parts": {**old["parts"], "code": {**old["parts"]["code"], "build": "x"}}}
+    write_record(checkpoint, changed)
+    assert not built_by(cfg, spec, info, now)
