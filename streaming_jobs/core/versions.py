@@ -3,10 +3,10 @@ a checkpoint keeps.
 
 The version hashes the job's **parts** (`version_parts`):
 
-- its code: a SQL job's query; a Python job's functions and classes (``build`` and what it
-  defines beside it), and every module of ``streaming_jobs.stateful`` it uses. Python code is
-  hashed by its syntax (`syntax_digest`): a comment, a docstring, the layout or where an import
-  sits changes no version;
+- its code: a SQL job's query (its comments and layout left out: `sql_digest`); a Python
+  job's functions and classes (``build`` and what it defines beside it), and every module of
+  ``streaming_jobs.stateful`` it uses. Python code is hashed by its syntax (`syntax_digest`):
+  a comment, a docstring, the layout or where an import sits changes no version;
 - its spec: sources, keys, measures, event time, watermark, TTL, output mode, parameters,
   ``reads`` and partition columns;
 - its sources' schemas: fields and types, event time, deduplication key.
@@ -134,6 +134,58 @@ def syntax_digest(source: str, imports: bool = True) -> str:
     return _digest(code + ("\n\n" + "\n".join(sorted(syntax.imports)) if imports else ""))
 
 
+def _sql_words(sql: str) -> str | None:
+    """A query as Spark reads it: comments gone (a hint, ``/*+ ... */``, kept), and each run of
+    whitespace and comments outside quotes one space. None if a quote or comment is left open."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+
+    def gap() -> None:
+        if out and out[-1] != " ":
+            out.append(" ")
+
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":  # a literal or a quoted name, as it is (a backslash escapes in one)
+            j = i + 1
+            while j < n and sql[j] != c:
+                j += 2 if sql[j] == "\\" and c != "`" else 1
+            if j >= n:
+                return None
+            out.append(sql[i : j + 1])
+            i = j + 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end
+            gap()
+        elif sql.startswith("/*", i) and not sql.startswith("/*+", i):
+            depth, i = 1, i + 2  # Spark's bracketed comments nest
+            while depth and i < n:
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            if depth:
+                return None
+            gap()
+        elif c.isspace():
+            gap()
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out).strip()
+
+
+def sql_digest(sql: str) -> str:
+    """The digest of a SQL job's query: its comments and layout change nothing (the text's
+    digest if a quote or comment is left open)."""
+    words = _sql_words(sql)
+    return _digest(sql.strip() if words is None else words)
+
+
 def _stateful_modules(module: ModuleType, used: set[str] | None = None) -> set[str]:
     """The modules of ``streaming_jobs.stateful`` that ``module`` uses, and those they use."""
     used = set() if used is None else used
@@ -156,7 +208,7 @@ def code_parts(spec: JobSpec, texts: bool = False) -> dict[str, str]:
     pieces are hashed by their syntax, or by their text with ``texts``."""
     sql = getattr(spec.build, "sql", None)
     if isinstance(sql, str):
-        return {"query": _digest(sql.strip())}
+        return {"query": _digest(sql.strip()) if texts else sql_digest(sql)}
 
     def digest(source: str, imports: bool = False) -> str:
         return _digest(source) if texts else syntax_digest(source, imports)

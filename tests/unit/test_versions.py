@@ -17,6 +17,7 @@ from streaming_jobs.core.versions import (
     code_parts,
     holds_current,
     job_version,
+    sql_digest,
     syntax_digest,
     version_parts,
     write_record,
@@ -193,3 +194,47 @@ def test_a_shadow_built_by_the_same_code_under_its_text_digest_is_kept(tmp_path)
     changed = {**old, "parts": {**old["parts"], "code": {**old["parts"]["code"], "build": "x"}}}
     write_record(checkpoint, changed)
     assert not built_by(cfg, spec, info, now)
+
+
+QUERY = """select merchant, window.start as window_start, window.end as window_end,
+       count(*) as n
+from events
+where status = 'FAILED  -- not a comment'
+group by merchant, window(event_time, '10 minutes')
+"""
+
+
+def test_a_sql_jobs_comments_and_layout_change_no_digest():
+    same = sql_digest(QUERY)
+    for words in (
+        "-- failed transactions per merchant\n" + QUERY,
+        QUERY.replace("from events", "from events  /* the source /* nested */ */"),
+        QUERY.replace("\n       ", " ").replace("count(*) as n", "count(*) as n  -- the count"),
+    ):
+        assert sql_digest(words) == same, words
+    for result in (
+        QUERY.replace("'FAILED  -- not a comment'", "'FAILED -- not a comment'"),
+        QUERY.replace("select merchant", "select /*+ REPARTITION(4) */ merchant"),
+        QUERY.replace("count(*)", "count(distinct event_id)"),
+    ):
+        assert sql_digest(result) != same, result
+
+
+def test_a_sql_job_recorded_by_its_text_is_the_current_version(tmp_path):
+    """A SQL job's record from before (its query's text digest) holds the current version; a
+    changed query does not."""
+    from streaming_jobs.storage.sql_jobs import load_sql_job
+
+    path = tmp_path / "merchant_counts.sql"
+    path.write_text(
+        "-- source: transactions\n-- keys: merchant, window_start, window_end\n"
+        "-- measures: n\n-- watermark: 5 minutes\n" + QUERY
+    )
+    spec = load_sql_job(path, streams())
+    parts = version_parts(spec, streams())
+    text = hashlib.sha256(QUERY.strip().encode()).hexdigest()[:12]  # how 478b91e hashed it
+    assert parts["code"] == {"query": sql_digest(QUERY)} != {"query": text}
+    old = {"version": "0123456789ab", "parts": {**parts, "code": {"query": text}}, "shape": SHAPE}
+    assert holds_current(old, spec, streams())
+    other = {**old, "parts": {**parts, "code": {"query": "fedcba987654"}}}
+    assert not holds_current(other, spec, streams())
