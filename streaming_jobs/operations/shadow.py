@@ -42,7 +42,7 @@ from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import commit_versions, latest_version, txn_of
 from streaming_jobs.core.locations import Location
 from streaming_jobs.core.versions import holds_current, read_record, version_of
-from streaming_jobs.runtime.changes import current_parts
+from streaming_jobs.runtime.changes import current_parts, source_schemas
 from streaming_jobs.runtime.gold import (
     RANDOM_PREFIXES,
     Place,
@@ -88,10 +88,8 @@ def built_by(cfg: TidemarkConfig, spec: JobSpec, info: dict, version: str) -> bo
     record from an earlier tidemark, `streaming_jobs.core.versions.holds_current`)."""
     if info.get("version") == version:
         return True
-    from streaming_jobs.storage.registry import stream_schema
-
     record = read_record(shadow_place(cfg, spec.name).checkpoint)
-    return holds_current(record, spec, {s: stream_schema(s) for s in spec.sources})
+    return holds_current(record, spec, source_schemas(spec))
 
 
 def previous_info(cfg: TidemarkConfig, job: str) -> dict | None:

@@ -332,8 +332,13 @@ def refusal(spec: JobSpec, old: dict, new: dict, unsafe: list[Change]) -> str:
 # -- before a run ---------------------------------------------------------------------------------
 
 
+def source_schemas(spec: JobSpec) -> dict:
+    """The schemas of the streams ``spec`` reads, by stream name (a part of its version)."""
+    return {s: stream_schema(s) for s in spec.sources}
+
+
 def current_parts(spec: JobSpec) -> dict:
-    return version_parts(spec, {s: stream_schema(s) for s in spec.sources})
+    return version_parts(spec, source_schemas(spec))
 
 
 def new_record(spec: JobSpec, frame: DataFrame) -> dict:
@@ -394,8 +399,7 @@ def check_before_start(
         if locations.exists(said):
             locations.delete(said)
         return old
-    known = {s: stream_schema(s) for s in spec.sources}
-    if holds_current(old, spec, known):
+    if holds_current(old, spec, source_schemas(spec)):
         # the same code and spec under another digest (recorded by text, or retexted): the
         # record is brought to the current version, with the shape it holds
         record = {
