@@ -457,6 +457,38 @@ def test_failed_continuous_runs_are_restarted_at_once_then_with_backoff_then_giv
     assert failed.run_id in alert["dedup_key"] and last.run_id in alert["message"]
 
 
+def test_a_run_its_code_server_saw_killed_is_alerted_with_the_signal(cfg, instance, monkeypatch):
+    """Dagster's code server fails a run whose process ended with a run failure that says only
+    "marked as failed from outside the execution context"; the alert also says how the process
+    ended, in the code server's own words (recorded here as the code server records them), and
+    not its guess at memory."""
+    from dagster._grpc.server import DagsterApiServer
+    from dagster._utils import get_run_crash_explanation
+
+    from orchestration.defs.streaming.jobs import continuous_streaming_job
+    from orchestration.defs.streaming.sensors import streaming_restart_sensor
+
+    job = continuous_streaming_job()
+    run = instance.create_run_for_job(job_def=job, run_config={})
+    said = get_run_crash_explanation(f"Run execution process for {run.run_id}", exit_code=-9)
+    instance.report_engine_event(said, run, cls=DagsterApiServer)
+    instance.report_run_failed(run)
+    monkeypatch.setenv("TIDEMARK_RESTART_BACKOFF_SECONDS", "0")
+    tick = streaming_restart_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    [crashed] = alerts.open_alerts(cfg)
+    assert crashed["kind"] == "continuous_run_failed"
+    assert (
+        f"run {run.run_id} failed (This run has been marked as failed from outside the "
+        f"execution context.; Run execution process for {run.run_id} was terminated by signal "
+        "9 (SIGKILL).)" in crashed["message"]
+    )
+    assert "memory" not in crashed["message"]
+    [request] = tick.run_requests
+    assert request.tags["tidemark/restart_of"] == run.run_id
+
+
 # A continuous run in a process of its own, recorded in the test's instance, as a run worker
 # runs it (the op tags the run with its process, then starts Spark and its queries).
 KILLED_WORKER = """

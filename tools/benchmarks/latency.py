@@ -593,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs or sorted(registry())
     if args.dagster and set(jobs) != set(registry()):
         parser.error("--dagster hosts every job, as tidemark live does: leave out --jobs")
+    if args.work:
+        Path(args.work).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tidemark-latency-", dir=args.work))
     cfg = TidemarkConfig.from_env().with_data_root(work / "root")
     rng = random.Random(args.seed)
@@ -729,6 +731,28 @@ def restart_spark_jobs(events: Path, recovery: dict, killed: float) -> None:
             batch["spark"] = spark_events.batch_summary(log, ids[query], batch["batch"], killed)
 
 
+def failures(cfg: TidemarkConfig) -> dict[str, list[dict]]:
+    """What went wrong during the run, as the product recorded it: each alert incident (a
+    restart that failed again refreshes its incident's message with the new error) and each
+    query failure. Kept with the figures, since a run's data root goes when it ends."""
+    found: dict[str, list[dict]] = {"alerts": [], "query_failures": []}
+    if ops_tables.exists(cfg, "alerts"):
+        found["alerts"] = [
+            {k: str(r[k]) if r[k] is not None else None for k in ALERT_FIELDS}
+            for r in sorted(ops_tables.read(cfg, "alerts"), key=lambda r: str(r["first_seen"]))
+        ]
+    if ops_tables.exists(cfg, "stream_failures"):
+        found["query_failures"] = [
+            {k: str(v)[:2000] if v is not None else None for k, v in r.items()}
+            for r in ops_tables.read(cfg, "stream_failures")
+        ]
+    return found
+
+
+ALERT_FIELDS = ("alert_id", "kind", "message", "first_seen", "last_seen", "seen_count")
+ALERT_FIELDS += ("resolved_at", "resolution")
+
+
 def finish(cfg: TidemarkConfig, work: Path, args) -> int:
     run = json.loads((work / "run.json").read_text())
     jobs, killed, recovery = run["jobs"], run["killed"], run["recovery"]
@@ -743,9 +767,14 @@ def finish(cfg: TidemarkConfig, work: Path, args) -> int:
         "date": time.strftime("%Y-%m-%d"),
         "jobs": report,
         "recovery": recovery,
+        **failures(cfg),
     }
     Path(args.results).write_text(json.dumps(result, indent=1))
     print("\n".join(table(report, recovery)))
+    for alert in result["alerts"]:
+        print(f"alert {alert['alert_id']}: {alert['message']} (resolved: {alert['resolution']})")
+    for failure in result["query_failures"]:
+        print(f"query failure: {json.dumps(failure)[:600]}")
     print(f"results: {args.results}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

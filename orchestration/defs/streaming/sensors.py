@@ -154,7 +154,8 @@ def _committed(context: dg.SensorEvaluationContext, run_id: str) -> bool:
 
 def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
     """The run's failure, in one line: its step failure's message, else the run failure's (a
-    run whose process ended has no step failure)."""
+    run whose process ended has no step failure) with how its code server saw the process end
+    (Dagster's run failure then says only that it was marked failed from outside)."""
     records = context.instance.get_records_for_run(
         run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1
     ).records
@@ -163,10 +164,30 @@ def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
             run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1
         ).records
         message = failures[0].event_log_entry.dagster_event.message if failures else None
-        return message.strip().splitlines()[0][:300] if message else "no failure recorded"
+        said = [message.strip().splitlines()[0][:300]] if message else []
+        said += [ended] if (ended := _process_end(context, run.run_id)) else []
+        return "; ".join(said) or "no failure recorded"
     error = records[0].event_log_entry.dagster_event.event_specific_data.error
     cause = error.cause or error
     return f"{cause.cls_name}: {cause.message.strip().splitlines()[0][:300]}"
+
+
+# What a code server records when a run's process ends on its own or by a signal: "Run
+# execution process for <run> was terminated by signal 9 (SIGKILL). This usually indicates ..."
+PROCESS_END = "Run execution process for "
+
+
+def _process_end(context: dg.SensorEvaluationContext, run_id: str) -> str | None:
+    """The first sentence of the code server's word on how the run's process ended, if any
+    (it guesses at memory after it, which a kill by hand does not fit)."""
+    for record in context.instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=5, ascending=False
+    ).records:
+        text = record.event_log_entry.dagster_event.message or ""
+        if PROCESS_END in text:
+            said = text[text.index(PROCESS_END) :]
+            return said.split(". ", 1)[0].rstrip(".") + "."
+    return None
 
 
 def _resolve_recovered(context: dg.SensorEvaluationContext, cfg) -> bool:
