@@ -481,8 +481,8 @@ def test_a_run_its_code_server_saw_killed_is_alerted_with_the_signal(cfg, instan
     assert crashed["kind"] == "continuous_run_failed"
     assert (
         f"run {run.run_id} failed (This run has been marked as failed from outside the "
-        f"execution context.; Run execution process for {run.run_id} was terminated by signal "
-        "9 (SIGKILL).)" in crashed["message"]
+        f"execution context; Run execution process for {run.run_id} was terminated by signal "
+        "9 (SIGKILL))" in crashed["message"]
     )
     assert "memory" not in crashed["message"]
     [request] = tick.run_requests

@@ -166,7 +166,7 @@ def _error(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str:
         message = failures[0].event_log_entry.dagster_event.message if failures else None
         said = [message.strip().splitlines()[0][:300]] if message else []
         said += [ended] if (ended := _process_end(context, run.run_id)) else []
-        return "; ".join(said) or "no failure recorded"
+        return "; ".join(part.rstrip(".") for part in said) or "no failure recorded"
     error = records[0].event_log_entry.dagster_event.event_specific_data.error
     cause = error.cause or error
     return f"{cause.cls_name}: {cause.message.strip().splitlines()[0][:300]}"
@@ -186,7 +186,7 @@ def _process_end(context: dg.SensorEvaluationContext, run_id: str) -> str | None
         text = record.event_log_entry.dagster_event.message or ""
         if PROCESS_END in text:
             said = text[text.index(PROCESS_END) :]
-            return said.split(". ", 1)[0].rstrip(".") + "."
+            return said.split(". ", 1)[0]
     return None
 
 
