@@ -32,12 +32,21 @@ import inspect
 import json
 import sys
 import textwrap
+import threading
 from types import ModuleType
 
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Where
 from streaming_jobs.schemas import StreamSchema
 from streaming_jobs.spec import JobSpec
+
+# Python 3.11's AST constructor counts its recursion depth per interpreter, not per thread: two
+# threads parsing at once can fail one with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905). A continuous run starts its queries side by side, each
+# hashing its job's code (`inspect.getsource` parses a class's module): 2 of 10 restarts of a
+# killed run failed so (tools/benchmarks/latency.py --dagster). So the parsing here takes
+# turns, 2 to 16 ms a job.
+PARSING = threading.RLock()
 
 RECORD = "tidemark_version.json"
 # beside it: the last refusal of a new version (`streaming_jobs.runtime.changes`), until a run
@@ -126,7 +135,8 @@ def syntax_digest(source: str, imports: bool = True) -> str:
     ``imports``: whether the set of what it imports counts (a whole module's: yes; a function's
     or class's: no, as its module's imports are not part of it either)."""
     try:
-        tree = ast.parse(textwrap.dedent(source))
+        with PARSING:
+            tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return _digest(source)
     syntax = _Syntax()
@@ -209,7 +219,11 @@ def code_parts(spec: JobSpec, texts: bool = False) -> dict[str, str]:
     sql = getattr(spec.build, "sql", None)
     if isinstance(sql, str):
         return {"query": _digest(sql.strip()) if texts else sql_digest(sql)}
+    with PARSING:  # inspect.getsource parses a class's module
+        return _python_parts(spec, texts)
 
+
+def _python_parts(spec: JobSpec, texts: bool) -> dict[str, str]:
     def digest(source: str, imports: bool = False) -> str:
         return _digest(source) if texts else syntax_digest(source, imports)
 

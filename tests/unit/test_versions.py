@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import subprocess
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from helpers import BY_TEXT, by_text
 from streaming_jobs.core.versions import (
+    PARSING,
     RETEXTED,
     code_parts,
     holds_current,
@@ -48,6 +50,23 @@ def test_results_change_the_version_and_words_do_not():
         replace(spec, output_mode="append" if spec.output_mode == "update" else "update"),
     ):
         assert job_version(result, known) != same
+
+
+def test_threads_hashing_code_take_turns_at_parsing_it():
+    """Python 3.11 fails one of two threads parsing at once, now and then (see PARSING): a
+    thread hashing a job's code waits while another holds the parser, then gives the same
+    digests."""
+    spec = get_job("user_activity_profile")
+    alone = code_parts(spec)
+    assert alone  # a Python job: its functions, classes and stateful modules
+    done: dict[str, dict] = {}
+    with PARSING:
+        other = threading.Thread(target=lambda: done.update(parts=code_parts(spec)))
+        other.start()
+        other.join(timeout=1.0)
+        assert other.is_alive() and not done, "code_parts parsed while another thread held it"
+    other.join(timeout=30.0)
+    assert done["parts"] == alone
 
 
 def test_a_python_jobs_code_is_its_functions_classes_and_the_stateful_modules_it_uses():
