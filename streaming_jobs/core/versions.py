@@ -43,9 +43,9 @@ from streaming_jobs.spec import JobSpec
 # Python 3.11's AST constructor counts its recursion depth per interpreter, not per thread: two
 # threads parsing at once can fail one with "SystemError: AST constructor recursion depth
 # mismatch" (python/cpython#106905). A continuous run starts its queries side by side, each
-# hashing its job's code (`inspect.getsource` parses a class's module): 2 of 10 restarts of a
-# killed run failed so (tools/benchmarks/latency.py --dagster). So the parsing here takes
-# turns, 2 to 16 ms a job.
+# hashing its job's code (`inspect.getsource` parses a class's module): a restart of a killed
+# run failed so in tools/benchmarks/latency.py --dagster (one in ten restarts; one more failed
+# without a trace kept). So the parsing here takes turns, 2 to 16 ms a job.
 PARSING = threading.RLock()
 
 RECORD = "tidemark_version.json"
