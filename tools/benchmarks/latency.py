@@ -71,6 +71,7 @@ from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.core.config import CHECKOUT, TidemarkConfig, default_results
 from streaming_jobs.core.locations import Location
 from streaming_jobs.intervals import interval_seconds
+from streaming_jobs.operations import alerts
 from streaming_jobs.services.processes import descendants, free_port, pid_of
 from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate_by_time, write_files
@@ -731,26 +732,26 @@ def restart_spark_jobs(events: Path, recovery: dict, killed: float) -> None:
             batch["spark"] = spark_events.batch_summary(log, ids[query], batch["batch"], killed)
 
 
+ALERT_FIELDS = (
+    *("alert_id", "kind", "message", "first_seen", "last_seen", "seen_count"),
+    *("resolved_at", "resolution"),
+)
+
+
 def failures(cfg: TidemarkConfig) -> dict[str, list[dict]]:
     """What went wrong during the run, as the product recorded it: each alert incident (a
     restart that failed again refreshes its incident's message with the new error) and each
     query failure. Kept with the figures, since a run's data root goes when it ends."""
-    found: dict[str, list[dict]] = {"alerts": [], "query_failures": []}
-    if ops_tables.exists(cfg, "alerts"):
-        found["alerts"] = [
-            {k: str(r[k]) if r[k] is not None else None for k in ALERT_FIELDS}
-            for r in sorted(ops_tables.read(cfg, "alerts"), key=lambda r: str(r["first_seen"]))
-        ]
-    if ops_tables.exists(cfg, "stream_failures"):
-        found["query_failures"] = [
-            {k: str(v)[:2000] if v is not None else None for k, v in r.items()}
-            for r in ops_tables.read(cfg, "stream_failures")
-        ]
-    return found
 
+    def text(value, limit: int = 2000):
+        return None if value is None else str(value)[:limit]
 
-ALERT_FIELDS = ("alert_id", "kind", "message", "first_seen", "last_seen", "seen_count")
-ALERT_FIELDS += ("resolved_at", "resolution")
+    return {
+        "alerts": [{k: text(r[k]) for k in ALERT_FIELDS} for r in alerts.load(cfg)],
+        "query_failures": [
+            {k: text(v) for k, v in r.items()} for r in ops_tables.read(cfg, "stream_failures")
+        ],
+    }
 
 
 def finish(cfg: TidemarkConfig, work: Path, args) -> int:
