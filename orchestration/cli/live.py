@@ -224,12 +224,19 @@ class Graphql:
         )
         return data["runOrError"]["status"]
 
-    def runs(self, job: str | None = None, limit: int = 100) -> list[dict]:
+    def runs(
+        self, job: str | None = None, limit: int | None = 100, created_after: float | None = None
+    ) -> list[dict]:
+        """Runs, newest first: ``job``'s only, those created after ``created_after`` (epoch
+        seconds) only; ``limit`` None for all of them."""
+        where: dict = {"pipelineName": job} if job else {}
+        if created_after is not None:
+            where["createdAfter"] = created_after
         data = self.query(
             "query R($filter: RunsFilter, $limit: Int) { runsOrError(filter: $filter, "
             "limit: $limit) { ... on Runs { results { runId jobName status startTime endTime "
             "tags { key value } } } } }",
-            {"filter": {"pipelineName": job} if job else {}, "limit": limit},
+            {"filter": where, "limit": limit},
         )
         return data["runsOrError"]["results"]
 
@@ -392,6 +399,8 @@ def live(
     landing = Landing(cfg, rate=rate, minutes=minutes)
     failures: list[str] = []  # why the command exits 1, said last
     gql, interrupted = None, False
+    session = time.time()  # runs created before this were an earlier session's
+    final = None  # the final reconciliation's run, whose outcome is said on its own
     try:
         gql = dagster.start()
         out(f"  Dagster UI        {dagster.url}  (daemon: schedules, sensors, run queue)")
@@ -406,7 +415,7 @@ def live(
         restarts = 0
         while time.monotonic() < deadline:
             time.sleep(min(30.0, max(0.0, deadline - time.monotonic())))
-            out("  " + _status_line(cfg, gql, continuous, landing, started))
+            out("  " + _status_line(cfg, gql, continuous, landing, started, session))
             ended = gql.status(continuous)
             if ended in TERMINAL:
                 # producers do not stop when a consumer fails: landing goes on while
@@ -455,6 +464,15 @@ def live(
         landing.stop_event.set()
         if gql is not None:
             out("  " + settle_runs(gql, 0.0 if interrupted else SETTLE_SECONDS))
+            if not interrupted:
+                runs = gql.runs(limit=None, created_after=session)
+                tally, failed = session_runs(runs, said=(final,) if final else ())
+                out("  runs of this session: " + tally)
+                if failed:
+                    failures.append(
+                        f"{len(failed)} run(s) of this session failed: {', '.join(failed)} "
+                        "(each run's error is in the Dagster UI, Runs)"
+                    )
         dagster.stop()
         stop_sql_endpoint(cfg)
     summary = collect(get_spark(cfg), cfg)
@@ -573,10 +591,12 @@ def wait_caught_up(
     return True
 
 
-def _status_line(cfg, gql: Graphql, continuous: str, landing: Landing, started: float) -> str:
+def _status_line(
+    cfg, gql: Graphql, continuous: str, landing: Landing, started: float, session: float
+) -> str:
     from streaming_jobs.operations import alerts
 
-    runs = gql.runs(limit=200)
+    runs = gql.runs(limit=None, created_after=session)
     elapsed = time.monotonic() - started
     return (
         f"t+{elapsed / 60:4.1f}m  landed {landing.landed:,} | continuous "
@@ -584,6 +604,21 @@ def _status_line(cfg, gql: Graphql, continuous: str, landing: Landing, started: 
         f"savepoint runs {_run_counts(runs, 'savepoint_job')} | open alerts "
         f"{len(alerts.open_alerts(cfg))}"
     )
+
+
+def session_runs(runs: list[dict], said: tuple[str, ...] = ()) -> tuple[str, list[str]]:
+    """Every job's runs of a session by outcome, and the failed ones (``job run-id``) that
+    make ``tidemark live`` exit 1, but for the runs in ``said`` (the final reconciliation's
+    failure is said on its own). A failed continuous run is not among them either: the
+    restart sensor starts it again, and a run it did not restart is a failure of its own."""
+    jobs = sorted({r["jobName"] for r in runs}, key=lambda j: (j != CONTINUOUS_JOB, j))
+    tally = "; ".join(f"{job} {_run_counts(runs, job)}" for job in jobs) or "none"
+    failed = [
+        f"{r['jobName']} {r['runId'][:8]}"
+        for r in runs
+        if r["status"] == "FAILURE" and r["jobName"] != CONTINUOUS_JOB and r["runId"] not in said
+    ]
+    return tally, failed
 
 
 def _run_counts(runs: list[dict], job: str) -> str:

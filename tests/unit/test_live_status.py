@@ -1,11 +1,13 @@
 """`tidemark live`'s status line counts each job's runs by outcome: a failure is always shown,
 and a run in flight is said to be running, not lumped with the rest."""
 
-from orchestration.cli.live import _run_counts
+from orchestration.cli.live import _run_counts, session_runs
 
 
 def runs(job: str, *statuses: str) -> list[dict]:
-    return [{"jobName": job, "status": s} for s in statuses]
+    return [
+        {"jobName": job, "status": s, "runId": f"{i:08d}-{job}"} for i, s in enumerate(statuses)
+    ]
 
 
 def test_a_failed_savepoint_run_is_shown():
@@ -22,3 +24,22 @@ def test_runs_in_flight_are_running_or_queued():
 
 def test_no_runs_yet():
     assert _run_counts([], "reconciliation_job") == "0 ok, 0 failed"
+
+
+def test_the_sessions_runs_are_tallied_and_a_failed_scheduled_run_fails_live():
+    """At its stop `tidemark live` says every job's runs of the session; a failed savepoint,
+    maintenance or reconciliation run makes it exit 1 by name, where the status lines only
+    showed it in passing. A killed continuous run (restarted by the sensor) does not, nor does
+    the final reconciliation, whose failure is said on its own."""
+    seen = (
+        runs("savepoint_job", "SUCCESS", "FAILURE")
+        + runs("continuous_streaming_job", "FAILURE", "CANCELED")
+        + runs("reconciliation_job", "SUCCESS", "FAILURE", "FAILURE")
+        + runs("maintenance_job", "SUCCESS")
+    )
+    tally, failed = session_runs(seen, said=("00000002-reconciliation_job",))
+    assert tally == (
+        "continuous_streaming_job 0 ok, 1 failed, 1 canceled; maintenance_job 1 ok, 0 failed; "
+        "reconciliation_job 1 ok, 2 failed; savepoint_job 1 ok, 1 failed"
+    )
+    assert failed == ["savepoint_job 00000001", "reconciliation_job 00000001"]
