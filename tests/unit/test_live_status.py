@@ -1,5 +1,5 @@
-"""`tidemark live`'s status line counts each job's runs by outcome: a failure is always shown,
-and a run in flight is said to be running, not lumped with the rest."""
+"""`tidemark live`'s status line and its stop count each job's runs of the session by outcome: a
+failure is always shown, and a run in flight is said to be running, not lumped with the rest."""
 
 from orchestration.cli.live import _run_counts, session_runs
 
