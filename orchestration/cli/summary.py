@@ -43,7 +43,7 @@ class Summary:
         return self.recon.compared
 
     @property
-    def unexplained(self) -> int:
+    def unexplained(self) -> int | None:
         return self.recon.unexplained
 
 
@@ -168,6 +168,16 @@ def _width(recon_class: str) -> int:
     return max(len(recon_class), 7) + 2
 
 
+def unexplained_text(status: ReconStatus) -> str:
+    """'N unexplained rows', or, when some could not be counted, at least how many and why."""
+    if status.unexplained is not None:
+        return f"{status.unexplained:,} unexplained rows"
+    return (
+        f"at least {status.counted_unexplained:,} unexplained rows (not counted: "
+        f"{', '.join(status.uncounted)})"
+    )
+
+
 def recon_lines(status: ReconStatus) -> list[str]:
     """Each job's latest reconciliation, a line each, then what is wrong, then the closing line
     (a failed run says so last: never "0 unexplained" for a run that did not finish clean)."""
@@ -199,8 +209,8 @@ def recon_lines(status: ReconStatus) -> list[str]:
     lines += [f"  FAILED {p}" for p in problems]
     if problems:
         lines.append(
-            f"reconciliation FAILED: {len(problems)} problem(s), {status.unexplained:,} "
-            f"unexplained rows in {status.compared:,} compared: " + "; ".join(problems)
+            f"reconciliation FAILED: {len(problems)} problem(s), {unexplained_text(status)} "
+            f"in {status.compared:,} compared: " + "; ".join(problems)
         )
     else:
         lines.append(

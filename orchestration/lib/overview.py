@@ -117,8 +117,9 @@ def overview(cfg: TidemarkConfig, now: datetime | None = None) -> tuple[str, dic
         "open_alerts": len(open_rows),
     }
     if reconciled.ran:  # before the first reconciliation there is nothing to count, not 0
+        if reconciled.unexplained is not None:  # not a total that leaves a job out
+            totals["unexplained_rows"] = reconciled.unexplained
         totals.update(
-            unexplained_rows=reconciled.unexplained,
             rows_compared=reconciled.compared,
             reconciliation_failed_jobs=sum(
                 r["status"] != recon_runs.PASSED for r in recon.values()

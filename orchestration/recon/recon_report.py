@@ -114,7 +114,7 @@ def run_metadata(status) -> dict[str, MetadataValue]:
             f"{'-' if unexplained is None else f'{unexplained:,}'} | "
             f"{'; '.join(row['failed_checks'] or []) or row['message'] or ''} |"
         )
-    return {
+    out = {
         "reconciliation": MetadataValue.text(
             ("FAILED: " + " | ".join(problems))
             if problems
@@ -122,9 +122,14 @@ def run_metadata(status) -> dict[str, MetadataValue]:
         ),
         "run_status": MetadataValue.text(status.run_status),
         "rows_compared": MetadataValue.int(status.compared),
-        "unexplained_rows": MetadataValue.int(status.unexplained),
         "jobs_failed": MetadataValue.int(
             sum(r["job"] is not None and r["status"] != "passed" for r in status.latest_run)
         ),
         "per_job": MetadataValue.md("\n".join(lines)),
     }
+    # a count that leaves a job out is no point to plot: said instead of a number that reads low
+    if status.unexplained is None:
+        out["unexplained_rows_not_counted"] = MetadataValue.text(", ".join(status.uncounted))
+    else:
+        out["unexplained_rows"] = MetadataValue.int(status.unexplained)
+    return out

@@ -277,11 +277,31 @@ class ReconStatus:
 
     @property
     def compared(self) -> int:
+        """Rows compared by each job's latest reconciliation (a job not reconciled compared
+        none)."""
         return sum(r["rows_compared"] or 0 for r in self.jobs.values())
 
     @property
-    def unexplained(self) -> int:
+    def uncounted(self) -> list[str]:
+        """Why the unexplained rows cannot be counted now ([] when they can): a job whose latest
+        run did not reconcile it, or a latest run that failed before reconciling any job (each
+        job's count is then from an earlier run, and the data may have moved since)."""
+        out = [job for job, r in sorted(self.jobs.items()) if r["unexplained_rows"] is None]
+        if any(r["job"] is None for r in self.latest_run):
+            out.append("the latest run, which failed before reconciling any job")
+        return out
+
+    @property
+    def counted_unexplained(self) -> int:
+        """The unexplained rows of the jobs that were counted: all there are only when
+        ``uncounted`` is empty, a lower bound otherwise."""
         return sum(r["unexplained_rows"] or 0 for r in self.jobs.values())
+
+    @property
+    def unexplained(self) -> int | None:
+        """Unexplained rows over every job's latest reconciliation, or None when they cannot be
+        counted (``uncounted``): never a 0 that leaves out a job that was not reconciled."""
+        return None if self.uncounted else self.counted_unexplained
 
     @property
     def run_status(self) -> str | None:
@@ -310,8 +330,11 @@ class ReconStatus:
                 )
             elif row["status"] != PASSED or row["unexplained_rows"]:
                 checks = "; ".join(row["failed_checks"] or []) or "no failed check recorded"
+                counted = row["unexplained_rows"]
+                said = "unexplained rows not counted" if counted is None else f"{counted:,}"
                 out.append(
-                    f"{job}: {row['unexplained_rows']:,} unexplained rows (failed checks: {checks})"
+                    f"{job}: {said}{'' if counted is None else ' unexplained rows'} "
+                    f"(failed checks: {checks})"
                     + (f". {row['message']}" if row.get("message") else "")
                 )
         return out

@@ -195,13 +195,18 @@ def test_dagster_home_is_prepared_with_a_valid_dagster_yaml(tmp_path, monkeypatc
 
 def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     """The run's rows as tidemark-dbt records them (a real ops table): the status, the summary's
-    closing line and the overview all say failed, naming the job and its unexplained count."""
+    closing line, the overview and the recon_summary asset's metadata all say failed, naming the
+    job and its unexplained count; a job not reconciled, or a run that failed before any job, is
+    never summed as 0 unexplained rows."""
     from streaming_jobs.storage import ops_tables
     from streaming_jobs.core.config import TidemarkConfig
 
     from orchestration.recon import recon_runs
     from orchestration.lib.overview import overview
     from orchestration.cli.summary import recon_lines
+    from orchestration.recon.recon_report import run_metadata
+
+    from datetime import timedelta
 
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path)
     status = recon_runs.status(cfg)
@@ -234,10 +239,15 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     failed["run_status"] = "failed"
     ops_tables.append(cfg, "recon_runs", [failed, unbuilt])
     status = recon_runs.status(cfg)
-    assert status.ran and not status.clean and status.unexplained == 10
+    # events_by_type was not reconciled: its rows are not counted, so the total is not known
+    assert status.ran and not status.clean and status.unexplained is None
+    assert status.counted_unexplained == 10 and status.uncounted == ["events_by_type"]
     assert status.jobs["failed_txn_velocity"]["class_rows"]["value_mismatch"] == 10
     lines = recon_lines(status)
-    assert lines[-1].startswith("reconciliation FAILED: 2 problem(s), 10 unexplained rows")
+    assert lines[-1].startswith(
+        "reconciliation FAILED: 2 problem(s), at least 10 unexplained rows (not counted: "
+        "events_by_type) in 30 compared: "
+    )
     assert (
         "failed_txn_velocity: 10 unexplained rows (failed checks: "
         "no_unexplained_rows__failed_txn_velocity: 10 rows)"
@@ -250,21 +260,57 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     ]
 
     table, totals = overview(cfg)
-    assert totals["unexplained_rows"] == 10 and totals["reconciliation_failed_jobs"] == 2
+    assert "unexplained_rows" not in totals and totals["reconciliation_failed_jobs"] == 2
     row = next(line for line in table.splitlines() if line.startswith("| failed_txn_velocity "))
     assert "**FAILED** (failed)" in row and row.split("|")[8].strip() == "10"
+    meta = run_metadata(status)
+    assert "unexplained_rows" not in meta and meta["jobs_failed"].value == 2
+    assert meta["unexplained_rows_not_counted"].value == "events_by_type"
+    assert meta["reconciliation"].value.startswith("FAILED: ")
 
-    # a later clean run of both jobs makes it clean again
+    # the same jobs reconciled again, failed_txn_velocity with 2 unexplained rows: counted
+    again = [
+        {**_recon_row(job, 6, n, status="failed" if n else "passed"), "run_key": "r2"}
+        for job, n in (("failed_txn_velocity", 2), ("events_by_type", 0))
+    ]
+    for row in again:
+        row.update(run_status="failed", finished_at=failed["finished_at"].replace(hour=3))
+    ops_tables.append(cfg, "recon_runs", again)
+    status = recon_runs.status(cfg)
+    assert status.unexplained == 2 and status.uncounted == []
+    assert run_metadata(status)["unexplained_rows"].value == 2
+    assert overview(cfg)[1]["unexplained_rows"] == 2
+    assert recon_lines(status)[-1].startswith(
+        "reconciliation FAILED: 1 problem(s), 2 unexplained rows in 12 compared: "
+    )
+
+    # then a run that failed before reconciling any job: each job's count is an earlier run's
+    recon_runs.record_error(
+        cfg, "r3", failed["finished_at"].replace(hour=4), "dbt could not reach the endpoint"
+    )
+    status = recon_runs.status(cfg)
+    assert status.unexplained is None and status.counted_unexplained == 2
+    assert "unexplained_rows" not in run_metadata(status)
+    assert "unexplained_rows" not in overview(cfg)[1]
+    assert recon_lines(status)[-1].startswith(
+        "reconciliation FAILED: 2 problem(s), at least 2 unexplained rows (not counted: the "
+        "latest run, which failed before reconciling any job) in 12 compared: "
+    )
+
+    # a later clean run of both jobs makes it clean again (the error's row has the time now)
     later = [
         {
             **_recon_row(job, 5, 0),
-            "run_key": "r2",
-            "finished_at": failed["finished_at"].replace(hour=3),
+            "run_key": "r4",
+            "finished_at": status.finished_at + timedelta(seconds=1),
         }
         for job in ("failed_txn_velocity", "events_by_type")
     ]
     ops_tables.append(cfg, "recon_runs", later)
-    assert recon_runs.status(cfg).clean
+    status = recon_runs.status(cfg)
+    assert status.clean and status.unexplained == 0
+    assert run_metadata(status)["unexplained_rows"].value == 0
+    assert recon_lines(status)[-1] == "reconciliation: 10 rows compared, 0 unexplained"
 
 
 def test_the_overview_says_none_yet_before_a_watermark_and_plots_no_false_lag(tmp_path):
