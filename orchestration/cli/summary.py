@@ -169,12 +169,12 @@ def _width(recon_class: str) -> int:
 
 
 def unexplained_text(status: ReconStatus) -> str:
-    """'N unexplained rows', or, when some could not be counted, at least how many and why."""
+    """'N unexplained rows', or, when some could not be counted, what was not and the rest's."""
     if status.unexplained is not None:
         return f"{status.unexplained:,} unexplained rows"
     return (
-        f"at least {status.counted_unexplained:,} unexplained rows (not counted: "
-        f"{', '.join(status.uncounted)})"
+        f"unexplained rows not known (not counted: {', '.join(status.uncounted)}; "
+        f"{status.counted_unexplained:,} in the jobs counted)"
     )
 
 
