@@ -331,10 +331,13 @@ class ReconStatus:
             elif row["status"] != PASSED or row["unexplained_rows"]:
                 checks = "; ".join(row["failed_checks"] or []) or "no failed check recorded"
                 counted = row["unexplained_rows"]
-                said = "unexplained rows not counted" if counted is None else f"{counted:,}"
+                said = (
+                    "unexplained rows not counted"
+                    if counted is None
+                    else f"{counted:,} unexplained rows"
+                )
                 out.append(
-                    f"{job}: {said}{'' if counted is None else ' unexplained rows'} "
-                    f"(failed checks: {checks})"
+                    f"{job}: {said} (failed checks: {checks})"
                     + (f". {row['message']}" if row.get("message") else "")
                 )
         return out

@@ -314,6 +314,26 @@ def test_a_failed_or_unbuilt_reconciliation_is_never_read_as_clean(tmp_path):
     assert recon_lines(status)[-1] == "reconciliation: 10 rows compared, 0 unexplained"
 
 
+def test_a_failed_job_row_without_counts_is_said_not_counted():
+    """A job's row that failed with no class counts (dbt recorded the job, then no table to
+    count) names the job and says its rows were not counted, rather than failing to print."""
+    from orchestration.recon.recon_runs import ReconStatus
+
+    row = {
+        **_recon_row("user_sessions", 0, 0, status="error"),
+        "rows_compared": None,
+        "unexplained_rows": None,
+        "class_rows": None,
+        "message": "the recon table could not be read",
+    }
+    status = ReconStatus(jobs={"user_sessions": row}, latest_run=[row])
+    assert status.unexplained is None and status.uncounted == ["user_sessions"]
+    assert status.problems() == [
+        "user_sessions: unexplained rows not counted (failed checks: no failed check recorded). "
+        "the recon table could not be read"
+    ]
+
+
 def test_the_overview_says_none_yet_before_a_watermark_and_plots_no_false_lag(tmp_path):
     from datetime import datetime, timezone
 
