@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import latest_version
 from streaming_jobs.core.locations import Location
 
 from orchestration.recon.recon_report import UNEXPLAINED, recon_counts
@@ -142,18 +142,23 @@ def reconcile_shadow(cfg: TidemarkConfig, job: str) -> Gate:
         "--exclude-resource-type",
         "unit_test",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
     table = shadow_recon_table(cfg, job)
+    before = latest_version(table)  # an earlier attempt's table, when a rebuild is run again
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
     gate = Gate(job, reconciled=True, table=str(table))
-    if locations.is_delta_table(table):
+    after = latest_version(table)
+    # a failed build that did not write the table (a model upstream failed) leaves an earlier
+    # attempt's there: its counts are not this reconciliation's
+    if after is not None and (done.returncode == 0 or after != before):
         gate.classes = recon_counts(cfg, job, table)
         gate.compared = sum(gate.classes.values())
         gate.unexplained = sum(gate.classes[c] for c in UNEXPLAINED)
     output = done.stdout + done.stderr
     if gate.compared is None:
+        earlier = " (the one there is an earlier attempt's)" if after is not None else ""
         gate.message = (
-            f"the reconciliation of job {job}'s new version built no recon table (tidemark-dbt "
-            f"exit {done.returncode}): {output[-OUTPUT_TAIL:]}"
+            f"the reconciliation of job {job}'s new version built no recon table{earlier} "
+            f"(tidemark-dbt exit {done.returncode}): {output[-OUTPUT_TAIL:]}"
         )
         return gate
     gate.passed = done.returncode == 0 and gate.unexplained == 0

@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -253,6 +254,19 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     ), said
     assert f"{JOB}: not swapped: its new version does not reconcile" in said.err, said.err
     assert gold_now(cfg) == live_before and last_committed_batch(checkpoint) == batches_before
+    # reconciled again with the shadow's gold unreadable (its log set aside): dbt fails before
+    # it writes the recon table, and the first attempt's table is not read as this one's
+    log = Path(shadow.shadow_place(cfg, JOB).target) / "_delta_log"
+    log.rename(log.with_name("_delta_log.aside"))
+    try:
+        again = reconcile(cfg, JOB)
+    finally:
+        log.with_name("_delta_log.aside").rename(log)
+    assert (again.compared, again.unexplained, again.passed) == (None, None, False)
+    assert again.message.startswith(
+        f"the reconciliation of job {JOB}'s new version built no recon table (the one there is "
+        "an earlier attempt's) (tidemark-dbt exit "
+    ), again.message[:300]
     # the row taken out of the shadow again; swapped without a second reconciliation, as
     # Dagster's rebuild_job does it: the materialization shows what is known, nothing as 0
     spark.sql(f"delete from delta.`{shadow_gold}` where merchant = 'm9'")
