@@ -25,6 +25,8 @@ tidemark rebuild JOB       run the job's code over bronze beside the live versio
                            it, then swap; [--partitions N] its state's partitions;
                            [--skip-recon] without reconciling; [--from-scratch] reset
 tidemark rollback JOB      put back the version the last swap replaced
+tidemark code JOB          the job's file against its checkpoint's version (a diff);
+                           [--put-back] write that version's file back
 tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
 tidemark generate ...      write landing files (python -m streaming_jobs.storage.generator --help)
 tidemark settings          every TIDEMARK_* setting with its default (--write: into the docs)
@@ -486,6 +488,18 @@ def main(argv: list[str] | None = None) -> int:
         "rollback", help="put back the version of a job the last swap replaced"
     )
     rollback_p.add_argument("job")
+    code_p = sub.add_parser(
+        "code",
+        help="the job's file against the version its checkpoint records, as a diff "
+        "(exit 1 if they differ)",
+    )
+    code_p.add_argument("job")
+    code_p.add_argument(
+        "--put-back",
+        action="store_true",
+        help="write the checkpoint's copy of the job's file back (after a rollback, or a "
+        "change the check refused)",
+    )
     accept_p = sub.add_parser(
         "accept",
         help="run a changed job on its checkpoint: its state is declared fit for the new "

@@ -18,6 +18,7 @@ OPERATIONS = (
     "check",
     "rebuild",
     "rollback",
+    "code",
     "accept",
     "release",
     "materialize",
@@ -348,13 +349,55 @@ def rollback(cfg: TidemarkConfig, args) -> int:
         done = swap(_spark(cfg), cfg, spec.name, "rollback", "tidemark rollback")
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
+    from streaming_jobs.operations.rebuild import code_after_rollback
+
     print(_swapped(done))
-    print(
-        f"{spec.name}: version {done['to_version']} serves again. Its runs need that version's "
-        "code: until the job's code is put back, a run refuses a change its state cannot take "
-        "(tidemark check says what differs)"
-    )
+    print(code_after_rollback(cfg, spec, done["to_version"]))
     return 0
+
+
+def code(cfg: TidemarkConfig, args) -> int:
+    """The job's file against the version its checkpoint records; ``--put-back`` writes the
+    checkpoint's copy back (`streaming_jobs.operations.rebuild.put_code_back`)."""
+    from streaming_jobs.operations.rebuild import (
+        CodeNotKept,
+        code_against_checkpoint,
+        put_code_back,
+    )
+
+    spec = _known(args.job)
+    if args.put_back:
+        try:
+            print(put_code_back(cfg, spec))
+        except CodeNotKept as exc:
+            raise OperationError(str(exc)) from None
+        return 0
+    state = code_against_checkpoint(cfg, spec)
+    if state.checkpoint_version is None:
+        print(f"{spec.name}: its checkpoint records no version yet (the job never ran here)")
+        return 0
+    if state.same:
+        print(f"{spec.name}: the code is version {state.checkpoint_version}, its checkpoint's")
+        return 0
+    print(
+        f"{spec.name}: the code is version {state.code_version}, its checkpoint holds version "
+        f"{state.checkpoint_version}; what differs: {', '.join(state.differs)}"
+    )
+    diff = state.diff()
+    if diff:
+        print(diff, end="" if diff.endswith("\n") else "\n")
+        print(f"`tidemark code {spec.name} --put-back` writes {state.file} back as above")
+    elif state.kept:
+        print(
+            f"{state.file} is as version {state.checkpoint_version} had it: what differs is "
+            "outside the job's file (a stream's declaration, or tidemark's stateful code)"
+        )
+    else:
+        print(
+            f"version {state.checkpoint_version}'s file is not kept (recorded before tidemark "
+            "kept job files): see your version control"
+        )
+    return 1
 
 
 def accept(cfg: TidemarkConfig, args) -> int:

@@ -22,6 +22,8 @@ it. The next run compares its own with that record before any batch.
 The record keeps each piece's text digest beside its syntax digest (``texts``). A piece is
 unchanged if either matches (`unchanged_pieces`): a record written before code was hashed by
 its syntax (its parts hold text digests), and code a new Python renders otherwise, both run on.
+It also keeps the text of the file that declares the job (``source``, `job_source`), so that
+a version's code can be shown and put back after a rollback (`tidemark code`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import json
 import sys
 import textwrap
 import threading
+from pathlib import Path
 from types import ModuleType
 
 from streaming_jobs.core import locations
@@ -53,6 +56,8 @@ RECORD = "tidemark_version.json"
 # passes the check
 REFUSED = "tidemark_refused.json"
 STATEFUL_PACKAGE = "streaming_jobs.stateful"
+# a job file larger than this is not kept in its record (`job_source`)
+SOURCE_LIMIT_BYTES = 1 << 20
 
 
 # imports that change no result: annotations and the language's own switches
@@ -306,6 +311,21 @@ def version_parts(spec: JobSpec, streams: dict[str, StreamSchema]) -> dict:
         "reads": spec.reads,
         "partition_by": list(spec.partition_by),
     }
+
+
+def job_source(spec: JobSpec) -> dict | None:
+    """The file that declares the job (its SQL file or Python module) and its text, for the
+    version record: what `tidemark code` shows and puts back. None when the job is declared in
+    no readable file (one made at run time) or the file is over ``SOURCE_LIMIT_BYTES``."""
+    if not spec.origin:
+        return None
+    try:
+        path = Path(spec.origin)  # a job file of the code's, never a data-root place
+        if path.stat().st_size > SOURCE_LIMIT_BYTES:
+            return None
+        return {"file": str(path), "text": path.read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def version_of(parts: dict) -> str:

@@ -17,9 +17,22 @@ would read the same rows and fail again, with its gold table gone. ``--force`` o
 `accept_change` is the other way to run a job changed in a way the check before a batch refuses
 (`streaming_jobs.runtime.changes`): the user declares the checkpoint's state fit for the new
 version, and nothing is replayed.
+
+`code_against_checkpoint` and `put_code_back` are the third way (`tidemark code JOB`): the
+checkpoint's version record keeps the text of the job's file (`versions.job_source`), so after a
+rollback, or a change the check refused, that text can be shown beside the file as it is and
+written back. Whether the job is then that version again is read by a new process, as the next
+run will load it.
 """
 
 from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from streaming_jobs.core import locations
 from streaming_jobs.storage import ops_tables
@@ -128,3 +141,162 @@ def accept_change(spark, cfg: TidemarkConfig, spec, holder: str = "tidemark acce
         if locations.exists(refused):
             locations.delete(refused)
     return record
+
+
+class CodeNotKept(RuntimeError):
+    """The checkpoint's version of a job cannot be put back; the message says why and what to
+    do."""
+
+
+@dataclass(frozen=True)
+class CodeAgainstCheckpoint:
+    """A job's code as it is, against the version its checkpoint records."""
+
+    job: str
+    file: str | None  # the file that declares the job now
+    checkpoint_version: str | None  # None: the checkpoint records no version (never ran)
+    code_version: str
+    differs: tuple[str, ...]  # what differs: "code: <piece>", or a part of the version
+    kept: dict | None  # the record's copy of the job's file (`versions.job_source`)
+
+    @property
+    def same(self) -> bool:
+        return self.checkpoint_version is not None and not self.differs
+
+    def diff(self) -> str:
+        """The job's file as it is against the checkpoint's copy (unified diff; empty when
+        the texts are equal or no copy is kept)."""
+        if not self.kept or not self.file:
+            return ""
+        try:
+            now = Path(self.file).read_text(encoding="utf-8")
+        except OSError:
+            now = ""
+        return "".join(
+            difflib.unified_diff(
+                now.splitlines(keepends=True),
+                self.kept["text"].splitlines(keepends=True),
+                fromfile=f"{self.file} (now: version {self.code_version})",
+                tofile=f"{self.file} (version {self.checkpoint_version}, the checkpoint's)",
+            )
+        )
+
+
+def _differing(record: dict, parts: dict, texts: dict) -> tuple[str, ...]:
+    """What of ``parts`` (a job's version parts now; ``texts``: its code's text digests) the
+    version ``record`` does not hold: the code pieces changed, then the other parts."""
+    from streaming_jobs.core.versions import unchanged_pieces, version_of
+
+    if record.get("version") == version_of(parts):
+        return ()
+    was = record.get("parts") or {}
+    code_was, code = was.get("code") or {}, parts["code"]
+    same = unchanged_pieces(record, code, texts)
+    out = [f"code: {piece}" for piece in sorted(set(code_was) | set(code)) if piece not in same]
+    rest = json.loads(json.dumps({k: v for k, v in parts.items() if k != "code"}, sort_keys=True))
+    out += [part for part, value in rest.items() if was.get(part) != value]
+    return tuple(out)
+
+
+def code_against_checkpoint(cfg: TidemarkConfig, spec) -> CodeAgainstCheckpoint:
+    """``spec``'s code against the version its checkpoint records (reads only, no Spark)."""
+    return _against(cfg, spec)[1]
+
+
+def _against(cfg: TidemarkConfig, spec) -> tuple[dict | None, CodeAgainstCheckpoint]:
+    from streaming_jobs.core.versions import code_parts, read_record, version_of
+    from streaming_jobs.runtime.changes import current_parts
+
+    record = read_record(cfg.paths.checkpoint(spec.name))
+    parts = current_parts(spec)
+    return record, CodeAgainstCheckpoint(
+        job=spec.name,
+        file=spec.origin,
+        checkpoint_version=(record or {}).get("version"),
+        code_version=version_of(parts),
+        differs=_differing(record, parts, code_parts(spec, texts=True)) if record else (),
+        kept=(record or {}).get("source"),
+    )
+
+
+# run by a new process: the job's version parts as the next run loads them
+_PARTS_NOW = (
+    "import json, sys\n"
+    "from streaming_jobs.core.versions import code_parts\n"
+    "from streaming_jobs.runtime.changes import current_parts\n"
+    "from streaming_jobs.storage.registry import get_job\n"
+    "spec = get_job(sys.argv[1])\n"
+    "print(json.dumps({'parts': current_parts(spec), 'texts': code_parts(spec, texts=True)}))\n"
+)
+
+
+def _parts_in_a_new_process(job: str) -> tuple[dict, dict]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PARTS_NOW, job], capture_output=True, text=True, timeout=600
+    )
+    if done.returncode != 0:
+        raise CodeNotKept(
+            f"job {job}: its file was written, and a new process could not load the job "
+            f"from it: {(done.stderr.strip().splitlines() or ['no message'])[-1]}"
+        )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return found["parts"], found["texts"]
+
+
+def put_code_back(cfg: TidemarkConfig, spec) -> str:
+    """Write the checkpoint's copy of ``spec``'s file over the file, then check, in a new
+    process, that the job is the checkpoint's version again. Returns what was done;
+    `CodeNotKept` says why nothing was written, or what still differs."""
+    from streaming_jobs.core.versions import version_of
+
+    record, state = _against(cfg, spec)
+    if record is None or state.checkpoint_version is None:
+        raise CodeNotKept(
+            f"job {spec.name}: its checkpoint records no version (it never ran here), so there "
+            "is no version to put back"
+        )
+    if state.same:
+        return (
+            f"job {spec.name}: its code is version {state.checkpoint_version}, its checkpoint's: "
+            "nothing to put back"
+        )
+    if not state.kept or not state.file:
+        raise CodeNotKept(
+            f"job {spec.name}: its checkpoint's version {state.checkpoint_version} was recorded "
+            "without its file (before tidemark kept job files, or the job is declared in no "
+            "file): put that version's code back from your version control"
+        )
+    Path(state.file).write_text(state.kept["text"], encoding="utf-8")
+    parts, texts = _parts_in_a_new_process(spec.name)
+    still = _differing(record, parts, texts)
+    wrote = f"job {spec.name}: {state.file} written as version {state.checkpoint_version} had it"
+    if still:
+        raise CodeNotKept(
+            f"{wrote}, and the job is version {version_of(parts)}, not its checkpoint's "
+            f"{state.checkpoint_version}: {', '.join(still)} still differ (a stream's "
+            "declaration, or tidemark's own stateful code, is not in the job's file): put "
+            f"those back too, or rebuild the job (`tidemark rebuild {spec.name}`)"
+        )
+    return (
+        f"{wrote}: the job is its checkpoint's version again, and its runs go on from the "
+        "checkpoint"
+    )
+
+
+def code_after_rollback(cfg: TidemarkConfig, spec, version: str) -> str:
+    """What a rollback leaves of the job's code to put back, and how."""
+    state = code_against_checkpoint(cfg, spec)
+    if state.same:
+        return f"{spec.name}: version {version} serves again, and the job's code is that version"
+    how = (
+        f"`tidemark code {spec.name}` shows the difference and `tidemark code {spec.name} "
+        f"--put-back` writes {state.file} back as that version had it"
+        if state.kept
+        else "put that version's code back from your version control (its record predates "
+        "kept job files)"
+    )
+    return (
+        f"{spec.name}: version {version} serves again, and the job's code is still version "
+        f"{state.code_version}: until it is put back, a run refuses a change its state cannot "
+        f"take. {how}"
+    )

@@ -37,6 +37,7 @@ from streaming_jobs.core.versions import (
     REFUSED,
     code_parts,
     holds_current,
+    job_source,
     read_record,
     unchanged_pieces,
     version_of,
@@ -323,9 +324,10 @@ def refusal(spec: JobSpec, old: dict, new: dict, unsafe: list[Change]) -> str:
         f"last commit. What changed: {listed}. To run the new version, rebuild the job from "
         f"bronze: `tidemark rebuild {spec.name}` (the new version is built beside this one, "
         "which keeps serving, and swapped in once it has caught up); "
-        "or put the job back as it was; or, if you know the state fits the new version (a "
-        "cast made try_cast for rows that never failed, say), `tidemark accept "
-        f"{spec.name}`"
+        f"or put the job back as it was (`tidemark code {spec.name}` shows the difference, "
+        "`--put-back` writes the checkpoint's version back); or, if you know the state fits "
+        "the new version (a cast made try_cast for rows that never failed, say), "
+        f"`tidemark accept {spec.name}`"
     )
 
 
@@ -353,6 +355,7 @@ def new_record(spec: JobSpec, frame: DataFrame) -> dict:
         "parts": parts,
         "shape": shape,
         "texts": code_parts(spec, texts=True),
+        "source": job_source(spec),
     }
 
 
@@ -398,6 +401,9 @@ def check_before_start(
         # the version that runs the checkpoint: no plan to read (most runs end here)
         if locations.exists(said):
             locations.delete(said)
+        if "source" not in old:  # recorded before job files were kept: kept from now on
+            old = {**old, "source": job_source(spec)}
+            write_record(checkpoint, old)
         return old
     if holds_current(old, spec, source_schemas(spec)):
         # the same code and spec under another digest (recorded by text, or retexted): the
@@ -407,6 +413,7 @@ def check_before_start(
             "version": version_of(parts),
             "parts": parts,
             "texts": code_parts(spec, texts=True),
+            "source": job_source(spec),
         }
         LOG.info(
             "job %s: version %s recorded as %s (the same code)",

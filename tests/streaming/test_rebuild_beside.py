@@ -217,6 +217,11 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
     [materialized] = run.asset_materializations_for_node("change_version")
     shown = {k: v.value for k, v in materialized.metadata.items()}
     assert (shown["change"], shown["from_version"], shown["to_version"]) == ("rollback", v2, v1)
+    assert shown["code"].endswith(
+        f"the job's code is still version {v2}: until it is put back, a run refuses a change its "
+        f"state cannot take. `tidemark code {JOB}` shows the difference and `tidemark code {JOB} "
+        f"--put-back` writes {path} back as that version had it"
+    )
     assert materialized.asset_key.path == ["gold", JOB]
     assert gold_now(cfg) == old_with_late
     assert read_record(checkpoint)["version"] == v1
@@ -231,7 +236,13 @@ def test_a_changed_job_is_rebuilt_beside_the_live_one_swapped_and_rolled_back(
         ops_tables.read(cfg, "recon_runs", where=f"job = '{JOB}'"), key=lambda r: r["finished_at"]
     )
     assert latest["message"].startswith(f"gold holds version {v1}") and latest["unexplained_rows"]
-    path.write_text(FILE.format(minutes=10))
+    # version 1's file, kept in its checkpoint's record since its first run, put back
+    capsys.readouterr()
+    assert tidemark(["code", JOB]) == 1
+    assert "+group by merchant, window(event_time, '10 minutes')" in capsys.readouterr().out
+    assert tidemark(["code", JOB, "--put-back"]) == 0
+    assert "the job is its checkpoint's version again" in capsys.readouterr().out
+    assert path.read_text() == FILE.format(minutes=10)
     run_job(spark, cfg, get_job(JOB))  # version 1 goes on from its checkpoint: wave c
     assert gold_now(cfg) == expected(everything, 10, 70 - 5)
 

@@ -28,6 +28,7 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_jobs.operations import retention, savepoints, shadow
+from streaming_jobs.operations.rebuild import code_after_rollback
 from streaming_jobs.storage.registry import get_job, registry
 from streaming_jobs.runtime.runner import run_bronze, run_job
 
@@ -152,6 +153,9 @@ def change_version(
     try:
         if config.rollback:
             done = shadow.swap(spark, cfg, spec.name, "rollback", holder)
+            said = code_after_rollback(cfg, spec, done["to_version"])
+            context.log.info(said)
+            metadata["code"] = dg.MetadataValue.text(said)
         else:
             built, gate, done = rebuild_and_swap(
                 spark,
