@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -289,6 +290,52 @@ def takes_savepoint_requests(checkpoint: Where) -> bool:
     """True when the checkpoint's current owner answers savepoint requests (a continuous run)."""
     held = owner(checkpoint) or {}
     return bool(held.get("takes_savepoint_requests")) and is_running(checkpoint)
+
+
+# a state schema file Spark names in an operator's metadata: its checkpoint's root, then this
+_SCHEMA_FILE = re.compile(r"^.*?(/state/\d+/_stateSchema/.+)$")
+
+
+def relocate_state_schemas(checkpoint: Where) -> int:
+    """Point each state schema file an operator's metadata names at ``checkpoint``'s own copy.
+
+    A keyed-state operator (transformWithState) writes metadata of format v2
+    (``state/<operator>/_metadata/v2/<batch>``) naming its schema files by absolute path. A
+    checkpoint copied elsewhere (a rebuild's shadow swapped in, a savepoint restored) would go
+    on reading the files where it was made, and its query fails once they are gone. Run after
+    each such copy, before the copy's ``metadata`` is written; repeating it changes nothing.
+    Returns how many metadata files were rewritten."""
+    checkpoint = Location.of(checkpoint)
+    spark = checkpoint.spark.rstrip("/")
+    root = spark if "://" in spark else "file:" + os.path.abspath(spark)
+    rewritten = 0
+    for operator in locations.names(checkpoint / "state"):
+        folder = checkpoint / "state" / operator / "_metadata" / "v2"
+        for name in locations.names(folder):
+            if name.startswith("."):  # Hadoop's checksum of a file (.<name>.crc)
+                continue
+            text = locations.read_text(folder / name)
+            head, _, body = text.partition("\n")
+            if head.strip() != "v2" or not body.strip():
+                continue
+            metadata = json.loads(body)
+            changed = False
+            for store in metadata.get("stateStoreInfo") or []:
+                paths = store.get("stateSchemaFilePaths") or []
+                moved = [
+                    root + found.group(1) if (found := _SCHEMA_FILE.match(path)) else path
+                    for path in paths
+                ]
+                if moved != paths:
+                    store["stateSchemaFilePaths"], changed = moved, True
+            if changed:
+                # the old checksum would fail the new text: without one, Hadoop reads unchecked
+                locations.delete(folder / f".{name}.crc")
+                locations.write_bytes(
+                    folder / name, f"v2\n{json.dumps(metadata, separators=(',', ':'))}".encode()
+                )
+                rewritten += 1
+    return rewritten
 
 
 def clear_temp_files(checkpoint: Where) -> list[str]:

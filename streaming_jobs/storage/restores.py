@@ -41,7 +41,7 @@ from pathlib import Path
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
 from streaming_jobs.storage import ops_tables
-from streaming_jobs.core.checkpoints import query_id
+from streaming_jobs.core.checkpoints import query_id, relocate_state_schemas
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
 
@@ -143,6 +143,7 @@ def _copy_in(cfg: TidemarkConfig, steps: dict, checkpoint: Location) -> None:
     locations.delete_tree(checkpoint)
     saved = Location.of(steps["savepoint"]) / "checkpoint"
     locations.copy_tree(saved, checkpoint, skip=("metadata",))
+    relocate_state_schemas(checkpoint)  # its keyed state's schema files: the copies here
     fault_point("restore.copy")
     locations.write_bytes(
         checkpoint / "metadata", (json.dumps({"id": steps["new_id"]}) + "\n").encode()

@@ -34,7 +34,7 @@ import logging
 from datetime import datetime, timezone
 
 from streaming_jobs.core import locations
-from streaming_jobs.core.checkpoints import query_id
+from streaming_jobs.core.checkpoints import query_id, relocate_state_schemas
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import version_of_batch
 from streaming_jobs.core.locations import Location, is_delta_table
@@ -159,6 +159,7 @@ def finish(spark, cfg: TidemarkConfig, plan: dict) -> dict:
     if query_id(live) != plan["source_qid"]:
         locations.delete_tree(live)
         locations.copy_tree(source / "checkpoint", live, skip=("metadata",))
+        relocate_state_schemas(live)  # its keyed state's schema files: the live copies
         fault_point("swap.copy")
         locations.write_bytes(
             live / "metadata", locations.read_bytes(source / "checkpoint" / "metadata")

@@ -4,6 +4,7 @@ as a local one is."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -19,6 +20,7 @@ from streaming_jobs.core.checkpoints import (
     last_planned_batch,
     owner,
     query_id,
+    relocate_state_schemas,
 )
 from streaming_jobs.core.locations import Location
 
@@ -88,6 +90,48 @@ def test_a_checkpoint_is_read_and_cleared_alike(place):
     assert query_id(checkpoint) == "5f0c"
     assert clear_temp_files(checkpoint) == ["offsets/.3.9f1e.tmp"]
     assert locations.names(checkpoint / "offsets") == ["0", "1", "2"]
+
+
+def test_a_copied_checkpoints_keyed_state_names_its_own_schema_files(place):
+    """The operator metadata a keyed-state job's checkpoint holds (format v2, as Spark 4.2
+    writes it) names its schema files by absolute path; after a copy (a swap, a restore) each
+    names the copy's file. The end to end: test_job_changes.py (a keyed job rebuilt and swapped
+    in by a continuous run, then run on)."""
+    made, copy = place / "rebuilds" / "j" / "shadow" / "checkpoint", place / "checkpoints" / "j"
+    made_root = made.spark if made.on_store else f"file:{made.spark}"
+    copy_root = copy.spark if copy.on_store else f"file:{copy.spark}"
+    schema = "/state/0/_stateSchema/default/0_43f5be50"
+    older = "s3a://elsewhere/root/checkpoints/j/state/0/_stateSchema/default/2_cb3cfb12"
+    properties = '{"timeMode":"EventTime","outputMode":"Update"}'
+    body = {
+        "operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateInPandasExec"},
+        "stateStoreInfo": [
+            {
+                "storeName": "default",
+                "numColsPrefixKey": 0,
+                "numPartitions": 2,
+                "stateSchemaFilePaths": [made_root + schema, older],
+            }
+        ],
+        "operatorPropertiesJson": properties,
+    }
+    locations.write_bytes(made / "state/0/_metadata/v2/3", f"v2\n{json.dumps(body)}".encode())
+    locations.write_bytes(made / "state/0/_metadata/v2/.3.crc", b"crc of the old text")
+    locations.write_bytes(made / "state/1/_metadata/metadata", b"v1 metadata: no paths")
+    locations.copy_tree(made, copy)
+
+    assert relocate_state_schemas(copy) == 1
+    head, _, text = locations.read_text(copy / "state/0/_metadata/v2/3").partition("\n")
+    assert head == "v2"
+    [store] = json.loads(text)["stateStoreInfo"]
+    assert store["stateSchemaFilePaths"] == [
+        copy_root + schema,
+        copy_root + "/state/0/_stateSchema/default/2_cb3cfb12",
+    ]
+    assert json.loads(text)["operatorPropertiesJson"] == properties
+    assert locations.names(copy / "state/0/_metadata/v2") == ["3"]  # the stale checksum gone
+    assert relocate_state_schemas(copy) == 0  # once is enough
+    assert locations.read_bytes(made / "state/0/_metadata/v2/.3.crc")  # the source untouched
 
 
 def test_a_checkpoint_on_the_store_has_one_owner(s3_bucket):
