@@ -13,6 +13,13 @@ Savepoints: the run answers the savepoint requests of the jobs it hosts (`savepo
 within about a second: it stops that one query when no micro-batch is in flight, copies its
 checkpoint, restarts it and answers. The other queries go on meanwhile.
 
+A job whose new version its checkpoint's state cannot take (`changes.UnsafeChange`) is left
+out, at the start or after a swap (a rollback to a version the code is not), and the run keeps
+hosting it: it holds its checkpoint, answers its savepoint and swap requests (a `tidemark
+rebuild` of the new version is swapped in by this run, which then starts it), and starts it as
+soon as its code changes to a version that passes the check (`tidemark code JOB --put-back`
+after a rollback), every ``REFUSED_POLL_SECONDS``.
+
 Memory stays bounded however long it runs: per query it keeps running totals and the latest
 progress row, not the rows themselves.
 
@@ -55,10 +62,12 @@ from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version, rows_written
 from streaming_jobs.core.locations import is_delta_table
 from streaming_jobs.runtime.gold import gold_query, gold_writer, sink_version_of
+from streaming_jobs.core.versions import version_of
 from streaming_jobs.runtime.changes import (
     UnsafeChange,
     changed_since_checkpoint,
     check_before_start,
+    current_parts,
 )
 from streaming_jobs.runtime.ingestion import bronze_writer, screen_landing
 from streaming_jobs.core.checkpoints import query_name
@@ -67,7 +76,7 @@ from streaming_jobs.operations import savepoints, shadow
 from streaming_jobs.storage import swaps
 from streaming_jobs.storage.failures import held, record_failure
 from streaming_jobs.runtime.locate import record_job_failure
-from streaming_jobs.core.checkpoints import checkpoint_lock
+from streaming_jobs.core.checkpoints import checkpoint_lock, relocate_state_schemas
 from streaming_jobs.storage.restores import finish_pending
 from streaming_jobs.runtime.progress import (
     forget_previous_lineage,
@@ -88,6 +97,7 @@ from streaming_jobs.storage.spark import session_settings
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
 REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
+REFUSED_POLL_SECONDS = 5.0  # how often a refused job's code is read again (it loads job files)
 # How many queries are built and started at once: a query's start is mostly calls into the JVM
 # (its plan, its tables' logs, ingestion's parser of a few hundred expressions), which wait on
 # each other's answers, not on the cores (`_Host.start_all`)
@@ -197,15 +207,25 @@ class ContinuousRun:
     refused: list[str] = field(default_factory=list)
     # swaps of a hosted job's version this run carried out ("<job> rebuild <a> -> <b>")
     swapped: list[str] = field(default_factory=list)
+    # refused jobs this run started once their code passed the check ("<job> at version <v>")
+    admitted: list[str] = field(default_factory=list)
 
 
 class _Host:
     """The queries of one continuous run, their totals, and their savepoint requests."""
 
     def __init__(
-        self, spark: SparkSession, cfg: TidemarkConfig, streams, jobs, trigger_seconds: float
+        self,
+        spark: SparkSession,
+        cfg: TidemarkConfig,
+        streams,
+        jobs,
+        trigger_seconds: float,
+        refused: dict[str, str] | None = None,
     ) -> None:
         self.spark, self.cfg, self.trigger = spark, cfg, f"{trigger_seconds} seconds"
+        # hosted jobs left out, each with the version of its code the check refused
+        self.refused: dict[str, str] = dict(refused or {})
         self.log = progress_log(spark)
         self.streams = {query_name(s): s for s in streams}
         self.jobs = list(jobs)
@@ -279,10 +299,11 @@ class _Host:
                 and not is_delta_table(self.cfg.paths.table("bronze", source))
             ]
 
-        waiting = {job: unborn(job) for job in self.jobs}
+        jobs = [j for j in self.jobs if j not in self.refused]
+        waiting = {job: unborn(job) for job in jobs}
         starts: dict = {}
         with ThreadPoolExecutor(STARTERS, thread_name_prefix="tidemark-start") as pool:
-            for job in [j for j in self.jobs if not waiting[j]]:
+            for job in [j for j in jobs if not waiting[j]]:
                 starts[job] = pool.submit(self.start, job)
             for stream in self.streams:
                 starts[stream] = pool.submit(self.start, stream)
@@ -292,10 +313,10 @@ class _Host:
                     starts[stream].result()  # (submitted before: a thread runs it or ran it)
                 self.start(job)
 
-            for job in [j for j in self.jobs if waiting[j]]:
+            for job in [j for j in jobs if waiting[j]]:
                 starts[job] = pool.submit(after_its_streams, job)
         self.queries = {name: self.queries[name] for name in self.names if name in self.queries}
-        for name in self.names:
+        for name in starts:
             if starts[name].exception() is not None:
                 raise starts[name].exception()
 
@@ -424,7 +445,8 @@ class _Host:
                 continue  # answered once it runs again (its restart must not be started twice)
             for request_id in savepoints.pending(self.cfg, job):
                 try:
-                    self.stop(job)  # between batches: nothing in flight, all committed
+                    if job in self.queries and self.queries[job].isActive:
+                        self.stop(job)  # between batches: nothing in flight, all committed
                     point = savepoints.take_locked(self.cfg, job, keep=keep)
                 except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
                     savepoints.answer(self.cfg, job, request_id, error=str(exc)[:1000])
@@ -434,7 +456,7 @@ class _Host:
                     out.savepoints_taken.append(point.path.name)
                     LOG.info("continuous: savepoint %s of %s taken", point.path.name, job)
                 finally:
-                    if not self.queries[job].isActive:
+                    if job not in self.refused and not self.queries[job].isActive:
                         self.start(job)
                 between()
 
@@ -462,8 +484,10 @@ class _Host:
                 else:
                     self.specs[job] = spec
                     self.resolvers[job] = sink_version_of(self.cfg, spec)
-                    # the swap's own commit is not this run's output
-                    self.committed_to[job][0] = latest_version(self.cfg.paths.table("gold", job))
+                    if job in self.committed_to:  # the swap's own commit is not this run's output
+                        self.committed_to[job][0] = latest_version(
+                            self.cfg.paths.table("gold", job)
+                        )
                     out.swapped.append(
                         f"{job} {done['kind']} {done['from_version']} -> {done['to_version']}"
                     )
@@ -477,8 +501,38 @@ class _Host:
         try:
             self.start(job)
         except UnsafeChange as exc:  # a rollback to a version the code is not: said, left out
+            self.refused[job] = version_of(current_parts(self.specs[job]))
             LOG.error("continuous: left out %s", exc)
             out.refused.append(str(exc))
+        else:
+            self.refused.pop(job, None)
+
+    def retry_refused(self, out: ContinuousRun) -> None:
+        """Start each refused job whose code changed since the check refused it and now passes
+        it (put back as its checkpoint's version, or accepted); a job whose code changed to
+        another refused version stays out, said again."""
+        for job, refused_version in list(self.refused.items()):
+            try:
+                spec = get_job(job)
+            except KeyError as exc:  # its file broken meanwhile: the health sensor says so
+                LOG.warning("continuous: %s stays out: %s", job, exc)
+                continue
+            version = version_of(current_parts(spec))
+            if version == refused_version:
+                continue
+            self.specs[job], self.resolvers[job] = spec, sink_version_of(self.cfg, spec)
+            try:
+                self.start(job)
+            except UnsafeChange as exc:
+                self.refused[job] = version
+                LOG.error("continuous: left out %s", exc)
+                out.refused.append(str(exc))
+            else:
+                del self.refused[job]
+                out.admitted.append(f"{job} at version {version}")
+                LOG.info(
+                    "continuous: %s started at version %s, which its checkpoint takes", job, version
+                )
 
     def answer_maintenance_requests(
         self, out: ContinuousRun, between: Callable[[], None] = lambda: None
@@ -603,7 +657,10 @@ def run_continuous(
             forget_previous_lineage(cfg, name)
             if name in jobs:  # the rows a killed run did not flush, from the checkpoint
                 restore_lost_progress(cfg, get_job(name))
-        # a job whose new version its state cannot take is left out; the others run
+                relocate_state_schemas(cfg.paths.checkpoint(name))  # (runner._run_available_now)
+        # a job whose new version its state cannot take is left out (still hosted: its
+        # requests are answered, and it starts once its code passes); the others run
+        refused: dict[str, str] = {}
         for job in [j for j in jobs if changed_since_checkpoint(cfg, get_job(j))]:
             spec = get_job(job)
             try:
@@ -611,18 +668,18 @@ def run_continuous(
             except UnsafeChange as exc:
                 LOG.error("continuous: left out %s", exc)
                 out.refused.append(str(exc))
-                jobs, names = [j for j in jobs if j != job], [n for n in names if n != job]
-        if not names:
+                refused[job] = version_of(current_parts(spec))
+        if set(names) <= set(refused):
             raise StreamRunError(
                 "continuous run: no query can start: " + " ".join(out.refused + out.held)
             )
         locks.enter_context(interpreted_plans(spark, cfg))
-        host = _Host(spark, cfg, streams, jobs, trigger_seconds)
+        host = _Host(spark, cfg, streams, jobs, trigger_seconds, refused)
         began = time.time()  # state files written since (settle_snapshots compares mtimes)
         failure: tuple[str, Exception] | None = None
         try:
             host.start_all()
-            last_flush = last_poll = last_maintenance = time.monotonic()
+            last_flush = last_poll = last_maintenance = last_refused = time.monotonic()
 
             def flush_when_due() -> None:
                 nonlocal last_flush
@@ -653,6 +710,9 @@ def run_continuous(
                     # (reports go on between savepoints: several take minutes)
                     host.answer_savepoint_requests(savepoints_keep, out, flush_when_due)
                     host.answer_swap_requests(out, flush_when_due)
+                    if host.refused and time.monotonic() - last_refused >= REFUSED_POLL_SECONDS:
+                        host.retry_refused(out)
+                        last_refused = time.monotonic()
                     if (
                         cfg.on_store
                         and time.monotonic() - last_maintenance >= MAINTENANCE_POLL_SECONDS
@@ -669,12 +729,16 @@ def run_continuous(
         finally:
             for name in list(host.queries):
                 host.stop(name)
-            out.metrics = {name: host.metrics(name) for name in host.names}
+            # a job refused from the start ran no batch here: said in ``refused``, not reported
+            out.metrics = {
+                name: host.metrics(name) for name in host.names if name in host.committed_to
+            }
         if not failure:
             # one maintenance pass uploads every store's snapshot: the later calls find none
             out.snapshot_wait_seconds = sum(
                 settle_snapshots(spark, name, cfg.paths.checkpoint(name), began)
                 for name in host.names
+                if name in host.committed_to
             )
         if failure:
             name, exc = failure

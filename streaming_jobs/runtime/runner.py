@@ -32,7 +32,7 @@ from streaming_jobs.spec import JobSpec
 from streaming_jobs.core.delta_log import latest_version, rows_written
 from streaming_jobs.storage.failures import held
 from streaming_jobs.runtime.locate import raised_in_python, record_job_failure
-from streaming_jobs.core.checkpoints import checkpoint_lock
+from streaming_jobs.core.checkpoints import checkpoint_lock, relocate_state_schemas
 from streaming_jobs.runtime.progress import (
     forget_previous_lineage,
     progress_log,
@@ -90,6 +90,9 @@ def _run_available_now(
         forget_previous_lineage(cfg, name)
         if spec is not None:  # a job: the rows a killed run did not flush, from its checkpoint
             restore_lost_progress(cfg, spec)
+            # keyed state's schema files named where the checkpoint is (a swap made before
+            # 2026-12-06 left them naming the shadow's, and the job failed)
+            relocate_state_schemas(checkpoint)
         if not isinstance(writer, DataStreamWriter):  # made under the lock (a job's check)
             writer = writer()
         started = time.time()

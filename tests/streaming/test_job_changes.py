@@ -4,12 +4,15 @@ its message, and the job keeps its checkpoint, its gold and its recorded version
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 
 import pytest
 
 from helpers import click, land, txn
+from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import job_version, read_record
 from streaming_jobs.runtime.changes import UnsafeChange
@@ -238,3 +241,81 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
     assert set(run.metrics) == {"bronze_clicks"}
     assert last_committed_batch(checkpoint) == committed
     assert sorted(map(tuple, read_table(spark, gold).collect())) == before
+
+    # ... and keeps hosting it, as `make live` does: the rebuild its refusal names is swapped
+    # in by the run, which starts the new version; a rollback by the run leaves it out again
+    # (the code is still the new version), and the code put back starts it within seconds
+    from orchestration.cli.main import main as tidemark
+    from streaming_jobs.core.checkpoints import takes_savepoint_requests
+
+    stop, hosted = threading.Event(), {}
+
+    def host():
+        hosted["run"] = run_continuous(
+            spark,
+            cfg,
+            streams=["clicks"],
+            jobs=["idle_profile"],
+            trigger_seconds=1,
+            should_stop=stop.is_set,
+        )
+
+    def users() -> set[str]:
+        return {r.user_id for r in read_table(spark, gold).select("user_id").collect()}
+
+    def wait_for(user: str) -> None:
+        deadline = time.monotonic() + 240
+        while user not in users():
+            assert thread.is_alive() and time.monotonic() < deadline, f"{user} never in gold"
+            time.sleep(1)
+
+    thread = threading.Thread(target=host)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not takes_savepoint_requests(checkpoint):
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.5)
+        v2 = job_version(get_job("idle_profile"), streams())
+        assert tidemark(["rebuild", "idle_profile", "--skip-recon"]) == 0
+        assert read_record(checkpoint)["version"] == v2
+        land(cfg, "c3.jsonl", [click("k100", "u10", 60, amount=2.0)], "clicks")
+        wait_for("u10")  # the run started the new version after the swap
+        assert users() == {"u0", "u1", "u2", "u9", "u10"}
+
+        assert tidemark(["rollback", "idle_profile"]) == 0
+        assert read_record(checkpoint)["version"] == v1
+        assert users() == {"u0", "u1", "u2"}  # gold as version 1 left it
+        land(cfg, "c4.jsonl", [click("k101", "u11", 70, amount=3.0)], "clicks")
+        time.sleep(8)  # bronze takes c4; the job, refused, does not
+        assert users() == {"u0", "u1", "u2"}
+        assert tidemark(["code", "idle_profile", "--put-back"]) == 0
+        wait_for("u11")  # version 1 again: it streams what bronze gained since its checkpoint
+        assert users() == {"u0", "u1", "u2", "u9", "u10", "u11"}
+    finally:
+        stop.set()
+        thread.join(timeout=300)
+    run = hosted["run"]
+    assert len(run.refused) == 2 and "What changed: ttl: " in run.refused[1], run.refused
+    assert run.swapped == [
+        f"idle_profile rebuild {v1} -> {v2}",
+        f"idle_profile rollback {v2} -> {v1}",
+    ]
+    assert run.admitted == [f"idle_profile at version {v1}"]
+    assert set(run.metrics) == {"bronze_clicks", "idle_profile"}
+    assert read_record(checkpoint)["version"] == v1
+
+    # a checkpoint whose keyed state names its schema files in the shadow, as a swap left it
+    # before they were relocated: the next run names its own again and runs on
+    folder = checkpoint / "state" / "0" / "_metadata" / "v2"
+    for name in [n for n in locations.names(folder) if not n.startswith(".")]:
+        text = locations.read_text(folder / name).replace(
+            "/checkpoints/idle_profile/state/", "/rebuilds/idle_profile/shadow/checkpoint/state/"
+        )
+        assert "/rebuilds/idle_profile/shadow/" in text
+        locations.delete(folder / f".{name}.crc")
+        locations.write_bytes(folder / name, text.encode())
+    land(cfg, "c5.jsonl", [click("k102", "u12", 80, amount=4.0)], "clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, get_job("idle_profile"))
+    assert users() == {"u0", "u1", "u2", "u9", "u10", "u11", "u12"}
