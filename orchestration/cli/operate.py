@@ -363,9 +363,27 @@ def code(cfg: TidemarkConfig, args) -> int:
         CodeNotKept,
         code_against_checkpoint,
         put_code_back,
+        put_code_back_unloaded,
     )
 
-    spec = _known(args.job)
+    try:
+        spec = _known(args.job)
+    except OperationError as exc:  # a file that does not load can still be put back
+        if not args.put_back:
+            from streaming_jobs.core.versions import read_record
+
+            kept = (read_record(cfg.paths.checkpoint(args.job)) or {}).get("source")
+            if kept:
+                raise OperationError(
+                    f"{exc}. Its checkpoint keeps the file as its version had it: "
+                    f"`tidemark code {args.job} --put-back` writes it back"
+                ) from None
+            raise
+        try:
+            print(put_code_back_unloaded(cfg, args.job, str(exc)))
+        except CodeNotKept as refused:
+            raise OperationError(str(refused)) from None
+        return 0
     if args.put_back:
         try:
             print(put_code_back(cfg, spec))

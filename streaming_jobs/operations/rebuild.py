@@ -247,8 +247,6 @@ def put_code_back(cfg: TidemarkConfig, spec) -> str:
     """Write the checkpoint's copy of ``spec``'s file over the file, then check, in a new
     process, that the job is the checkpoint's version again. Returns what was done;
     `CodeNotKept` says why nothing was written, or what still differs."""
-    from streaming_jobs.core.versions import version_of
-
     record, state = _against(cfg, spec)
     if record is None or state.checkpoint_version is None:
         raise CodeNotKept(
@@ -266,16 +264,41 @@ def put_code_back(cfg: TidemarkConfig, spec) -> str:
             "without its file (before tidemark kept job files, or the job is declared in no "
             "file): put that version's code back from your version control"
         )
-    Path(state.file).write_text(state.kept["text"], encoding="utf-8")
-    parts, texts = _parts_in_a_new_process(spec.name)
+    return _write_back(spec.name, record, state.file, state.kept["text"])
+
+
+def put_code_back_unloaded(cfg: TidemarkConfig, job: str, why: str) -> str:
+    """`put_code_back` for a job whose file does not load now (``why``): the file the record
+    names gets the record's copy."""
+    from streaming_jobs.core.versions import read_record
+
+    record = read_record(cfg.paths.checkpoint(job)) or {}
+    kept = record.get("source") or {}
+    if not record.get("version"):
+        raise CodeNotKept(
+            f"job {job} does not load ({why}), and its checkpoint records no version to put back"
+        )
+    if not kept.get("file"):
+        raise CodeNotKept(
+            f"job {job} does not load ({why}); its checkpoint's version {record['version']} was "
+            "recorded without its file: put that version's code back from your version control"
+        )
+    return _write_back(job, record, kept["file"], kept["text"])
+
+
+def _write_back(job: str, record: dict, file: str, text: str) -> str:
+    from streaming_jobs.core.versions import version_of
+
+    Path(file).write_text(text, encoding="utf-8")
+    parts, texts = _parts_in_a_new_process(job)
     still = _differing(record, parts, texts)
-    wrote = f"job {spec.name}: {state.file} written as version {state.checkpoint_version} had it"
+    wrote = f"job {job}: {file} written as version {record['version']} had it"
     if still:
         raise CodeNotKept(
             f"{wrote}, and the job is version {version_of(parts)}, not its checkpoint's "
-            f"{state.checkpoint_version}: {', '.join(still)} still differ (a stream's "
+            f"{record['version']}: {', '.join(still)} still differ (a stream's "
             "declaration, or tidemark's own stateful code, is not in the job's file): put "
-            f"those back too, or rebuild the job (`tidemark rebuild {spec.name}`)"
+            f"those back too, or rebuild the job (`tidemark rebuild {job}`)"
         )
     return (
         f"{wrote}: the job is its checkpoint's version again, and its runs go on from the "

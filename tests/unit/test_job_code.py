@@ -95,3 +95,15 @@ def test_what_the_file_cannot_put_back_is_said_not_claimed(job):
         put_code_back(cfg, get_job(JOB))
     assert path.read_text() == FILE.format(minutes=15)
     assert read_record(checkpoint).get("source") is None
+
+
+def test_a_file_that_no_longer_loads_is_put_back_from_the_record(job):
+    cfg, path, first = job
+    path.write_text(FILE.format(minutes=10).replace("-- source: transactions\n", ""))
+    with pytest.raises(KeyError, match="is left out"):
+        get_job(JOB)
+    with pytest.raises(operate.OperationError, match=f"`tidemark code {JOB} --put-back`"):
+        code(cfg)
+    assert code(cfg, put_back=True) == 0
+    assert path.read_text() == FILE.format(minutes=10)
+    assert get_job(JOB).name == JOB and code(cfg) == 0
