@@ -84,6 +84,20 @@ def scopes(stderr: str) -> dict[str, str]:
     return out
 
 
+def windowed_counts_job(name: str, minutes: int) -> str:
+    """A user's SQL job file: failed transactions per merchant and ``minutes``-long window."""
+    return f"""-- {name}: failed transactions per merchant and window.
+-- source: transactions
+-- keys: merchant, window_start, window_end
+-- measures: n
+-- watermark: 5 minutes
+select merchant, window.start as window_start, window.end as window_end, count(*) as n
+from events
+where status = 'FAILED'
+group by merchant, window(event_time, '{minutes} minutes')
+"""
+
+
 def land(
     cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions"
 ) -> Path:

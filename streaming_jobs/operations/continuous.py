@@ -527,6 +527,16 @@ class _Host:
                 self.refused[job] = version
                 LOG.error("continuous: left out %s", exc)
                 out.refused.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - one job's new code must not end the run
+                self.refused[job] = version
+                LOG.error(
+                    "continuous: %s stays out: version %s could not start (%s); fix the job, "
+                    "and this run starts it once its code changes",
+                    job,
+                    version,
+                    str(exc)[:500],
+                )
+                out.refused.append(f"job {job}: version {version} could not start: {exc}")
             else:
                 del self.refused[job]
                 out.admitted.append(f"{job} at version {version}")

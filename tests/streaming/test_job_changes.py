@@ -289,6 +289,11 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         land(cfg, "c4.jsonl", [click("k101", "u11", 70, amount=3.0)], "clicks")
         time.sleep(8)  # bronze takes c4; the job, refused, does not
         assert users() == {"u0", "u1", "u2"}
+        # a file broken meanwhile (its TTL fails at the query's start) keeps it out, and the
+        # run goes on
+        path.write_text(path.read_text().replace('ttl="60 minutes"', 'ttl="soon"'))
+        time.sleep(7)
+        assert thread.is_alive() and users() == {"u0", "u1", "u2"}
         assert tidemark(["code", "idle_profile", "--put-back"]) == 0
         wait_for("u11")  # version 1 again: it streams what bronze gained since its checkpoint
         assert users() == {"u0", "u1", "u2", "u9", "u10", "u11"}
@@ -296,7 +301,8 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         stop.set()
         thread.join(timeout=300)
     run = hosted["run"]
-    assert len(run.refused) == 2 and "What changed: ttl: " in run.refused[1], run.refused
+    assert len(run.refused) == 3 and "What changed: ttl: " in run.refused[1], run.refused
+    assert "could not start: " in run.refused[2] and "ttl='soon'" in run.refused[2]
     assert run.swapped == [
         f"idle_profile rebuild {v1} -> {v2}",
         f"idle_profile rollback {v2} -> {v1}",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import windowed_counts_job
 from streaming_jobs.core import locations
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.versions import RECORD, read_record, write_record
@@ -18,16 +19,6 @@ from streaming_jobs.runtime.changes import new_record
 from streaming_jobs.storage.registry import get_job
 
 JOB = "store_counts"
-FILE = """-- store_counts: failed transactions per merchant and window.
--- source: transactions
--- keys: merchant, window_start, window_end
--- measures: n
--- watermark: 5 minutes
-select merchant, window.start as window_start, window.end as window_end, count(*) as n
-from events
-where status = 'FAILED'
-group by merchant, window(event_time, '{minutes} minutes')
-"""
 
 
 def test_the_code_kept_on_the_store_is_shown_and_put_back(s3_bucket, tmp_path, monkeypatch):
@@ -35,7 +26,7 @@ def test_the_code_kept_on_the_store_is_shown_and_put_back(s3_bucket, tmp_path, m
     folder = tmp_path / "jobs"
     folder.mkdir()
     path = folder / f"{JOB}.sql"
-    path.write_text(FILE.format(minutes=10))
+    path.write_text(windowed_counts_job(JOB, 10))
     env = {
         **os.environ,
         "TIDEMARK_JOBS_PATH": str(folder),
@@ -53,7 +44,7 @@ def test_the_code_kept_on_the_store_is_shown_and_put_back(s3_bucket, tmp_path, m
     write_record(checkpoint, first)
     assert locations.is_file(checkpoint / RECORD)  # an object in the bucket, not a local file
     assert not (tmp_path / "work" / "checkpoints").exists()
-    path.write_text(FILE.format(minutes=15))
+    path.write_text(windowed_counts_job(JOB, 15))
 
     def tidemark(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -71,7 +62,7 @@ def test_the_code_kept_on_the_store_is_shown_and_put_back(s3_bucket, tmp_path, m
 
     put = tidemark("code", JOB, "--put-back")
     assert put.returncode == 0, put.stdout + put.stderr
-    assert path.read_text() == FILE.format(minutes=10)
+    assert path.read_text() == windowed_counts_job(JOB, 10)
     assert f"written as version {first['version']} had it" in put.stdout
     assert code_against_checkpoint(cfg, get_job(JOB)).same
-    assert read_record(checkpoint)["source"]["text"] == FILE.format(minutes=10)
+    assert read_record(checkpoint)["source"]["text"] == windowed_counts_job(JOB, 10)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from helpers import windowed_counts_job
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.versions import read_record, version_of, write_record
 from streaming_jobs.operations.rebuild import CodeNotKept, put_code_back
@@ -19,16 +20,6 @@ from streaming_jobs.storage.registry import get_job
 from orchestration.cli import operate
 
 JOB = "merchant_counts"
-FILE = """-- merchant_counts: failed transactions per merchant and window.
--- source: transactions
--- keys: merchant, window_start, window_end
--- measures: n
--- watermark: 5 minutes
-select merchant, window.start as window_start, window.end as window_end, count(*) as n
-from events
-where status = 'FAILED'
-group by merchant, window(event_time, '{minutes} minutes')
-"""
 
 
 @pytest.fixture
@@ -39,11 +30,11 @@ def job(tmp_path, monkeypatch):
     folder.mkdir()
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
     path = folder / f"{JOB}.sql"
-    path.write_text(FILE.format(minutes=10))
+    path.write_text(windowed_counts_job(JOB, 10))
     cfg = TidemarkConfig.from_env().with_data_root(tmp_path / "root")
     first = new_record(get_job(JOB), frame=None)  # no plan: its shape is said unreadable
     write_record(cfg.paths.checkpoint(JOB), first)
-    path.write_text(FILE.format(minutes=15))
+    path.write_text(windowed_counts_job(JOB, 15))
     return cfg, path, first
 
 
@@ -53,7 +44,7 @@ def code(cfg, put_back: bool = False) -> int:
 
 def test_the_checkpoints_copy_is_shown_as_a_diff_and_put_back(job, capsys):
     cfg, path, first = job
-    assert first["source"] == {"file": str(path), "text": FILE.format(minutes=10)}
+    assert first["source"] == {"file": str(path), "text": windowed_counts_job(JOB, 10)}
     assert code(cfg) == 1
     said = capsys.readouterr().out
     assert f"its checkpoint holds version {first['version']}; what differs: code: query" in said
@@ -62,7 +53,7 @@ def test_the_checkpoints_copy_is_shown_as_a_diff_and_put_back(job, capsys):
 
     assert code(cfg, put_back=True) == 0
     said = capsys.readouterr().out
-    assert path.read_text() == FILE.format(minutes=10)
+    assert path.read_text() == windowed_counts_job(JOB, 10)
     assert f"written as version {first['version']} had it: the job is its checkpoint's " in said
     assert code(cfg) == 0
     assert f"the code is version {first['version']}, its checkpoint's" in capsys.readouterr().out
@@ -82,28 +73,28 @@ def test_what_the_file_cannot_put_back_is_said_not_claimed(job):
     write_record(checkpoint, {**first, "parts": parts, "version": version_of(parts)})
     with pytest.raises(CodeNotKept) as refused:
         put_code_back(cfg, get_job(JOB))
-    assert path.read_text() == FILE.format(minutes=10)  # the file is written all the same
+    assert path.read_text() == windowed_counts_job(JOB, 10)  # the file is written all the same
     said = str(refused.value)
     assert f"version {first['version']}, not its checkpoint's {version_of(parts)}: " in said
     assert "sources still differ" in said
     assert f"`tidemark rebuild {JOB}`" in said
 
     # a record from before job files were kept: nothing written, and said so
-    path.write_text(FILE.format(minutes=15))
+    path.write_text(windowed_counts_job(JOB, 15))
     write_record(checkpoint, {k: v for k, v in first.items() if k != "source"})
     with pytest.raises(CodeNotKept, match="from your version control"):
         put_code_back(cfg, get_job(JOB))
-    assert path.read_text() == FILE.format(minutes=15)
+    assert path.read_text() == windowed_counts_job(JOB, 15)
     assert read_record(checkpoint).get("source") is None
 
 
 def test_a_file_that_no_longer_loads_is_put_back_from_the_record(job):
     cfg, path, first = job
-    path.write_text(FILE.format(minutes=10).replace("-- source: transactions\n", ""))
+    path.write_text(windowed_counts_job(JOB, 10).replace("-- source: transactions\n", ""))
     with pytest.raises(KeyError, match="is left out"):
         get_job(JOB)
     with pytest.raises(operate.OperationError, match=f"`tidemark code {JOB} --put-back`"):
         code(cfg)
     assert code(cfg, put_back=True) == 0
-    assert path.read_text() == FILE.format(minutes=10)
+    assert path.read_text() == windowed_counts_job(JOB, 10)
     assert get_job(JOB).name == JOB and code(cfg) == 0
