@@ -419,21 +419,22 @@ def code(cfg: TidemarkConfig, args) -> int:
 
 
 def accept(cfg: TidemarkConfig, args) -> int:
-    """Declare a changed job's checkpoint state fit for its new version (`accept_change`)."""
+    """Declare a changed job's checkpoint state fit for its new version (`accept_change`): by
+    the continuous run that hosts the job, else here."""
     from streaming_jobs.core.checkpoints import CheckpointBusy
-    from streaming_jobs.core.versions import read_record
     from streaming_jobs.operations.rebuild import accept_change
+    from streaming_jobs.operations.shadow import RebuildError
 
     spec = _known(args.job)
-    before = (read_record(cfg.paths.checkpoint(spec.name)) or {}).get("version")
     try:
-        record = accept_change(_spark(cfg), cfg, spec)
-    except CheckpointBusy as exc:
+        done = accept_change(_spark(cfg), cfg, spec)
+    except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
     print(
-        f"{spec.name}: version {record['version']} accepted for its checkpoint (it was "
-        f"{before or 'not recorded'}); the next run starts on it without comparing. Check its "
-        "next reconciliation: it compares gold with the new definition"
+        f"{spec.name}: version {done['to_version']} accepted for its checkpoint (it was "
+        f"{done['from_version'] or 'not recorded'}); a continuous run that hosts the job starts "
+        "it now, any other run starts on it without comparing. Check its next reconciliation: "
+        "it compares gold with the new definition"
     )
     return 0
 

@@ -16,9 +16,11 @@ checkpoint, restarts it and answers. The other queries go on meanwhile.
 A job whose new version its checkpoint's state cannot take (`changes.UnsafeChange`) is left
 out, at the start or after a swap (a rollback to a version the code is not), and the run keeps
 hosting it: it holds its checkpoint, answers its savepoint and swap requests (a `tidemark
-rebuild` of the new version is swapped in by this run, which then starts it), and starts it as
-soon as its code changes to a version that passes the check (`tidemark code JOB --put-back`
-after a rollback), every ``REFUSED_POLL_SECONDS``.
+rebuild` of the new version is swapped in by this run, which then starts it; a `tidemark
+accept` is recorded by it), and starts it as soon as its code changes to a version that passes
+the check (`tidemark code JOB --put-back` after a rollback), every ``REFUSED_POLL_SECONDS``. A
+job whose start fails after such a change (its new code, or a swap that failed midway and
+cannot be finished yet) is left out the same way: one job's change never ends the run.
 
 Memory stays bounded however long it runs: per query it keeps running totals and the latest
 progress row, not the rows themselves.
@@ -98,6 +100,7 @@ LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
 REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
 REFUSED_POLL_SECONDS = 5.0  # how often a refused job's code is read again (it loads job files)
+SWAP_RETRY_SECONDS = 60.0  # how often a swap that failed midway in the run is finished again
 # How many queries are built and started at once: a query's start is mostly calls into the JVM
 # (its plan, its tables' logs, ingestion's parser of a few hundred expressions), which wait on
 # each other's answers, not on the cores (`_Host.start_all`)
@@ -209,6 +212,8 @@ class ContinuousRun:
     swapped: list[str] = field(default_factory=list)
     # refused jobs this run started once their code passed the check ("<job> at version <v>")
     admitted: list[str] = field(default_factory=list)
+    # versions of a hosted job accepted for its checkpoint through this run ("<job> <a> -> <b>")
+    accepted: list[str] = field(default_factory=list)
 
 
 class _Host:
@@ -226,6 +231,8 @@ class _Host:
         self.spark, self.cfg, self.trigger = spark, cfg, f"{trigger_seconds} seconds"
         # hosted jobs left out, each with the version of its code the check refused
         self.refused: dict[str, str] = dict(refused or {})
+        # refused jobs whose swap failed midway: when their start (the swap finished) is retried
+        self.swap_retry: dict[str, float] = {}
         self.log = progress_log(spark)
         self.streams = {query_name(s): s for s in streams}
         self.jobs = list(jobs)
@@ -463,54 +470,111 @@ class _Host:
     def answer_swap_requests(
         self, out: ContinuousRun, between: Callable[[], None] = lambda: None
     ) -> None:
-        """Carry out the swaps of hosted jobs' versions asked of this run (`shadow.swap`): the
-        job's query stopped between batches, the swap made in this driver (it holds the lock),
-        and the query started again with the job's code as it is now. A swap that cannot be
-        made is answered with why, and the job runs on as it was."""
+        """Carry out the swaps of hosted jobs' versions (and the acceptances of a new version)
+        asked of this run (`shadow.swap`): the job's query stopped between batches, the change
+        made in this driver (it holds the lock), and the query started again with the job's
+        code as it is now. A change that cannot be made is answered with why, and the job runs
+        on as it was; a swap that failed after its plan was written is finished first (every
+        stage is idempotent), and answered as made once it is."""
         for job in self.jobs:
             if job in self.restart_due:
                 continue  # answered once it runs again
             for request_id, asked in shadow.requested(self.cfg, job):
                 if job in self.queries and self.queries[job].isActive:
                     self.stop(job)
+                kind = asked.get("kind")
                 try:
                     spec = get_job(job)  # the code on disk: the version the shadow ran
                     done = shadow.carry_out(
-                        self.spark, self.cfg, job, asked.get("kind"), spec, asked.get("gate")
+                        self.spark, self.cfg, job, kind, spec, asked.get("gate")
                     )
                 except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
-                    shadow.answer(self.cfg, job, request_id, error=str(exc)[:2000])
-                    LOG.warning("continuous: the %s of %s failed: %s", asked.get("kind"), job, exc)
-                else:
-                    self.specs[job] = spec
-                    self.resolvers[job] = sink_version_of(self.cfg, spec)
-                    if job in self.committed_to:  # the swap's own commit is not this run's output
-                        self.committed_to[job][0] = latest_version(
-                            self.cfg.paths.table("gold", job)
+                    LOG.warning("continuous: the %s of %s failed: %s", kind, job, exc)
+                    error = str(exc)[:2000]
+                    try:
+                        done = self._finish_swap(job, out)
+                    except Exception as again:  # noqa: BLE001 - the job is left out (_admit)
+                        done = None
+                        error += (
+                            f"; its swap was planned, and finishing it failed too ({again!s:.500}):"
+                            " the run that hosts the job leaves it out and finishes the swap "
+                            f"every {SWAP_RETRY_SECONDS:.0f}s, or its next run does"
                         )
-                    out.swapped.append(
-                        f"{job} {done['kind']} {done['from_version']} -> {done['to_version']}"
-                    )
+                    if done is None:
+                        shadow.answer(self.cfg, job, request_id, error=error)
+                    else:
+                        shadow.answer(self.cfg, job, request_id, done=done)
+                else:
+                    self._changed(job, spec, done, out)
                     shadow.answer(self.cfg, job, request_id, done=done)
-                    LOG.info("continuous: %s", out.swapped[-1])
                 finally:
-                    self._start_after_swap(job, out)
+                    self._admit(job, version_of(current_parts(self.specs[job])), out)
                 between()
 
-    def _start_after_swap(self, job: str, out: ContinuousRun) -> None:
+    def _changed(self, job: str, spec, done: dict, out: ContinuousRun) -> None:
+        """Take in a change of ``job``'s version made here: its code, and what the run says."""
+        self.specs[job] = spec
+        self.resolvers[job] = sink_version_of(self.cfg, spec)
+        change = f"{job} {done['kind']} {done['from_version']} -> {done['to_version']}"
+        if done["kind"] == "accept":  # the record alone: no commit, no row moved
+            out.accepted.append(change.replace(" accept ", " ", 1))
+        else:
+            if job in self.committed_to:  # the swap's own commit is not this run's output
+                self.committed_to[job][0] = latest_version(self.cfg.paths.table("gold", job))
+            out.swapped.append(change)
+        LOG.info("continuous: %s", change)
+
+    def _finish_swap(self, job: str, out: ContinuousRun) -> dict | None:
+        """Finish a swap of ``job`` left half made (its plan written, a stage failed); what it
+        did, or None when no swap is pending."""
+        if swaps.pending(self.cfg, job) is None:
+            return None
+        done = swaps.finish_pending(lambda: self.spark, self.cfg, job)
         try:
+            spec = get_job(job)
+        except KeyError:  # its file broken meanwhile: the code as the run had it
+            spec = self.specs[job]
+        self._changed(job, spec, done, out)
+        return done
+
+    def _admit(self, job: str, version: str, out: ContinuousRun) -> bool:
+        """Start ``job`` (at ``version`` of its code) after a change, or a refusal, of its
+        version. A swap left half made is finished first, so that the query never reads a
+        checkpoint between two versions. A version the checkpoint cannot take, or a start that
+        fails (the new code's, or a swap's finish the store refused), leaves the job out, said,
+        and the run goes on with the others; False then."""
+        try:
+            self._finish_swap(job, out)
             self.start(job)
         except UnsafeChange as exc:  # a rollback to a version the code is not: said, left out
-            self.refused[job] = version_of(current_parts(self.specs[job]))
+            self.refused[job] = version
             LOG.error("continuous: left out %s", exc)
             out.refused.append(str(exc))
-        else:
-            self.refused.pop(job, None)
+            return False
+        except Exception as exc:  # noqa: BLE001 - one job's change must not end the run
+            self.refused[job] = version
+            pending = swaps.pending(self.cfg, job) is not None
+            self.swap_retry[job] = time.monotonic() + SWAP_RETRY_SECONDS if pending else 0.0
+            said = f"job {job}: version {version} could not start: {exc}"
+            if out.refused and out.refused[-1] == said:
+                return False  # the same again (a swap's finish retried): said once
+            then = (
+                f"the swap is finished and the job started again in {SWAP_RETRY_SECONDS:.0f}s"
+                if pending
+                else "fix the job, and this run starts it once its code changes"
+            )
+            LOG.error("continuous: %s stays out: %s; %s", job, said, then)
+            out.refused.append(said)
+            return False
+        self.refused.pop(job, None)
+        self.swap_retry.pop(job, None)
+        return True
 
     def retry_refused(self, out: ContinuousRun) -> None:
         """Start each refused job whose code changed since the check refused it and now passes
         it (put back as its checkpoint's version, or accepted); a job whose code changed to
-        another refused version stays out, said again."""
+        another refused version stays out, said again. A job left out by a swap that failed
+        midway is tried again every ``SWAP_RETRY_SECONDS``, its swap finished first."""
         for job, refused_version in list(self.refused.items()):
             try:
                 spec = get_job(job)
@@ -518,27 +582,11 @@ class _Host:
                 LOG.warning("continuous: %s stays out: %s", job, exc)
                 continue
             version = version_of(current_parts(spec))
-            if version == refused_version:
+            retry_at = self.swap_retry.get(job)
+            if version == refused_version and not (retry_at and time.monotonic() >= retry_at):
                 continue
             self.specs[job], self.resolvers[job] = spec, sink_version_of(self.cfg, spec)
-            try:
-                self.start(job)
-            except UnsafeChange as exc:
-                self.refused[job] = version
-                LOG.error("continuous: left out %s", exc)
-                out.refused.append(str(exc))
-            except Exception as exc:  # noqa: BLE001 - one job's new code must not end the run
-                self.refused[job] = version
-                LOG.error(
-                    "continuous: %s stays out: version %s could not start (%s); fix the job, "
-                    "and this run starts it once its code changes",
-                    job,
-                    version,
-                    str(exc)[:500],
-                )
-                out.refused.append(f"job {job}: version {version} could not start: {exc}")
-            else:
-                del self.refused[job]
+            if self._admit(job, version, out):
                 out.admitted.append(f"{job} at version {version}")
                 LOG.info(
                     "continuous: %s started at version %s, which its checkpoint takes", job, version

@@ -123,24 +123,21 @@ def rebuild(
     return removed
 
 
-def accept_change(spark, cfg: TidemarkConfig, spec, holder: str = "tidemark accept") -> dict:
+def accept_change(
+    spark, cfg: TidemarkConfig, spec, holder: str = "tidemark accept", timeout_seconds=900.0
+) -> dict:
     """Record ``spec``'s current version as fit for its checkpoint's state: the user knows a
     change the check refused is safe (a cast made ``try_cast`` for rows that never failed,
     say), and the next run starts on the checkpoint without comparing. The other way to run a
-    changed job, without replaying bronze. Under the checkpoint's lock (`CheckpointBusy` while
-    a run owns it); returns the record written."""
-    from streaming_jobs.core.versions import REFUSED, write_record
-    from streaming_jobs.runtime.changes import new_record
-    from streaming_jobs.runtime.gold import gold_query
+    changed job, without replaying bronze. A continuous run that hosts the job is asked to (it
+    records it between two batches and starts the job); otherwise it is done here under the
+    checkpoint's lock (`CheckpointBusy` while another run owns it). Returns what was done
+    (`shadow.accept_locked`)."""
+    from streaming_jobs.operations.shadow import swap
 
-    checkpoint = cfg.paths.checkpoint(spec.name)
-    with checkpoint_lock(checkpoint, holder):
-        record = new_record(spec, gold_query(spark, cfg, spec))
-        write_record(checkpoint, record)
-        refused = locations.Location.of(checkpoint) / REFUSED
-        if locations.exists(refused):
-            locations.delete(refused)
-    return record
+    return swap(
+        spark, cfg, spec.name, "accept", holder=holder, timeout_seconds=timeout_seconds, spec=spec
+    )
 
 
 class CodeNotKept(RuntimeError):

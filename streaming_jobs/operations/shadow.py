@@ -41,11 +41,18 @@ from streaming_jobs.core.checkpoints import (
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import commit_versions, latest_version, txn_of
 from streaming_jobs.core.locations import Location
-from streaming_jobs.core.versions import holds_current, read_record, version_of
-from streaming_jobs.runtime.changes import current_parts, source_schemas
+from streaming_jobs.core.versions import (
+    REFUSED,
+    holds_current,
+    read_record,
+    version_of,
+    write_record,
+)
+from streaming_jobs.runtime.changes import current_parts, new_record, source_schemas
 from streaming_jobs.runtime.gold import (
     RANDOM_PREFIXES,
     Place,
+    gold_query,
     gold_writer,
     sink_app_id,
     sink_version_of,
@@ -311,7 +318,8 @@ def _requests(cfg: TidemarkConfig, job: str) -> Location:
 def request(
     cfg: TidemarkConfig, job: str, kind: str, requester: str, gate: dict | None = None
 ) -> str:
-    """Ask the run that owns ``job``'s checkpoint to swap (``kind``: rebuild or rollback)."""
+    """Ask the run that owns ``job``'s checkpoint to swap (``kind``: rebuild or rollback) or
+    to accept the code's version."""
     return requests.ask(_requests(cfg, job), {"kind": kind, "requester": requester, "gate": gate})
 
 
@@ -329,6 +337,19 @@ def answer(cfg: TidemarkConfig, job: str, request_id: str, *, done=None, error=N
     requests.answer(_requests(cfg, job), request_id, {"done": done, "error": error})
 
 
+def accept_locked(spark, cfg: TidemarkConfig, spec) -> dict:
+    """`rebuild.accept_change` by the holder of the checkpoint's lock: {kind, from_version,
+    to_version}."""
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    before = (read_record(checkpoint) or {}).get("version")
+    record = new_record(spec, gold_query(spark, cfg, spec))
+    write_record(checkpoint, record)
+    refused = Location.of(checkpoint) / REFUSED
+    if locations.exists(refused):
+        locations.delete(refused)
+    return {"kind": "accept", "from_version": before, "to_version": record["version"]}
+
+
 def carry_out(
     spark: SparkSession,
     cfg: TidemarkConfig,
@@ -337,11 +358,15 @@ def carry_out(
     spec=None,
     gate: dict | None = None,
 ) -> dict:
-    """The swap ``kind`` of ``job``, by the holder of its checkpoint's lock."""
+    """The change ``kind`` of ``job``, by the holder of its checkpoint's lock: a swap of
+    versions (rebuild, rollback), or the code's version accepted for the checkpoint (accept,
+    `accept_locked`)."""
     if kind == "rollback":
         return rollback_locked(spark, cfg, job)
     from streaming_jobs.storage.registry import get_job
 
+    if kind == "accept":
+        return accept_locked(spark, cfg, spec or get_job(job))
     return swap_locked(spark, cfg, spec or get_job(job), gate=gate)
 
 
@@ -353,10 +378,12 @@ def swap(
     holder: str = "tidemark rebuild",
     timeout_seconds: float = 900.0,
     gate: dict | None = None,
+    spec=None,
 ) -> dict:
-    """Swap now: by the continuous run that hosts ``job`` (asked, and waited for), else here
-    under the checkpoint's lock (`CheckpointBusy` while another run owns it). ``gate``: what
-    the shadow's reconciliation said, recorded with the swap."""
+    """Swap now (or accept, ``kind``): by the continuous run that hosts ``job`` (asked, and
+    waited for), else here under the checkpoint's lock (`CheckpointBusy` while another run owns
+    it). ``gate``: what the shadow's reconciliation said, recorded with the swap; ``spec``: the
+    job as loaded by the caller (else loaded here)."""
     checkpoint = cfg.paths.checkpoint(job)
     if takes_savepoint_requests(checkpoint):
         request_id = request(cfg, job, kind, holder, gate)
@@ -367,7 +394,7 @@ def swap(
         except TimeoutError:
             raise RebuildError(
                 f"job {job}: the run that hosts it did not carry out the {kind} within "
-                f"{timeout_seconds:.0f}s; the request was withdrawn and nothing was swapped. "
+                f"{timeout_seconds:.0f}s; the request was withdrawn and nothing was changed. "
                 "Try again later"
             ) from None
         if outcome is not None:
@@ -375,4 +402,4 @@ def swap(
                 raise RebuildError(outcome["error"])
             return outcome["done"]
     with checkpoint_lock(checkpoint, holder):
-        return carry_out(spark, cfg, job, kind, gate=gate)
+        return carry_out(spark, cfg, job, kind, spec, gate=gate)

@@ -138,6 +138,15 @@ def run_continuously(
     )
     for name, reason in result.restarted:
         context.log.warning(f"{name} was restarted in place after a transient error: {reason}")
+    for said in result.refused:
+        context.log.warning(f"left out: {said}")
+    for what, done in (
+        ("swapped", result.swapped),
+        ("accepted", result.accepted),
+        ("started once its code passed the check", result.admitted),
+    ):
+        for change in done:
+            context.log.info(f"{what}: {change}")
     for name, metrics in result.metrics.items():
         yield report(name, metrics, f"continuous run {run_id[:8]}: {result.stopped_by}")
     if result.signalled or should_stop():
