@@ -22,6 +22,9 @@ the check (`tidemark code JOB --put-back` after a rollback), every ``REFUSED_POL
 job whose start fails after such a change (its new code, or a swap that failed midway and
 cannot be finished yet) is left out the same way: one job's change never ends the run.
 
+The run follows the job files: a job whose code is edited under it is stopped between two
+batches and started again with the new code, checked as at the run's start (`follow_code`).
+
 Memory stays bounded however long it runs: per query it keeps running totals and the latest
 progress row, not the rows themselves.
 
@@ -62,14 +65,20 @@ from pyspark.sql import SparkSession
 from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version, rows_written
-from streaming_jobs.core.locations import is_delta_table
+from streaming_jobs.core.locations import Location, is_delta_table
 from streaming_jobs.runtime.gold import gold_query, gold_writer, sink_version_of
-from streaming_jobs.core.versions import version_of
+from streaming_jobs.core import locations
+from streaming_jobs.core.versions import REFUSED, version_of
 from streaming_jobs.runtime.changes import (
     UnsafeChange,
     changed_since_checkpoint,
+    assess,
     check_before_start,
+    clear_said,
     current_parts,
+    say_left_out,
+    say_waiting,
+    waiting_change,
 )
 from streaming_jobs.runtime.ingestion import bronze_writer, screen_landing
 from streaming_jobs.core.checkpoints import query_name
@@ -99,7 +108,9 @@ from streaming_jobs.storage.spark import session_settings
 LOG = logging.getLogger(__name__)
 IDLE_WAIT_SECONDS = 120.0  # how long a graceful stop waits for the batch in flight
 REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
-REFUSED_POLL_SECONDS = 5.0  # how often a refused job's code is read again (it loads job files)
+# how often the hosted jobs' code is read again (job files are loaded again only once edited:
+# 0.04 s for the six built-in jobs)
+REFUSED_POLL_SECONDS = 5.0
 SWAP_RETRY_SECONDS = 60.0  # how often a swap that failed midway in the run is finished again
 # How many queries are built and started at once: a query's start is mostly calls into the JVM
 # (its plan, its tables' logs, ingestion's parser of a few hundred expressions), which wait on
@@ -214,6 +225,8 @@ class ContinuousRun:
     admitted: list[str] = field(default_factory=list)
     # versions of a hosted job accepted for its checkpoint through this run ("<job> <a> -> <b>")
     accepted: list[str] = field(default_factory=list)
+    # safe changes of a job's code made under the run, run from the next batch ("<job> <a> -> <b>")
+    applied: list[str] = field(default_factory=list)
 
 
 class _Host:
@@ -243,6 +256,10 @@ class _Host:
         self.reported_rows = {name: 0 for name in self.names}
         self.previous = {name: last_reading(cfg, name) for name in self.names}
         self.specs = {job: get_job(job) for job in self.jobs}  # loaded once, not per flush
+        # the version of its code each job runs at here, and the version its file holds that
+        # the state cannot take, with what was said of it (`follow_code`)
+        self.running = {job: version_of(current_parts(spec)) for job, spec in self.specs.items()}
+        self.waiting: dict[str, tuple[str, str]] = {}
         self.resolvers = {job: sink_version_of(cfg, spec) for job, spec in self.specs.items()}
         self.restarts: dict[str, list[float]] = {name: [] for name in self.names}
         # per query: the versions of its tables read so far, and the rows they added since
@@ -556,18 +573,22 @@ class _Host:
             pending = swaps.pending(self.cfg, job) is not None
             self.swap_retry[job] = time.monotonic() + SWAP_RETRY_SECONDS if pending else 0.0
             said = f"job {job}: version {version} could not start: {exc}"
-            if out.refused and out.refused[-1] == said:
-                return False  # the same again (a swap's finish retried): said once
             then = (
                 f"the swap is finished and the job started again in {SWAP_RETRY_SECONDS:.0f}s"
                 if pending
                 else "fix the job, and this run starts it once its code changes"
             )
+            # for the health sensor, until a run passes the check again
+            _saying(say_left_out, self.cfg.paths.checkpoint(job), version, f"{said[:2000]}; {then}")
+            if out.refused and out.refused[-1] == said:
+                return False  # the same again (a swap's finish retried): said once
             LOG.error("continuous: %s stays out: %s; %s", job, said, then)
             out.refused.append(said)
             return False
         self.refused.pop(job, None)
         self.swap_retry.pop(job, None)
+        self.waiting.pop(job, None)  # (its check passed: what it said is removed)
+        self.running[job] = version
         return True
 
     def retry_refused(self, out: ContinuousRun) -> None:
@@ -591,6 +612,56 @@ class _Host:
                 LOG.info(
                     "continuous: %s started at version %s, which its checkpoint takes", job, version
                 )
+
+    def follow_code(self, out: ContinuousRun) -> None:
+        """Follow each running job's file, edited under the run. A change its checkpoint's
+        state takes: the job is stopped between two batches and started with the new code,
+        which runs from the next batch (the new version recorded; a start that fails leaves it
+        out, ``job_left_out``). A change the state cannot take, or code that does not build:
+        the job runs on at its version, and ``job_change_waiting`` says what changed and the
+        fix (a rebuild or an accept through this run, or the file put back). A file that no
+        longer loads changes nothing: the platform sensor says what is wrong with it."""
+        for job in self.jobs:
+            query = self.queries.get(job)
+            if job in self.refused or job in self.restart_due or not query or not query.isActive:
+                continue
+            try:
+                spec = get_job(job)
+            except KeyError:
+                continue
+            checkpoint = self.cfg.paths.checkpoint(job)
+            version, was = version_of(current_parts(spec)), self.running.get(job)
+            if version == was:
+                if self.waiting.pop(job, None) is not None:  # put back as it runs
+                    _saying(clear_said, checkpoint)
+                    LOG.info("continuous: %s's file is its running version %s again", job, was)
+                continue
+            if self.waiting.get(job, (None,))[0] == version:
+                # (a restart of its query passed the check, which removed what was said)
+                if not _saying(locations.exists, Location.of(checkpoint) / REFUSED):
+                    _saying(say_waiting, checkpoint, version, self.waiting[job][1])
+                continue
+            try:
+                _, _, changes = assess(self.cfg, spec, gold_query(self.spark, self.cfg, spec))
+                unsafe = [c for c in changes if c.unsafe]
+                said = waiting_change(spec, was, unsafe) if unsafe else None
+            except Exception as exc:  # noqa: BLE001 - the running version goes on
+                said = (
+                    f"job {job}: its file is now version {version}, which does not build "
+                    f"({str(exc)[:1000]}); the continuous run that hosts it runs on at version "
+                    f"{was}. Fix the file, or put it back (`tidemark code {job} --put-back`)"
+                )
+            if said:
+                self.waiting[job] = (version, said)
+                _saying(say_waiting, checkpoint, version, said)
+                LOG.warning("continuous: %s", said)
+                continue
+            LOG.info("continuous: the code of %s changed (version %s -> %s)", job, was, version)
+            self.stop(job)
+            self.specs[job], self.resolvers[job] = spec, sink_version_of(self.cfg, spec)
+            if self._admit(job, version, out):
+                out.applied.append(f"{job} {was} -> {version}")
+                LOG.info("continuous: %s runs on at version %s", job, version)
 
     def answer_maintenance_requests(
         self, out: ContinuousRun, between: Callable[[], None] = lambda: None
@@ -625,6 +696,16 @@ class _Host:
                     ", ".join(step.action for step in done.steps),
                 )
                 between()  # reports go on between tables
+
+
+def _saying(write: Callable, *args):
+    """What a job's checkpoint says for the health sensor, written (or read): a store that
+    refuses it is in the run's log, and the run goes on (None then)."""
+    try:
+        return write(*args)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        LOG.error("continuous: could not %s for %s: %s", write.__name__, args[0], exc)
+        return None
 
 
 def interpreted_plans(spark: SparkSession, cfg: TidemarkConfig):
@@ -768,8 +849,9 @@ def run_continuous(
                     # (reports go on between savepoints: several take minutes)
                     host.answer_savepoint_requests(savepoints_keep, out, flush_when_due)
                     host.answer_swap_requests(out, flush_when_due)
-                    if host.refused and time.monotonic() - last_refused >= REFUSED_POLL_SECONDS:
+                    if time.monotonic() - last_refused >= REFUSED_POLL_SECONDS:
                         host.retry_refused(out)
+                        host.follow_code(out)
                         last_refused = time.monotonic()
                     if (
                         cfg.on_store

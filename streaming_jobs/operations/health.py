@@ -14,6 +14,14 @@
   version does not fit its checkpoint's state (`streaming_jobs.runtime.changes`); the finding
   says what changed and the fix. It ends when a run passes the check (the job put back, or
   rebuilt).
+- ``job_left_out`` (critical): a continuous run that hosts the job left it out: a new version
+  passed that check and failed at its start (its code's error, or a swap that failed midway and
+  cannot be finished yet). The run goes on with the others and starts the job once its code
+  changes; the finding ends when a run passes the check.
+- ``job_change_waiting`` (warning): the job's file was edited under a continuous run that
+  hosts it, into a version its checkpoint's state cannot take; the run goes on with the version
+  it runs, and the finding says what changed and the fix. It ends when the run takes a version
+  (rebuilt, accepted) or the file is put back.
 - ``batch_stalled`` (warning): a run owns the checkpoint and its batch in flight was planned
   (``offsets/N``) more than ``stall_seconds`` ago without a commit.
 - ``falling_behind`` (warning): its source has bronze versions it has not read, and its last
@@ -178,7 +186,7 @@ def check_checkpoint(
             )
     refused = _refused_change(checkpoint)
     if refused:
-        findings.append(Finding("job_change_refused", CRITICAL, refused))
+        findings.append(refused)
     rows = failure_rows(cfg, query)
     failures = [r for r in rows if r["run_id"] != RELEASED]
     hold = held(cfg, query, rows) if failures and not running else None
@@ -214,14 +222,28 @@ def check_checkpoint(
     return findings
 
 
-def _refused_change(checkpoint: Location) -> str | None:
+def _refused_change(checkpoint: Location) -> Finding | None:
     """The refusal of the job's last run, when its new version did not fit its checkpoint's
-    state (`streaming_jobs.runtime.changes`); None once a run passed the check."""
+    state (`streaming_jobs.runtime.changes`), or a continuous run's leaving it out when the
+    version failed at its start; None once a run passed the check."""
     try:
         said = json.loads(locations.read_text(checkpoint / REFUSED))
     except (FileNotFoundError, ValueError):
         return None
-    return f"its run at {said.get('at')} was refused: {said.get('message')}"
+    if said.get("kind") == "waiting":
+        return Finding("job_change_waiting", WARNING, f"at {said.get('at')}: {said.get('message')}")
+    if said.get("kind") == "left_out":
+        return Finding(
+            "job_left_out",
+            CRITICAL,
+            f"the continuous run that hosts it left it out at {said.get('at')}: "
+            f"{said.get('message')}",
+        )
+    return Finding(
+        "job_change_refused",
+        CRITICAL,
+        f"its run at {said.get('at')} was refused: {said.get('message')}",
+    )
 
 
 def check(cfg: TidemarkConfig, query: str, sources: tuple[str, ...] = ()) -> list[Finding]:

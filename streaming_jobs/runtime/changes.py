@@ -387,6 +387,47 @@ def assess(
     return old, new, changes
 
 
+def _say(said: Location, version: str, message: str, kind: str | None = None) -> None:
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record = {"at": stamp, "version": version, "message": message}
+    locations.write_bytes(said, json.dumps({**record, "kind": kind} if kind else record).encode())
+
+
+def say_left_out(checkpoint, version: str, message: str) -> None:
+    """For the health sensor (`job_left_out`): a continuous run left the job out, version
+    ``version`` of its code having passed this check and failed at its start (``message``:
+    why); said until a run passes the check again (the code changed, or the run restarted)."""
+    _say(Location.of(checkpoint) / REFUSED, version, message, "left_out")
+
+
+def say_waiting(checkpoint, version: str, message: str) -> None:
+    """For the health sensor (`job_change_waiting`): the job's file became version
+    ``version``, which a continuous run that keeps running the version before it found its
+    checkpoint's state cannot take (``message``); said until the run takes a version again."""
+    _say(Location.of(checkpoint) / REFUSED, version, message, "waiting")
+
+
+def clear_said(checkpoint) -> None:
+    """The refusal (or the waiting change) said for the job, no longer so."""
+    said = Location.of(checkpoint) / REFUSED
+    if locations.exists(said):
+        locations.delete(said)
+
+
+def waiting_change(spec: JobSpec, running: str | None, unsafe: list[Change]) -> str:
+    """What a continuous run says of a job whose file was edited under it in a way its
+    checkpoint's state cannot take, while it keeps running version ``running``."""
+    listed = "; ".join(f"{c.what}: {c.detail} ({UNSAFE[c.what]})" for c in unsafe)
+    return (
+        f"job {spec.name}: its file is now version {version_of(current_parts(spec))}, which its "
+        f"checkpoint's state cannot take; the continuous run that hosts it runs on at version "
+        f"{running}. What changed: {listed}. To run the new version: `tidemark rebuild "
+        f"{spec.name}` (built beside the running one, and swapped in by the run), or `tidemark "
+        f"accept {spec.name}` if you know the state fits it; or put the file back (`tidemark "
+        f"code {spec.name} --put-back`). A restart of the run refuses the new version"
+    )
+
+
 def check_before_start(
     cfg: TidemarkConfig, spec: JobSpec, frame: DataFrame, checkpoint=None
 ) -> dict:
@@ -430,9 +471,7 @@ def check_before_start(
     if unsafe:
         message = refusal(spec, old, new, unsafe)
         # for the health sensor (`job_change_refused`), until a run passes this check
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        record = {"at": stamp, "version": new["version"], "message": message}
-        locations.write_bytes(said, json.dumps(record).encode())
+        _say(said, new["version"], message)
         raise UnsafeChange(message)
     if locations.exists(said):
         locations.delete(said)

@@ -57,6 +57,15 @@ def counts(events) -> Counter:
     return out
 
 
+def until(condition, hosted: dict, what: str, seconds: float = 240) -> None:
+    """Wait for ``condition()`` while the hosted run goes on."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert hosted["thread"].is_alive(), f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"{what}: not within {seconds:.0f}s"
+        time.sleep(1)
+
+
 @contextmanager
 def hosting(spark, cfg, stream: str, job: str):
     """A continuous run of ``stream``'s ingestion and ``job`` in a thread, as `make live` hosts
@@ -227,14 +236,36 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
         assert f"version {v4} accepted for its checkpoint (it was {v3})" in capsys.readouterr().out
         assert read_record(checkpoint)["version"] == v4
         land(cfg, "w5.jsonl", fifth)
-        deadline = time.monotonic() + 240
-        while len(read_table(spark, gold).collect()) < len(expected):
-            alive = hosted["thread"].is_alive()
-            assert alive and time.monotonic() < deadline, "[100, 110) never in gold"
-            time.sleep(1)
+        until(lambda: len(read_table(spark, gold).collect()) >= len(expected), hosted, "[100, 110)")
+
+        # the file edited under the run: a change the state takes runs from the next batch
+        edited = dict(outer="select * from ({inner}) where n >= 0", watermark="30 minutes")
+        path.write_text(job_file(**edited))
+        v5 = job_version(get_job("merchant_counts"), streams())
+        until(lambda: read_record(checkpoint)["version"] == v5, hosted, f"version {v5}")
+        # ... and one it cannot take waits, said, while the job runs on at its version: the
+        # sixth wave (170 - 30 minutes) closes [110, 140) in 10-minute windows
+        path.write_text(job_file(**edited, length="15 minutes"))
+
+        def waiting() -> str | None:
+            found = {f.kind: f.message for f in health.check(cfg, "merchant_counts")}
+            return found.get("job_change_waiting")
+
+        until(waiting, hosted, "job_change_waiting")
+        assert "What changed: window: " in waiting() and f"runs on at version {v5}" in waiting()
+        sixth = [dict(txn("f1", "u1", 115), merchant="m3"), dict(txn("f2", "u1", 170))]
+        closed = datetime(2026, 1, 1, 2, 20)
+        everything = counts(first + second + third + fourth + fifth + sixth)
+        expected = {k: n for k, n in everything.items() if k[2] <= closed}
+        land(cfg, "w6.jsonl", sixth)
+        until(lambda: len(read_table(spark, gold).collect()) >= len(expected), hosted, "[110, 120)")
+        assert read_record(checkpoint)["version"] == v5
+        path.write_text(job_file(**edited))  # put back: nothing waits
+        until(lambda: waiting() is None, hosted, "the waiting change said no more")
     run = hosted["run"]
     assert len(run.refused) == 1 and "What changed: watermark: " in run.refused[0], run.refused
     assert run.accepted == [f"merchant_counts {v3} -> {v4}"] and run.swapped == []
+    assert run.applied == [f"merchant_counts {v4} -> {v5}"]
     assert set(run.metrics) == {"bronze_transactions", "merchant_counts"}
     rows = {
         (r.merchant, r.window_start, r.window_end): r.n for r in read_table(spark, gold).collect()
@@ -307,10 +338,7 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         return {r.user_id for r in read_table(spark, gold).select("user_id").collect()}
 
     def wait_for(user: str) -> None:
-        deadline = time.monotonic() + 240
-        while user not in users():
-            assert thread.is_alive() and time.monotonic() < deadline, f"{user} never in gold"
-            time.sleep(1)
+        until(lambda: user in users(), hosted, f"{user} in gold")
 
     with hosting(spark, cfg, "clicks", "idle_profile") as hosted:
         thread = hosted["thread"]
@@ -345,9 +373,14 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         path.write_text(path.read_text().replace('ttl="60 minutes"', 'ttl="soon"'))
         time.sleep(7)
         assert thread.is_alive() and users() == {"u0", "u1", "u2"}
+        found = {f.kind: f.message for f in health.check(cfg, "idle_profile")}
+        assert "left it out" in found["job_left_out"], found  # alerted while the run is up
+        assert "could not start" in found["job_left_out"] and "soon" in found["job_left_out"]
         assert tidemark(["code", "idle_profile", "--put-back"]) == 0
         wait_for("u11")  # version 1 again: it streams what bronze gained since its checkpoint
         assert users() == {"u0", "u1", "u2", "u9", "u10", "u11"}
+        found = {f.kind for f in health.check(cfg, "idle_profile")}
+        assert not found & {"job_left_out", "job_change_refused"}, found
     run = hosted["run"]
     assert len(run.refused) == 3 and "What changed: ttl: " in run.refused[1], run.refused
     assert "could not start: " in run.refused[2] and "ttl='soon'" in run.refused[2]

@@ -143,6 +143,7 @@ def run_continuously(
     for what, done in (
         ("swapped", result.swapped),
         ("accepted", result.accepted),
+        ("its code changed, run at the new version", result.applied),
         ("started once its code passed the check", result.admitted),
     ):
         for change in done:
