@@ -322,7 +322,19 @@ def rebuild(cfg: TidemarkConfig, args) -> int:
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
     print(_swapped(done))
-    return 0
+    return _left_out(done)
+
+
+def _left_out(done: dict) -> int:
+    """1, said, when the continuous run that made the change could not start the job."""
+    if not done.get("left_out"):
+        return 0
+    print(
+        f"{done['job']}: the continuous run that hosts it could not start it at its new "
+        f"version, and left it out: {done['left_out']}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _swapped(done: dict) -> str:
@@ -430,13 +442,18 @@ def accept(cfg: TidemarkConfig, args) -> int:
         done = accept_change(_spark(cfg), cfg, spec)
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
+    if "left_out" not in done:  # accepted here
+        then = "its next run starts on it without comparing"
+    elif done["left_out"]:
+        then = "the continuous run that hosts it recorded it"
+    else:
+        then = "the continuous run that hosts it runs it from its next batch"
     print(
         f"{spec.name}: version {done['to_version']} accepted for its checkpoint (it was "
-        f"{done['from_version'] or 'not recorded'}); a continuous run that hosts the job starts "
-        "it now, any other run starts on it without comparing. Check its next reconciliation: "
-        "it compares gold with the new definition"
+        f"{done['from_version'] or 'not recorded'}); {then}. Check its next reconciliation: it "
+        "compares gold with the new definition"
     )
-    return 0
+    return _left_out({"job": spec.name, **done})
 
 
 def release(cfg: TidemarkConfig, args) -> int:

@@ -499,33 +499,34 @@ class _Host:
             for request_id, asked in shadow.requested(self.cfg, job):
                 if job in self.queries and self.queries[job].isActive:
                     self.stop(job)
-                kind = asked.get("kind")
+                kind, done, error = asked.get("kind"), None, ""
                 try:
-                    spec = get_job(job)  # the code on disk: the version the shadow ran
-                    done = shadow.carry_out(
-                        self.spark, self.cfg, job, kind, spec, asked.get("gate")
-                    )
-                except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
-                    LOG.warning("continuous: the %s of %s failed: %s", kind, job, exc)
-                    error = str(exc)[:2000]
                     try:
-                        done = self._finish_swap(job, out)
-                    except Exception as again:  # noqa: BLE001 - the job is left out (_admit)
-                        done = None
-                        error += (
-                            f"; its swap was planned, and finishing it failed too ({again!s:.500}):"
-                            " the run that hosts the job leaves it out and finishes the swap "
-                            f"every {SWAP_RETRY_SECONDS:.0f}s, or its next run does"
+                        spec = get_job(job)  # the code on disk: the version the shadow ran
+                        done = shadow.carry_out(
+                            self.spark, self.cfg, job, kind, spec, asked.get("gate")
                         )
-                    if done is None:
-                        shadow.answer(self.cfg, job, request_id, error=error)
+                    except Exception as exc:  # noqa: BLE001 - answered, and the run goes on
+                        LOG.warning("continuous: the %s of %s failed: %s", kind, job, exc)
+                        error = str(exc)[:2000]
+                        try:
+                            done = self._finish_swap(job, out)
+                        except Exception as again:  # noqa: BLE001 - the job stays out (_admit)
+                            error += (
+                                f"; its swap was planned, and finishing it failed too "
+                                f"({again!s:.500}): the run that hosts the job leaves it out and "
+                                f"finishes the swap every {SWAP_RETRY_SECONDS:.0f}s, or its next "
+                                "run does"
+                            )
                     else:
-                        shadow.answer(self.cfg, job, request_id, done=done)
-                else:
-                    self._changed(job, spec, done, out)
-                    shadow.answer(self.cfg, job, request_id, done=done)
+                        self._changed(job, spec, done, out)
                 finally:
-                    self._admit(job, version_of(current_parts(self.specs[job])), out)
+                    left_out = self._admit(job, version_of(current_parts(self.specs[job])), out)
+                # answered once the job started, or was left out: the requester says which
+                if done is None:
+                    shadow.answer(self.cfg, job, request_id, error=error)
+                else:
+                    shadow.answer(self.cfg, job, request_id, done={**done, "left_out": left_out})
                 between()
 
     def _changed(self, job: str, spec, done: dict, out: ContinuousRun) -> None:
@@ -554,12 +555,12 @@ class _Host:
         self._changed(job, spec, done, out)
         return done
 
-    def _admit(self, job: str, version: str, out: ContinuousRun) -> bool:
+    def _admit(self, job: str, version: str, out: ContinuousRun) -> str | None:
         """Start ``job`` (at ``version`` of its code) after a change, or a refusal, of its
         version. A swap left half made is finished first, so that the query never reads a
         checkpoint between two versions. A version the checkpoint cannot take, or a start that
         fails (the new code's, or a swap's finish the store refused), leaves the job out, said,
-        and the run goes on with the others; False then."""
+        and the run goes on with the others; the reason then (None: started)."""
         try:
             self._finish_swap(job, out)
             self.start(job)
@@ -567,7 +568,7 @@ class _Host:
             self.refused[job] = version
             LOG.error("continuous: left out %s", exc)
             out.refused.append(str(exc))
-            return False
+            return str(exc)
         except Exception as exc:  # noqa: BLE001 - one job's change must not end the run
             self.refused[job] = version
             pending = swaps.pending(self.cfg, job) is not None
@@ -580,16 +581,15 @@ class _Host:
             )
             # for the health sensor, until a run passes the check again
             _saying(say_left_out, self.cfg.paths.checkpoint(job), version, f"{said[:2000]}; {then}")
-            if out.refused and out.refused[-1] == said:
-                return False  # the same again (a swap's finish retried): said once
-            LOG.error("continuous: %s stays out: %s; %s", job, said, then)
-            out.refused.append(said)
-            return False
+            if not (out.refused and out.refused[-1] == said):  # (a retry failing alike: once)
+                LOG.error("continuous: %s stays out: %s; %s", job, said, then)
+                out.refused.append(said)
+            return f"{said}; {then}"
         self.refused.pop(job, None)
         self.swap_retry.pop(job, None)
         self.waiting.pop(job, None)  # (its check passed: what it said is removed)
         self.running[job] = version
-        return True
+        return None
 
     def retry_refused(self, out: ContinuousRun) -> None:
         """Start each refused job whose code changed since the check refused it and now passes
@@ -607,7 +607,7 @@ class _Host:
             if version == refused_version and not (retry_at and time.monotonic() >= retry_at):
                 continue
             self.specs[job], self.resolvers[job] = spec, sink_version_of(self.cfg, spec)
-            if self._admit(job, version, out):
+            if self._admit(job, version, out) is None:
                 out.admitted.append(f"{job} at version {version}")
                 LOG.info(
                     "continuous: %s started at version %s, which its checkpoint takes", job, version
@@ -648,7 +648,7 @@ class _Host:
             except Exception as exc:  # noqa: BLE001 - the running version goes on
                 said = (
                     f"job {job}: its file is now version {version}, which does not build "
-                    f"({str(exc)[:1000]}); the continuous run that hosts it runs on at version "
+                    f"({(str(exc).strip().splitlines() or [''])[0][:1000]}); the continuous run that hosts it runs on at version "
                     f"{was}. Fix the file, or put it back (`tidemark code {job} --put-back`)"
                 )
             if said:
@@ -659,7 +659,7 @@ class _Host:
             LOG.info("continuous: the code of %s changed (version %s -> %s)", job, was, version)
             self.stop(job)
             self.specs[job], self.resolvers[job] = spec, sink_version_of(self.cfg, spec)
-            if self._admit(job, version, out):
+            if self._admit(job, version, out) is None:
                 out.applied.append(f"{job} {was} -> {version}")
                 LOG.info("continuous: %s runs on at version %s", job, version)
 

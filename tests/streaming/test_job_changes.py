@@ -233,7 +233,9 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
     expected = {k: n for k, n in everything.items() if k[2] <= closed}
     with hosting(spark, cfg, "transactions", "merchant_counts") as hosted:
         assert tidemark(["accept", "merchant_counts"]) == 0
-        assert f"version {v4} accepted for its checkpoint (it was {v3})" in capsys.readouterr().out
+        said = capsys.readouterr().out
+        assert f"version {v4} accepted for its checkpoint (it was {v3}); the continuous " in said
+        assert "run that hosts it runs it from its next batch" in said, said
         assert read_record(checkpoint)["version"] == v4
         land(cfg, "w5.jsonl", fifth)
         until(lambda: len(read_table(spark, gold).collect()) >= len(expected), hosted, "[100, 110)")
