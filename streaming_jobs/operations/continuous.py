@@ -646,10 +646,11 @@ class _Host:
                 unsafe = [c for c in changes if c.unsafe]
                 said = waiting_change(spec, was, unsafe) if unsafe else None
             except Exception as exc:  # noqa: BLE001 - the running version goes on
+                why = (str(exc).strip().splitlines() or [""])[0][:1000]  # (not Spark's plan)
                 said = (
                     f"job {job}: its file is now version {version}, which does not build "
-                    f"({(str(exc).strip().splitlines() or [''])[0][:1000]}); the continuous run that hosts it runs on at version "
-                    f"{was}. Fix the file, or put it back (`tidemark code {job} --put-back`)"
+                    f"({why}); the continuous run that hosts it runs on at version {was}. Fix "
+                    f"the file, or put it back (`tidemark code {job} --put-back`)"
                 )
             if said:
                 self.waiting[job] = (version, said)

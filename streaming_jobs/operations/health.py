@@ -223,9 +223,10 @@ def check_checkpoint(
 
 
 def _refused_change(checkpoint: Location) -> Finding | None:
-    """The refusal of the job's last run, when its new version did not fit its checkpoint's
-    state (`streaming_jobs.runtime.changes`), or a continuous run's leaving it out when the
-    version failed at its start; None once a run passed the check."""
+    """What the job's checkpoint says of its version (`streaming_jobs.runtime.changes`): its
+    last run refused (the new version does not fit the state), a continuous run leaving it out
+    (the version failed at its start), or a change waiting under a continuous run that runs
+    the version before it; None once a run passed the check."""
     try:
         said = json.loads(locations.read_text(checkpoint / REFUSED))
     except (FileNotFoundError, ValueError):

@@ -316,8 +316,12 @@ def compare(old: dict, new: dict) -> list[Change]:
     return out
 
 
+def _listed(unsafe: list[Change]) -> str:
+    return "; ".join(f"{c.what}: {c.detail} ({UNSAFE[c.what]})" for c in unsafe)
+
+
 def refusal(spec: JobSpec, old: dict, new: dict, unsafe: list[Change]) -> str:
-    listed = "; ".join(f"{c.what}: {c.detail} ({UNSAFE[c.what]})" for c in unsafe)
+    listed = _listed(unsafe)
     return (
         f"job {spec.name}: its version changed from {old.get('version')} to {new['version']} "
         f"in a way its checkpoint's state cannot take, so no batch ran and its gold keeps its "
@@ -417,7 +421,7 @@ def clear_said(checkpoint) -> None:
 def waiting_change(spec: JobSpec, running: str | None, unsafe: list[Change]) -> str:
     """What a continuous run says of a job whose file was edited under it in a way its
     checkpoint's state cannot take, while it keeps running version ``running``."""
-    listed = "; ".join(f"{c.what}: {c.detail} ({UNSAFE[c.what]})" for c in unsafe)
+    listed = _listed(unsafe)
     return (
         f"job {spec.name}: its file is now version {version_of(current_parts(spec))}, which its "
         f"checkpoint's state cannot take; the continuous run that hosts it runs on at version "
