@@ -42,13 +42,12 @@ from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import commit_versions, latest_version, txn_of
 from streaming_jobs.core.locations import Location
 from streaming_jobs.core.versions import (
-    REFUSED,
     holds_current,
     read_record,
     version_of,
     write_record,
 )
-from streaming_jobs.runtime.changes import current_parts, new_record, source_schemas
+from streaming_jobs.runtime.changes import clear_said, current_parts, new_record, source_schemas
 from streaming_jobs.runtime.gold import (
     RANDOM_PREFIXES,
     Place,
@@ -344,9 +343,7 @@ def accept_locked(spark, cfg: TidemarkConfig, spec) -> dict:
     before = (read_record(checkpoint) or {}).get("version")
     record = new_record(spec, gold_query(spark, cfg, spec))
     write_record(checkpoint, record)
-    refused = Location.of(checkpoint) / REFUSED
-    if locations.exists(refused):
-        locations.delete(refused)
+    clear_said(checkpoint)
     return {"kind": "accept", "from_version": before, "to_version": record["version"]}
 
 

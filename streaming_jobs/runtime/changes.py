@@ -444,8 +444,7 @@ def check_before_start(
     parts = current_parts(spec)
     if old is not None and old.get("version") == version_of(parts):
         # the version that runs the checkpoint: no plan to read (most runs end here)
-        if locations.exists(said):
-            locations.delete(said)
+        clear_said(checkpoint)
         if "source" not in old:  # recorded before job files were kept: kept from now on
             old = {**old, "source": job_source(spec)}
             write_record(checkpoint, old)
@@ -467,8 +466,7 @@ def check_before_start(
             record["version"],
         )
         write_record(checkpoint, record)
-        if locations.exists(said):
-            locations.delete(said)
+        clear_said(checkpoint)
         return record
     old, new, changes = assess(cfg, spec, frame, checkpoint)
     unsafe = [c for c in changes if c.unsafe]
@@ -477,8 +475,7 @@ def check_before_start(
         # for the health sensor (`job_change_refused`), until a run passes this check
         _say(said, new["version"], message)
         raise UnsafeChange(message)
-    if locations.exists(said):
-        locations.delete(said)
+    clear_said(checkpoint)
     if changes:
         LOG.info(
             "job %s: version %s -> %s, a safe change (%s)",
