@@ -177,7 +177,7 @@ def worker(root: str, step: str, spark=None) -> int:
         from streaming_jobs.operations import shadow
 
         shadow.build(spark, cfg, get_job(SWAP_JOB), holder="chaos")
-        shadow.swap(spark, cfg, SWAP_JOB, holder="chaos")
+        shadow.swap(lambda: spark, cfg, SWAP_JOB, holder="chaos")
     if step == "maintain":
         failed = retention.maintain(spark, cfg).failed
         if failed:

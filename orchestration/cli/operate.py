@@ -358,7 +358,7 @@ def rollback(cfg: TidemarkConfig, args) -> int:
 
     spec = _known(args.job)
     try:
-        done = swap(_spark(cfg), cfg, spec.name, "rollback", "tidemark rollback")
+        done = swap(lambda: _spark(cfg), cfg, spec.name, "rollback", "tidemark rollback")
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
     from streaming_jobs.operations.rebuild import code_after_rollback
@@ -439,7 +439,7 @@ def accept(cfg: TidemarkConfig, args) -> int:
 
     spec = _known(args.job)
     try:
-        done = accept_change(_spark(cfg), cfg, spec)
+        done = accept_change(lambda: _spark(cfg), cfg, spec)
     except (CheckpointBusy, RebuildError) as exc:
         raise OperationError(str(exc)) from None
     if "left_out" not in done:  # accepted here

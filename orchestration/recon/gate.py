@@ -99,7 +99,7 @@ def rebuild_and_swap(
     if not gate.reconciled:
         say(f"{spec.name}: swapping it in without a reconciliation")
     recorded = {**gate.as_dict(), "shadow_batch": built["last_batch"] if gate.reconciled else None}
-    done = shadow.swap(spark, cfg, spec.name, "rebuild", holder, gate=recorded)
+    done = shadow.swap(lambda: spark, cfg, spec.name, "rebuild", holder, gate=recorded)
     return built, gate, done
 
 

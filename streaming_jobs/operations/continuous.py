@@ -111,7 +111,9 @@ REQUEST_POLL_SECONDS = 1.0  # how often savepoint requests are looked for
 # how often the hosted jobs' code is read again (job files are loaded again only once edited:
 # 0.04 s for the six built-in jobs)
 REFUSED_POLL_SECONDS = 5.0
-SWAP_RETRY_SECONDS = 60.0  # how often a swap that failed midway in the run is finished again
+# how often a job whose start failed (its new code, a swap the store refused midway) is tried
+# again: a cause that passes (the store back) heals without anyone touching the job
+START_RETRY_SECONDS = 60.0
 # How many queries are built and started at once: a query's start is mostly calls into the JVM
 # (its plan, its tables' logs, ingestion's parser of a few hundred expressions), which wait on
 # each other's answers, not on the cores (`_Host.start_all`)
@@ -244,8 +246,8 @@ class _Host:
         self.spark, self.cfg, self.trigger = spark, cfg, f"{trigger_seconds} seconds"
         # hosted jobs left out, each with the version of its code the check refused
         self.refused: dict[str, str] = dict(refused or {})
-        # refused jobs whose swap failed midway: when their start (the swap finished) is retried
-        self.swap_retry: dict[str, float] = {}
+        # jobs left out by a failed start: when it is tried again (a half-made swap finished)
+        self.start_retry: dict[str, float] = {}
         self.log = progress_log(spark)
         self.streams = {query_name(s): s for s in streams}
         self.jobs = list(jobs)
@@ -515,7 +517,7 @@ class _Host:
                             error += (
                                 f"; its swap was planned, and finishing it failed too "
                                 f"({again!s:.500}): the run that hosts the job leaves it out and "
-                                f"finishes the swap every {SWAP_RETRY_SECONDS:.0f}s, or its next "
+                                f"finishes the swap every {START_RETRY_SECONDS:.0f}s, or its next "
                                 "run does"
                             )
                     else:
@@ -566,18 +568,20 @@ class _Host:
             self.start(job)
         except UnsafeChange as exc:  # a rollback to a version the code is not: said, left out
             self.refused[job] = version
+            self.start_retry.pop(job, None)  # (the same code is refused again: no retry)
             LOG.error("continuous: left out %s", exc)
             out.refused.append(str(exc))
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - one job's change must not end the run
             self.refused[job] = version
             pending = swaps.pending(self.cfg, job) is not None
-            self.swap_retry[job] = time.monotonic() + SWAP_RETRY_SECONDS if pending else 0.0
+            self.start_retry[job] = time.monotonic() + START_RETRY_SECONDS
             said = f"job {job}: version {version} could not start: {exc}"
             then = (
-                f"the swap is finished and the job started again in {SWAP_RETRY_SECONDS:.0f}s"
+                f"the swap is finished and the job started again in {START_RETRY_SECONDS:.0f}s"
                 if pending
-                else "fix the job, and this run starts it once its code changes"
+                else f"this run tries again every {START_RETRY_SECONDS:.0f}s, and at once when "
+                "its code changes: fix the job if the error is in it"
             )
             # for the health sensor, until a run passes the check again
             _saying(say_left_out, self.cfg.paths.checkpoint(job), version, f"{said[:2000]}; {then}")
@@ -586,7 +590,7 @@ class _Host:
                 out.refused.append(said)
             return f"{said}; {then}"
         self.refused.pop(job, None)
-        self.swap_retry.pop(job, None)
+        self.start_retry.pop(job, None)
         self.waiting.pop(job, None)  # (its check passed: what it said is removed)
         self.running[job] = version
         return None
@@ -594,8 +598,9 @@ class _Host:
     def retry_refused(self, out: ContinuousRun) -> None:
         """Start each refused job whose code changed since the check refused it and now passes
         it (put back as its checkpoint's version, or accepted); a job whose code changed to
-        another refused version stays out, said again. A job left out by a swap that failed
-        midway is tried again every ``SWAP_RETRY_SECONDS``, its swap finished first."""
+        another refused version stays out, said again. A job whose start failed is tried again
+        every ``START_RETRY_SECONDS`` (a swap left half made finished first), whether or not its
+        code changed: a cause that passed heals, one in the code fails again, said once."""
         for job, refused_version in list(self.refused.items()):
             try:
                 spec = get_job(job)
@@ -603,7 +608,7 @@ class _Host:
                 LOG.warning("continuous: %s stays out: %s", job, exc)
                 continue
             version = version_of(current_parts(spec))
-            retry_at = self.swap_retry.get(job)
+            retry_at = self.start_retry.get(job)
             if version == refused_version and not (retry_at and time.monotonic() >= retry_at):
                 continue
             self.specs[job], self.resolvers[job] = spec, sink_version_of(self.cfg, spec)

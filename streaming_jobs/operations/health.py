@@ -16,8 +16,8 @@
   rebuilt).
 - ``job_left_out`` (critical): a continuous run that hosts the job left it out: a new version
   passed that check and failed at its start (its code's error, or a swap that failed midway and
-  cannot be finished yet). The run goes on with the others and starts the job once its code
-  changes; the finding ends when a run passes the check.
+  cannot be finished yet). The run goes on with the others, and starts the job once its code
+  changes or a try, every minute, succeeds; the finding ends when a run passes the check.
 - ``job_change_waiting`` (warning): the job's file was edited under a continuous run that
   hosts it, into a version its checkpoint's state cannot take; the run goes on with the version
   it runs, and the finding says what changed and the fix. It ends when the run takes a version

@@ -124,19 +124,25 @@ def rebuild(
 
 
 def accept_change(
-    spark, cfg: TidemarkConfig, spec, holder: str = "tidemark accept", timeout_seconds=900.0
+    get_spark, cfg: TidemarkConfig, spec, holder: str = "tidemark accept", timeout_seconds=900.0
 ) -> dict:
     """Record ``spec``'s current version as fit for its checkpoint's state: the user knows a
     change the check refused is safe (a cast made ``try_cast`` for rows that never failed,
     say), and the next run starts on the checkpoint without comparing. The other way to run a
     changed job, without replaying bronze. A continuous run that hosts the job is asked to (it
     records it between two batches and starts the job); otherwise it is done here under the
-    checkpoint's lock (`CheckpointBusy` while another run owns it). Returns what was done
-    (`shadow.accept_locked`)."""
+    checkpoint's lock (`CheckpointBusy` while another run owns it; ``get_spark`` is called only
+    then). Returns what was done (`shadow.accept_locked`)."""
     from streaming_jobs.operations.shadow import swap
 
     return swap(
-        spark, cfg, spec.name, "accept", holder=holder, timeout_seconds=timeout_seconds, spec=spec
+        get_spark,
+        cfg,
+        spec.name,
+        "accept",
+        holder=holder,
+        timeout_seconds=timeout_seconds,
+        spec=spec,
     )
 
 

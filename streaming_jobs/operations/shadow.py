@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
@@ -368,7 +369,7 @@ def carry_out(
 
 
 def swap(
-    spark: SparkSession,
+    get_spark: Callable[[], SparkSession],
     cfg: TidemarkConfig,
     job: str,
     kind: str = "rebuild",
@@ -379,8 +380,9 @@ def swap(
 ) -> dict:
     """Swap now (or accept, ``kind``): by the continuous run that hosts ``job`` (asked, and
     waited for), else here under the checkpoint's lock (`CheckpointBusy` while another run owns
-    it). ``gate``: what the shadow's reconciliation said, recorded with the swap; ``spec``: the
-    job as loaded by the caller (else loaded here)."""
+    it). ``get_spark`` is called only to do it here: a change the run makes starts no Spark in
+    the caller. ``gate``: what the shadow's reconciliation said, recorded with the swap;
+    ``spec``: the job as loaded by the caller (else loaded here)."""
     checkpoint = cfg.paths.checkpoint(job)
     if takes_savepoint_requests(checkpoint):
         request_id = request(cfg, job, kind, holder, gate)
@@ -399,4 +401,4 @@ def swap(
                 raise RebuildError(outcome["error"])
             return outcome["done"]
     with checkpoint_lock(checkpoint, holder):
-        return carry_out(spark, cfg, job, kind, spec, gate=gate)
+        return carry_out(get_spark(), cfg, job, kind, spec, gate=gate)

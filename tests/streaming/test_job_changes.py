@@ -17,7 +17,7 @@ from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import last_committed_batch, takes_savepoint_requests
 from streaming_jobs.core.versions import job_version, read_record
 from streaming_jobs.runtime.changes import UnsafeChange
-from streaming_jobs.operations import health, savepoints
+from streaming_jobs.operations import continuous, health, savepoints
 from streaming_jobs.operations.continuous import run_continuous
 from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage import swaps
@@ -232,6 +232,12 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
     everything = counts(first + second + third + fourth + fifth)
     expected = {k: n for k, n in everything.items() if k[2] <= closed}
     with hosting(spark, cfg, "transactions", "merchant_counts") as hosted:
+        import orchestration.cli.operate as operate
+
+        def no_spark(_cfg):
+            raise AssertionError("the command started Spark for a change the run makes")
+
+        monkeypatch.setattr(operate, "_spark", no_spark)
         assert tidemark(["accept", "merchant_counts"]) == 0
         said = capsys.readouterr().out
         assert f"version {v4} accepted for its checkpoint (it was {v3}); the continuous " in said
@@ -278,7 +284,7 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
 
 @pytest.mark.slow
 def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_run_leaves_it_out(
-    spark, cfg, tmp_path, monkeypatch
+    spark, cfg, tmp_path, monkeypatch, capsys
 ):
     """The TTL class, on a keyed job (transformWithState): its state's shape does not change
     with the TTL (a number in the processor), so only its spec tells; keys in state would
@@ -383,16 +389,49 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         assert users() == {"u0", "u1", "u2", "u9", "u10", "u11"}
         found = {f.kind for f in health.check(cfg, "idle_profile")}
         assert not found & {"job_left_out", "job_change_refused"}, found
+        # an accept through the run of code that does not build: refused, why said, and the
+        # job runs on at its version
+        working = path.read_text()
+        path.write_text(working.replace('ttl="30 minutes"', 'ttl="soon"'))
+        assert tidemark(["accept", "idle_profile"]) == 2
+        assert "ttl='soon' is not an interval" in capsys.readouterr().err
+        assert read_record(checkpoint)["version"] == v1
+        # one accepted, whose start fails once (the store refuses a write): the command exits
+        # 1 saying why, the alert is raised, and the run's next try starts the job by itself
+        path.write_text(working.replace('ttl="30 minutes"', 'ttl="45 minutes"'))
+        v3 = job_version(get_job("idle_profile"), streams())
+        start, refusals = continuous._Host.start, []
+
+        def start_refused_once(host, name):
+            if name == "idle_profile" and not refusals and host.running.get(name) != v3:
+                refusals.append(name)
+                raise OSError("the store refused a write under checkpoints/idle_profile")
+            return start(host, name)
+
+        monkeypatch.setattr(continuous, "START_RETRY_SECONDS", 3.0)
+        monkeypatch.setattr(continuous._Host, "start", start_refused_once)
+        assert tidemark(["accept", "idle_profile"]) == 1
+        said = capsys.readouterr().err
+        assert (
+            "idle_profile: the continuous run that hosts it could not start it at its new " in said
+        )
+        assert "the store refused a write" in said and "tries again every 3s" in said, said
+        assert read_record(checkpoint)["version"] == v3 and refusals == ["idle_profile"]
+        land(cfg, "c4b.jsonl", [click("k105", "u13", 75, amount=4.0)], "clicks")
+        wait_for("u13")  # started again by the run, nothing touched
+        assert "job_left_out" not in {f.kind for f in health.check(cfg, "idle_profile")}
     run = hosted["run"]
-    assert len(run.refused) == 3 and "What changed: ttl: " in run.refused[1], run.refused
+    assert len(run.refused) == 4 and "What changed: ttl: " in run.refused[1], run.refused
     assert "could not start: " in run.refused[2] and "ttl='soon'" in run.refused[2]
+    assert f"version {v3} could not start: the store refused a write" in run.refused[3]
     assert run.swapped == [
         f"idle_profile rebuild {v1} -> {v2}",
         f"idle_profile rollback {v2} -> {v1}",
     ]
-    assert run.admitted == [f"idle_profile at version {v1}"]
+    assert run.accepted == [f"idle_profile {v1} -> {v3}"]
+    assert run.admitted == [f"idle_profile at version {v1}", f"idle_profile at version {v3}"]
     assert set(run.metrics) == {"bronze_clicks", "idle_profile"}
-    assert read_record(checkpoint)["version"] == v1
+    assert read_record(checkpoint)["version"] == v3
 
     # a checkpoint whose keyed state names its schema files in the shadow, as a swap left it
     # before they were relocated: the next run names its own again and runs on
@@ -407,4 +446,4 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
     land(cfg, "c5.jsonl", [click("k102", "u12", 80, amount=4.0)], "clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, get_job("idle_profile"))
-    assert users() == {"u0", "u1", "u2", "u9", "u10", "u11", "u12"}
+    assert users() == {"u0", "u1", "u2", "u9", "u10", "u11", "u13", "u12"}

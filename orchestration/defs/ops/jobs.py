@@ -147,18 +147,17 @@ def change_version(
 ):
     cfg = tidemark.config()
     spec = get_job(config.job)
-    spark = pyspark.spark_session
     holder = f"Dagster run {context.run_id} ({'rollback' if config.rollback else 'rebuild'})"
     metadata = {}
     try:
         if config.rollback:
-            done = shadow.swap(spark, cfg, spec.name, "rollback", holder)
+            done = shadow.swap(lambda: pyspark.spark_session, cfg, spec.name, "rollback", holder)
             said = code_after_rollback(cfg, spec, done["to_version"])
             context.log.info(said)
             metadata["code"] = dg.MetadataValue.text(said)
         else:
             built, gate, done = rebuild_and_swap(
-                spark,
+                pyspark.spark_session,
                 cfg,
                 spec,
                 partitions=config.partitions,
