@@ -434,10 +434,17 @@ def accept(cfg: TidemarkConfig, args) -> int:
     """Declare a changed job's checkpoint state fit for its new version (`accept_change`): by
     the continuous run that hosts the job, else here."""
     from streaming_jobs.core.checkpoints import CheckpointBusy
-    from streaming_jobs.operations.rebuild import accept_change
+    from streaming_jobs.operations.rebuild import accept_change, code_against_checkpoint
     from streaming_jobs.operations.shadow import RebuildError
 
     spec = _known(args.job)
+    state = code_against_checkpoint(cfg, spec)  # (read here: no Spark, no run asked)
+    if state.same:
+        print(
+            f"{spec.name}: the code is version {state.code_version}, its checkpoint's: nothing "
+            "to accept"
+        )
+        return 0
     try:
         done = accept_change(lambda: _spark(cfg), cfg, spec)
     except (CheckpointBusy, RebuildError) as exc:

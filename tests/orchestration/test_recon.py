@@ -364,6 +364,7 @@ def test_a_full_reconciliation_after_old_batches_are_folded_classifies_every_row
 
 
 @pytest.mark.long  # a composed fault trial (lost report, then a fold): make test-long
+@pytest.mark.own_sql
 def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and_after_a_fold(
     spark, endpoint_cfg
 ):
@@ -406,7 +407,17 @@ def test_late_rows_of_a_batch_whose_report_was_lost_are_counted_apart_before_and
                 for name in (str(cut), f".{cut}.crc"):
                     (commits / name).unlink(missing_ok=True)
                 ops_tables.delete(cfg, "stream_progress", f"job = '{job}' and batch_id = {cut}")
-                assert run_job(spark, cfg, spec).late_rows_dropped == 0  # the batch again
+                # the batch again. On a local disk it runs whole and reports its drops (its
+                # write skipped by tidemark's marker); the Delta sink (append-mode gold on a
+                # store) skips a batch it holds, and Spark reports it read nothing: its report
+                # is lost. The replay must see through that report: it is recorded as the sink's
+                assert run_job(spark, cfg, spec).late_rows_dropped == len(late)
+                ops_tables.update(
+                    cfg,
+                    "stream_progress",
+                    {"num_input_rows": 0, "rows_dropped_by_watermark": 0},
+                    f"job = '{job}' and batch_id = {cut}",
+                )
     finally:
         spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
 

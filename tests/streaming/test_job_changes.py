@@ -243,6 +243,8 @@ def test_a_safe_change_runs_on_and_each_unsafe_one_is_refused_before_any_batch(
         assert f"version {v4} accepted for its checkpoint (it was {v3}); the continuous " in said
         assert "run that hosts it runs it from its next batch" in said, said
         assert read_record(checkpoint)["version"] == v4
+        assert tidemark(["accept", "merchant_counts"]) == 0  # again: nothing asked of the run
+        assert f"version {v4}, its checkpoint's: nothing to accept" in capsys.readouterr().out
         land(cfg, "w5.jsonl", fifth)
         until(lambda: len(read_table(spark, gold).collect()) >= len(expected), hosted, "[100, 110)")
 
