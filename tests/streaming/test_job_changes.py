@@ -399,7 +399,7 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         assert "ttl='soon' is not an interval" in capsys.readouterr().err
         assert read_record(checkpoint)["version"] == v1
         # one accepted, whose start fails once (the store refuses a write): the command exits
-        # 1 saying why, the alert is raised, and the run's next try starts the job by itself
+        # 1 saying why, and the run's next try starts the job by itself, ending the alert
         path.write_text(working.replace('ttl="30 minutes"', 'ttl="45 minutes"'))
         v3 = job_version(get_job("idle_profile"), streams())
         start, refusals = continuous._Host.start, []
