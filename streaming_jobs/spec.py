@@ -75,6 +75,11 @@ class JobSpec:
     # query), for errors; set by the registry.
     origin: str | None = None
     origin_lines: dict = field(default_factory=dict)
+    # The job's code as the registry loaded it (`streaming_jobs.core.versions.loaded_code`):
+    # its pieces' digests and its file's text, so that the version it is labelled with is the
+    # code it runs, even once its file changed under a run that still holds this code. Set by
+    # the registry; not declared.
+    loaded_code: dict | None = field(default=None, compare=False, repr=False)
     # Rules on the job's output rows (`streaming_jobs.schemas.Expectation`): warn or fail.
     expectations: tuple = ()
     # Incremental reconciliation (orchestration/recon/recon_scope.py) recomputes the days from the

@@ -35,6 +35,7 @@ import json
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -220,7 +221,14 @@ def _stateful_modules(module: ModuleType, used: set[str] | None = None) -> set[s
 def code_parts(spec: JobSpec, texts: bool = False) -> dict[str, str]:
     """A hash per piece of the job's code: ``query`` for a SQL job; for a Python job each
     function and class its module defines (by name) and each stateful module it uses. Python
-    pieces are hashed by their syntax, or by their text with ``texts``."""
+    pieces are hashed by their syntax, or by their text with ``texts``. Those of the code the
+    spec was loaded with (`loaded_code`) when the registry loaded it."""
+    if _loaded(spec):
+        return dict(spec.loaded_code["texts" if texts else "parts"])
+    return _code_parts(spec, texts)
+
+
+def _code_parts(spec: JobSpec, texts: bool) -> dict[str, str]:
     sql = getattr(spec.build, "sql", None)
     if isinstance(sql, str):
         return {"query": _digest(sql.strip()) if texts else sql_digest(sql)}
@@ -228,11 +236,43 @@ def code_parts(spec: JobSpec, texts: bool = False) -> dict[str, str]:
         return _python_parts(spec, texts)
 
 
+def _module_of(build) -> tuple[ModuleType | None, dict[str, str] | None]:
+    """The module ``build`` is defined in, and (for a module of a user's job folder) the text
+    of each function and class its file defines at the top, by name; (None, None) when
+    neither is found. A user's module is loaded from its file without a place in
+    ``sys.modules`` (`streaming_jobs.storage.registry`: Spark's Python workers get its
+    functions and classes by value), where `inspect` finds no class's source: its pieces are
+    read from the file, as it is when the registry loads the module."""
+    name = getattr(build, "__module__", "") or ""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module, None
+    namespace = getattr(build, "__globals__", None) or {}
+    file = namespace.get("__file__")
+    if namespace.get("__name__") != name or not file:
+        return None, None
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+        with PARSING:
+            tree = ast.parse(text)
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return None, None
+    lines = text.splitlines(keepends=True)
+    sources = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            sources[node.name] = "".join(lines[first - 1 : node.end_lineno])
+    view = ModuleType(name)  # its namespace, read as a module's
+    view.__dict__.update(namespace)
+    return view, sources
+
+
 def _python_parts(spec: JobSpec, texts: bool) -> dict[str, str]:
     def digest(source: str, imports: bool = False) -> str:
         return _digest(source) if texts else syntax_digest(source, imports)
 
-    module = sys.modules.get(getattr(spec.build, "__module__", "") or "")
+    module, sources = _module_of(spec.build)
     if module is None:  # a build made at run time (a test's lambda): its own source
         try:
             return {"build": digest(inspect.getsource(spec.build))}
@@ -244,8 +284,9 @@ def _python_parts(spec: JobSpec, texts: bool) -> dict[str, str]:
             value, "__module__", None
         ) == module.__name__:
             try:
-                parts[name] = digest(inspect.getsource(value))
-            except (OSError, TypeError):
+                source = sources[name] if sources is not None else inspect.getsource(value)
+                parts[name] = digest(source)
+            except (OSError, TypeError, KeyError):
                 parts[name] = _digest(repr(value))
     for used in sorted(_stateful_modules(module) - {module.__name__}):
         parts[used] = digest(inspect.getsource(sys.modules[used]), imports=True)
@@ -272,20 +313,24 @@ def unchanged_pieces(old: dict, code: dict[str, str], texts: dict[str, str]) -> 
 
 def holds_current(old: dict | None, spec: JobSpec, streams: dict[str, StreamSchema]) -> bool:
     """Whether the ``old`` record (a checkpoint's or a savepoint's) is of the job's current
-    version: the same version, or the same parts with every piece of code unchanged."""
+    version: the same version, or the same parts with every piece of code unchanged (a job of
+    a user's folder recorded by its build alone: that build unchanged)."""
     if not old:
         return False
     parts = version_parts(spec, streams)
     if old.get("version") == version_of(parts):
         return True
     was = old.get("parts") or {}
-    code = parts["code"]
+    code, code_was = parts["code"], set(was.get("code") or {})
     rest = json.loads(json.dumps({k: v for k, v in parts.items() if k != "code"}, sort_keys=True))
-    return (
-        set(was.get("code") or {}) == set(code)
-        and {k: v for k, v in was.items() if k != "code"} == rest
-        and unchanged_pieces(old, code, code_parts(spec, texts=True)) == set(code)
-    )
+    if {k: v for k, v in was.items() if k != "code"} != rest:
+        return False
+    kept = unchanged_pieces(old, code, code_parts(spec, texts=True))
+    if code_was == set(code):
+        return kept == set(code)
+    # a job of a user's folder recorded when only its build was hashed (before 2026-12-07:
+    # `_module_of`), with that build unchanged
+    return code_was == {"build"} and "build" in kept
 
 
 def _stream(schema: StreamSchema) -> dict:
@@ -316,7 +361,14 @@ def version_parts(spec: JobSpec, streams: dict[str, StreamSchema]) -> dict:
 def job_source(spec: JobSpec) -> dict | None:
     """The file that declares the job (its SQL file or Python module) and its text, for the
     version record: what `tidemark code` shows and puts back. None when the job is declared in
-    no readable file (one made at run time) or the file is over ``SOURCE_LIMIT_BYTES``."""
+    no readable file (one made at run time) or the file is over ``SOURCE_LIMIT_BYTES``. The
+    text the spec was loaded from (`loaded_code`) when the registry loaded it."""
+    if _loaded(spec):
+        return spec.loaded_code["source"]
+    return _job_source(spec)
+
+
+def _job_source(spec: JobSpec) -> dict | None:
     if not spec.origin:
         return None
     try:
@@ -326,6 +378,44 @@ def job_source(spec: JobSpec) -> dict | None:
         return {"file": str(path), "text": path.read_text(encoding="utf-8")}
     except (OSError, UnicodeDecodeError):
         return None
+
+
+# The code of each loaded Python job, by its build function (held, so that its id stays its
+# own): computed once per module load, while the module's file is the text it ran.
+_LOADED_CODE: dict[int, tuple[object, dict]] = {}
+_LOADED_CODE_LOCK = threading.Lock()
+
+
+def loaded_code(spec: JobSpec) -> dict:
+    """What ``spec``'s code is as it was loaded: its pieces' digests (by syntax and by text)
+    and its file's text. The registry takes it when it loads the job, and `code_parts` and
+    `job_source` answer from it: a run holding a job's code after its file changed (a swap or
+    an accept that failed, a built-in module edited under the run) labels, records and puts
+    back that code, not the file's new text under the old code's version. A Python job's is
+    taken once per load of its module; a SQL job's query is in its spec, and its file is read
+    again with each load."""
+    fresh = replace(spec, loaded_code=None)
+
+    def taken() -> dict:
+        return {
+            "build": spec.build,
+            "parts": _code_parts(fresh, False),
+            "texts": _code_parts(fresh, True),
+            "source": _job_source(fresh),
+        }
+
+    if isinstance(getattr(spec.build, "sql", None), str):
+        return taken()
+    with _LOADED_CODE_LOCK:
+        held = _LOADED_CODE.get(id(spec.build))
+        if held is None or held[0] is not spec.build:
+            held = _LOADED_CODE[id(spec.build)] = (spec.build, taken())
+        return held[1]
+
+
+def _loaded(spec: JobSpec) -> bool:
+    """Whether ``spec`` holds its code as loaded (not a copy given another build since)."""
+    return spec.loaded_code is not None and spec.loaded_code.get("build") is spec.build
 
 
 def version_of(parts: dict) -> str:

@@ -364,13 +364,14 @@ def new_record(spec: JobSpec, frame: DataFrame) -> dict:
 
 
 def changed_since_checkpoint(cfg: TidemarkConfig, spec: JobSpec) -> bool:
-    """Whether ``spec``'s version differs from the one its checkpoint recorded, and the
-    checkpoint has committed batches (no Spark needed)."""
+    """Whether ``spec`` is not the version its checkpoint recorded (nor the same code under
+    another digest, `holds_current`, which its next run records), and the checkpoint has
+    committed batches (no Spark needed)."""
     checkpoint = cfg.paths.checkpoint(spec.name)
     old = read_record(checkpoint)
     return (
         old is not None
-        and old.get("version") != version_of(current_parts(spec))
+        and not holds_current(old, spec, source_schemas(spec))
         and last_committed_batch(checkpoint) is not None
     )
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from streaming_jobs import jobs as builtin_jobs
+from streaming_jobs.core.versions import loaded_code
 from streaming_jobs.schemas import STREAMS, StreamSchema
 from streaming_jobs.spec import JobSpec
 
@@ -187,7 +188,8 @@ def catalogue(analysed: bool = True) -> Catalogue:
                 )
             )
             continue
-        specs[spec.name] = spec if spec.origin else replace(spec, origin=origin)
+        spec = spec if spec.origin else replace(spec, origin=origin)
+        specs[spec.name] = replace(spec, loaded_code=loaded_code(spec))  # (its version's code)
     if analysed:
         findings = _analysed()
         for f in findings:

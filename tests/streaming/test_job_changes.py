@@ -391,6 +391,23 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         assert users() == {"u0", "u1", "u2", "u9", "u10", "u11"}
         found = {f.kind for f in health.check(cfg, "idle_profile")}
         assert not found & {"job_left_out", "job_change_refused"}, found
+        # its processor class edited (the state it keeps handled another way), in a module of a
+        # user's folder: the run runs on at version 1 and says the new version waits, naming
+        # the class; the file put back ends it
+        original, edit = path.read_text(), "epochs.forget(watermark_ms, self.ttl_ms)"
+        assert original.count(edit) == 1
+
+        def alerts() -> dict[str, str]:
+            return {f.kind: f.message for f in health.check(cfg, "idle_profile")}
+
+        path.write_text(original.replace(edit, "epochs.forget(watermark_ms, 2 * self.ttl_ms)"))
+        until(lambda: "job_change_waiting" in alerts(), hosted, "the edit said waiting")
+        assert "What changed: code: ProfileProcessor changed" in alerts()["job_change_waiting"]
+        land(cfg, "c4a.jsonl", [click("k103", "u14", 72, amount=5.0)], "clicks")
+        wait_for("u14")
+        assert read_record(checkpoint)["version"] == v1
+        path.write_text(original)
+        until(lambda: "job_change_waiting" not in alerts(), hosted, "the file put back ended it")
         # an accept through the run of code that does not build: refused, why said, and the
         # job runs on at its version
         working = path.read_text()
@@ -448,4 +465,4 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
     land(cfg, "c5.jsonl", [click("k102", "u12", 80, amount=4.0)], "clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, get_job("idle_profile"))
-    assert users() == {"u0", "u1", "u2", "u9", "u10", "u11", "u13", "u12"}
+    assert users() == {"u0", "u1", "u2", "u9", "u10", "u11", "u14", "u13", "u12"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import subprocess
 import threading
 from dataclasses import replace
@@ -18,13 +19,16 @@ from streaming_jobs.core.versions import (
     RETEXTED,
     code_parts,
     holds_current,
+    job_source,
     job_version,
+    read_record,
     sql_digest,
     syntax_digest,
     version_parts,
     write_record,
 )
-from streaming_jobs.runtime.changes import compare
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.runtime.changes import changed_since_checkpoint, compare
 from streaming_jobs.storage.registry import get_job, streams
 
 SHAPE = {"operators": [], "watermarks": [], "columns": [], "python": []}
@@ -56,7 +60,7 @@ def test_threads_hashing_code_take_turns_at_parsing_it():
     """Python 3.11 fails one of two threads parsing at once, now and then (see PARSING): a
     thread hashing a job's code waits while another holds the parser, then gives the same
     digests."""
-    spec = get_job("user_activity_profile")
+    spec = replace(get_job("user_activity_profile"), loaded_code=None)  # (hashed here, not kept)
     alone = code_parts(spec)
     assert alone  # a Python job: its functions, classes and stateful modules
     done: dict[str, dict] = {}
@@ -257,3 +261,67 @@ def test_a_sql_job_recorded_by_its_text_is_the_current_version(tmp_path):
     assert holds_current(old, spec, streams())
     other = {**old, "parts": {**parts, "code": {"query": "fedcba987654"}}}
     assert not holds_current(other, spec, streams())
+
+
+def test_a_user_folders_python_job_is_its_pieces_and_keeps_the_code_it_was_loaded_with(
+    tmp_path, monkeypatch
+):
+    """A module of a user's job folder (loaded without a place in sys.modules) counts each
+    function and class and the stateful modules it uses, as a built-in job does: a change of
+    its processor class is unsafe. A spec loaded before its file changed keeps the version and
+    the file text of the code it holds (what a run that still runs that code records and puts
+    back). A record of such a job taken when its build alone was hashed holds it if that build
+    is unchanged."""
+    import streaming_jobs.jobs.user_activity_profile as builtin
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    text = Path(builtin.__file__).read_text()
+    assert text.count('name="user_activity_profile"') == 1
+    path = folder / "idle_profile.py"
+    path.write_text(text.replace('name="user_activity_profile"', 'name="idle_profile"'))
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+
+    loaded = get_job("idle_profile")
+    parts = code_parts(loaded)
+    # the same functions, classes and stateful modules as the built-in job whose text it copies
+    fresh_builtin = replace(get_job("user_activity_profile"), loaded_code=None)
+    assert parts == code_parts(fresh_builtin)
+    assert {"build", "ProfileProcessor", "latest_profile", "streaming_jobs.stateful.epochs"} <= set(
+        parts
+    )
+    version, source = job_version(loaded, streams()), job_source(loaded)
+    assert source == {"file": str(path), "text": path.read_text()}
+
+    edit = "epochs.forget(watermark_ms, self.ttl_ms)"
+    assert text.count(edit) == 1  # in ProfileProcessor, which keeps the state
+    path.write_text(path.read_text().replace(edit, "epochs.forget(watermark_ms, 2 * self.ttl_ms)"))
+    stamp = path.stat().st_mtime + 10  # (another load of the module, whatever the clock's grain)
+    os.utime(path, (stamp, stamp))
+    edited = get_job("idle_profile")
+    assert job_version(edited, streams()) != version
+    assert job_source(edited)["text"] == path.read_text()
+    python = {**SHAPE, "python": ["TransformWithStateInPySpark ..."]}
+    was = {**record(loaded, "a"), "shape": python}
+    now = {**record(edited, "b"), "shape": python, "texts": code_parts(edited, texts=True)}
+    assert [(c.what, c.detail) for c in compare(was, now) if c.unsafe] == [
+        ("code", "ProfileProcessor changed")
+    ]
+    # the spec loaded first is still the code it was loaded with
+    assert job_version(loaded, streams()) == version
+    assert job_source(loaded) == source
+
+    # a checkpoint with a committed batch, recorded when the build alone was hashed: the same
+    # job (`tidemark check` and a run's start say no change), unless that build changed
+    cfg = TidemarkConfig.from_env().with_data_root(tmp_path / "root")
+    checkpoint = cfg.paths.checkpoint("idle_profile")
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / "0").write_text("v1\n{}")
+    build_only = {**was["parts"], "code": {"build": parts["build"]}}
+    write_record(checkpoint, {"version": "0123456789ab", "parts": build_only, "shape": python})
+    assert holds_current(read_record(checkpoint), loaded, streams())
+    assert not changed_since_checkpoint(cfg, loaded)
+    other = {**build_only, "code": {"build": "0123456789ab"}}
+    write_record(checkpoint, {"version": "0123456789ab", "parts": other, "shape": python})
+    assert not holds_current(read_record(checkpoint), loaded, streams())
+    assert changed_since_checkpoint(cfg, loaded)
