@@ -70,12 +70,12 @@ select * from final
 {%- endmacro %}
 
 {#
-  on-run-start (dbt_project.yml): stg_stream_progress, a view, holds the pin of the invocation
+  on-run-start (dbt_project.yml): stg_stream_progress, a table, holds the pin of the invocation
   that last built it. An invocation that does not build it (a run of part of the graph: what the
   automation requested after an incremental run updated one gold table, or a model
   materialized alone from the UI) would read another run's position through it: batches its
   pinned gold versions hold would be missing, and their rows would show as unexplained. Every
-  invocation that runs models re-creates the view with its own pin first.
+  invocation that runs models re-creates the table with its own pin first.
 #}
 {% macro pin_stream_progress() -%}
 {%- set uid = 'model.' ~ project_name ~ '.stg_stream_progress' -%}
@@ -83,7 +83,13 @@ select * from final
       and uid not in selected_resources -%}
 {%- set node = graph.nodes[uid] -%}
 {%- do run_query('create schema if not exists ' ~ node.schema) -%}
-create or replace view {{ node.schema }}.{{ node.alias }} as
+{#- (a view of an older release: a table is not created over it) -#}
+{%- set existing = adapter.get_relation(database=node.database, schema=node.schema,
+                                        identifier=node.alias) -%}
+{%- if existing is not none and existing.is_view -%}
+{%- do run_query('drop view ' ~ node.schema ~ '.' ~ node.alias) -%}
+{%- endif -%}
+create or replace table {{ node.schema }}.{{ node.alias }} using delta as
 {{ stream_progress_sql('delta.`' ~ lake_path('ops', 'stream_progress') ~ '`') }}
 {%- endif -%}
 {%- endmacro %}

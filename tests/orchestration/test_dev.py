@@ -104,7 +104,7 @@ def test_a_data_roots_own_endpoint_serves_dbt_until_stopped_and_a_shared_one_is_
         built = run(own, dbt, "run", "--select", "stg_stream_progress")
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         assert "target='endpoint'" in built.stdout
-        assert "created sql view model staging.stg_stream_progress" in built.stdout
+        assert "created sql table model staging.stg_stream_progress" in built.stdout
         assert (cfg.paths.warehouse / "staging.db").is_dir()  # the schema under the data root
 
         status = run(shared, tidemark, "sql", "status")

@@ -116,9 +116,9 @@ def test_recon_classifies_late_and_open_windows(spark, endpoint_cfg):
         "nothing new since the last reconciliation: left out of this run"
     }, mixed.stderr
     assert version("recon_failed_txn_velocity") > before["failed_txn_velocity"]
-    # Views are re-created only when their SQL changed (macros/views.sql): the progress view's
-    # pin moved with the batch the stream ran; the bronze views read their tables by path and
-    # are kept (their rows were read through them above). A stream none of whose jobs anything
+    # Views are re-created only when their SQL changed (macros/views.sql); the progress table
+    # is built again at the run's pin, which moved with the batch the stream ran; the bronze
+    # views read their tables by path and are kept (their rows were read through them above). A stream none of whose jobs anything
     # new reached has its view left out.
     said = built_messages(cfg)
     assert said["stg_transactions"] == "unchanged view staging.stg_transactions: kept", said
