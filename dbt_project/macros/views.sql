@@ -1,7 +1,8 @@
 {#
   A view whose stored query is already this model's is left as it is: a run re-creates only the
-  views whose SQL changed (a staging view after its stream's schema or the project changed). The bronze staging views read their tables
-  by path, so an unchanged view already reads the latest rows. Re-creating one cost a statement
+  views whose SQL changed (a staging view after its stream's schema or the project changed).
+  The bronze staging views read their tables by path, so an unchanged view already reads the
+  latest rows. Re-creating one cost a statement
   that has Spark analyze the whole view (its Delta tables' snapshots included) at the head of
   every build, before any batch model could start (docs/benchmarks.md, "Unchanged views").
   dbt's --full-refresh re-creates every view. Spark stores a view's text from its first token

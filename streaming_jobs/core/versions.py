@@ -328,8 +328,8 @@ def holds_current(old: dict | None, spec: JobSpec, streams: dict[str, StreamSche
     kept = unchanged_pieces(old, code, code_parts(spec, texts=True))
     if code_was == set(code):
         return kept == set(code)
-    # a job of a user's folder recorded when only its build was hashed (before 2026-12-07:
-    # `_module_of`), with that build unchanged
+    # a job of a user's folder recorded by an earlier release, which hashed its build alone
+    # (`_module_of`), with that build unchanged
     return code_was == {"build"} and "build" in kept
 
 
