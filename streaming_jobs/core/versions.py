@@ -311,26 +311,33 @@ def unchanged_pieces(old: dict, code: dict[str, str], texts: dict[str, str]) -> 
     }
 
 
-def holds_current(old: dict | None, spec: JobSpec, streams: dict[str, StreamSchema]) -> bool:
-    """Whether the ``old`` record (a checkpoint's or a savepoint's) is of the job's current
-    version: the same version, or the same parts with every piece of code unchanged (a job of
-    a user's folder recorded by its build alone: that build unchanged)."""
-    if not old:
-        return False
-    parts = version_parts(spec, streams)
+def record_differs(old: dict, parts: dict, texts: dict[str, str]) -> tuple[str, ...]:
+    """What of ``parts`` (a job's version parts now; ``texts``: its code's text digests) the
+    version record ``old`` (a checkpoint's or a savepoint's) does not hold: ``code: <piece>``
+    for each piece changed, then each other part that differs. Empty when it is the same
+    version, or the same parts with every piece unchanged, or a job of a user's folder that an
+    earlier release recorded by its build alone (`_module_of`), with that build unchanged."""
     if old.get("version") == version_of(parts):
-        return True
+        return ()
     was = old.get("parts") or {}
     code, code_was = parts["code"], set(was.get("code") or {})
+    kept = unchanged_pieces(old, code, texts)
+    build_only = code_was == {"build"} and set(code) != code_was
+    if build_only and "build" in kept:
+        out = []
+    else:
+        out = [f"code: {piece}" for piece in sorted(code_was | set(code)) if piece not in kept]
     rest = json.loads(json.dumps({k: v for k, v in parts.items() if k != "code"}, sort_keys=True))
-    if {k: v for k, v in was.items() if k != "code"} != rest:
+    names = sorted((set(rest) | set(was)) - {"code"})
+    return tuple(out + [part for part in names if was.get(part) != rest.get(part)])
+
+
+def holds_current(old: dict | None, spec: JobSpec, streams: dict[str, StreamSchema]) -> bool:
+    """Whether the ``old`` record (a checkpoint's or a savepoint's) is of the job's current
+    version (`record_differs` says nothing differs)."""
+    if not old:
         return False
-    kept = unchanged_pieces(old, code, code_parts(spec, texts=True))
-    if code_was == set(code):
-        return kept == set(code)
-    # a job of a user's folder recorded by an earlier release, which hashed its build alone
-    # (`_module_of`), with that build unchanged
-    return code_was == {"build"} and "build" in kept
+    return not record_differs(old, version_parts(spec, streams), code_parts(spec, texts=True))
 
 
 def _stream(schema: StreamSchema) -> dict:

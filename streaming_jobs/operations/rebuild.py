@@ -185,29 +185,13 @@ class CodeAgainstCheckpoint:
         )
 
 
-def _differing(record: dict, parts: dict, texts: dict) -> tuple[str, ...]:
-    """What of ``parts`` (a job's version parts now; ``texts``: its code's text digests) the
-    version ``record`` does not hold: the code pieces changed, then the other parts."""
-    from streaming_jobs.core.versions import unchanged_pieces, version_of
-
-    if record.get("version") == version_of(parts):
-        return ()
-    was = record.get("parts") or {}
-    code_was, code = was.get("code") or {}, parts["code"]
-    same = unchanged_pieces(record, code, texts)
-    out = [f"code: {piece}" for piece in sorted(set(code_was) | set(code)) if piece not in same]
-    rest = json.loads(json.dumps({k: v for k, v in parts.items() if k != "code"}, sort_keys=True))
-    out += [part for part, value in rest.items() if was.get(part) != value]
-    return tuple(out)
-
-
 def code_against_checkpoint(cfg: TidemarkConfig, spec) -> CodeAgainstCheckpoint:
     """``spec``'s code against the version its checkpoint records (reads only, no Spark)."""
     return _against(cfg, spec)[1]
 
 
 def _against(cfg: TidemarkConfig, spec) -> tuple[dict | None, CodeAgainstCheckpoint]:
-    from streaming_jobs.core.versions import code_parts, read_record, version_of
+    from streaming_jobs.core.versions import code_parts, read_record, record_differs, version_of
     from streaming_jobs.runtime.changes import current_parts
 
     record = read_record(cfg.paths.checkpoint(spec.name))
@@ -217,7 +201,7 @@ def _against(cfg: TidemarkConfig, spec) -> tuple[dict | None, CodeAgainstCheckpo
         file=spec.origin,
         checkpoint_version=(record or {}).get("version"),
         code_version=version_of(parts),
-        differs=_differing(record, parts, code_parts(spec, texts=True)) if record else (),
+        differs=record_differs(record, parts, code_parts(spec, texts=True)) if record else (),
         kept=(record or {}).get("source"),
     )
 
@@ -290,11 +274,11 @@ def put_code_back_unloaded(cfg: TidemarkConfig, job: str, why: str) -> str:
 
 
 def _write_back(job: str, record: dict, file: str, text: str) -> str:
-    from streaming_jobs.core.versions import version_of
+    from streaming_jobs.core.versions import record_differs, version_of
 
     Path(file).write_text(text, encoding="utf-8")
     parts, texts = _parts_in_a_new_process(job)
-    still = _differing(record, parts, texts)
+    still = record_differs(record, parts, texts)
     wrote = f"job {job}: {file} written as version {record['version']} had it"
     if still:
         raise CodeNotKept(

@@ -28,6 +28,7 @@ from streaming_jobs.core.versions import (
     write_record,
 )
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.operations.rebuild import code_against_checkpoint
 from streaming_jobs.runtime.changes import changed_since_checkpoint, compare
 from streaming_jobs.storage.registry import get_job, streams
 
@@ -321,7 +322,10 @@ def test_a_user_folders_python_job_is_its_pieces_and_keeps_the_code_it_was_loade
     write_record(checkpoint, {"version": "0123456789ab", "parts": build_only, "shape": python})
     assert holds_current(read_record(checkpoint), loaded, streams())
     assert not changed_since_checkpoint(cfg, loaded)
+    # and `tidemark code` says the code is the checkpoint's (nothing to put back)
+    assert code_against_checkpoint(cfg, loaded).differs == ()
     other = {**build_only, "code": {"build": "0123456789ab"}}
     write_record(checkpoint, {"version": "0123456789ab", "parts": other, "shape": python})
     assert not holds_current(read_record(checkpoint), loaded, streams())
     assert changed_since_checkpoint(cfg, loaded)
+    assert "code: build" in code_against_checkpoint(cfg, loaded).differs
