@@ -397,7 +397,40 @@ def main(argv: list[str] | None = None) -> int:
 
     sync(cfg)  # the data root's copy of the project, with the models generated from the registries
     command = next((a for a in args if not a.startswith("-")), None)
-    metastore = warmup = None
+    if command in NEEDS_SPARK:
+        with reconciliation_lock(cfg, command):
+            return _invoke(cfg, args, command, shadow, shadow_vars)
+    return _invoke(cfg, args, command, shadow, shadow_vars)
+
+
+def reconciliation_lock(cfg: TidemarkConfig, command: str):
+    """One invocation that runs SQL at a time per data root and schema prefix (a rebuild's
+    shadow has its own): two builds would replace the same tables, and ``stg_stream_progress``
+    at their own pins, under each other, and each would report what the other built. Dagster
+    runs one reconciliation at a time already (`orchestration.lib.concurrency`); this also
+    holds for a build by hand, a model materialized from the UI, and another machine on a data
+    root on a store (there a lease in the data root, an ``flock`` on a disk). The second
+    invocation says who holds it and waits for it to end."""
+    from streaming_jobs.core.leases import exclusive
+
+    prefix = os.environ.get("TIDEMARK_DBT_SCHEMA_PREFIX", "")
+    place = Location.of(cfg.paths.root) / "dbt" / f"{prefix}reconciliation.lock"
+
+    def waiting(holder: str) -> None:
+        print(
+            f"tidemark-dbt: {command} waits for {holder}, which runs dbt on {cfg.data_root}"
+            f"{f' (schema prefix {prefix})' if prefix else ''}: two at once would replace "
+            "each other's tables. It goes on when that one ends; stop that one to go on now.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    holder = f"tidemark-dbt {command}"
+    return exclusive(place, holder, wait=float("inf"), waiting=waiting)
+
+
+def _invoke(cfg: TidemarkConfig, args: list[str], command, shadow, shadow_vars: dict) -> int:
+    metastore = warmup = endpoint = None
     if command in TAKES_VARS and command not in NEEDS_SPARK:
         # parse, ls: the target (and endpoint address) a build would take now, so that the
         # manifest this parse makes (Dagster's, at load) holds for the build's own parse: dbt

@@ -293,12 +293,32 @@ class _NoFence:
         return None
 
 
+def _who(record: dict | None) -> str:
+    """A holder's record in words, for whoever waits on it."""
+    if not record:
+        return "another process"
+    return (
+        f"{record.get('holder', 'another process')} (pid {record.get('pid', '?')} on "
+        f"{record.get('host', '?')}, since {record.get('since') or record.get('written', '?')})"
+    )
+
+
 @contextmanager
-def exclusive(place, holder: str, *, wait: float = 300.0, seconds: float = LEASE_SECONDS):
+def exclusive(
+    place,
+    holder: str,
+    *,
+    wait: float = 300.0,
+    seconds: float = LEASE_SECONDS,
+    waiting=None,
+):
     """Hold the lock at ``place`` (a `Location` or path) for the block, waiting up to ``wait``
     seconds for others to finish: an ``flock`` on a local disk, a `Lease` on a store (whose
     ``check()`` to call before a commit). For short critical sections many processes take
-    in turn, such as the commits of one ops table."""
+    in turn, such as the commits of one ops table, and for long ones that must not overlap
+    (a reconciliation): then ``waiting``, if given, is called once with who holds the lock
+    (in words) when the first attempt finds it taken, and a local lock records its holder for
+    that (on a store the lease's record does)."""
     from streaming_jobs.core import locations
 
     place = locations.Location.of(place)
@@ -306,13 +326,45 @@ def exclusive(place, holder: str, *, wait: float = 300.0, seconds: float = LEASE
         import fcntl
 
         place.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(place.path, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        with open(place.path, "a+") as handle:
+            if waiting is None:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                yield _NoFence()
+                return
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                try:
+                    record = json.loads(handle.read() or "null")
+                except ValueError:
+                    record = None
+                waiting(_who(record))
+                fcntl.flock(handle, fcntl.LOCK_EX)  # (the OS gives it back if the holder dies)
+            handle.seek(0)
+            handle.truncate()
+            since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            json.dump(
+                {
+                    "holder": holder,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": since,
+                },
+                handle,
+            )
+            handle.flush()
             yield _NoFence()
         return
     lease = Lease(locations.store_of(place), place.key, holder, seconds=seconds)
     deadline = time.monotonic() + wait
     pause = 0.02
+    if waiting is not None:
+        # (say so at once: a contender watches a held lease for a term before it is refused)
+        record, _ = lease.read()
+        if record and not record.get("released") and not holder_gone_here(record):
+            waiting(_who(record))
+            waiting = None
     while True:
         try:
             lease.__enter__()
@@ -320,6 +372,9 @@ def exclusive(place, holder: str, *, wait: float = 300.0, seconds: float = LEASE
         except LeaseHeld:
             if time.monotonic() > deadline:
                 raise
+            if waiting is not None:
+                waiting(_who(lease.read()[0]))
+                waiting = None
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
     try:
