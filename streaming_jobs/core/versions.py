@@ -59,6 +59,9 @@ REFUSED = "tidemark_refused.json"
 STATEFUL_PACKAGE = "streaming_jobs.stateful"
 # a job file larger than this is not kept in its record (`job_source`)
 SOURCE_LIMIT_BYTES = 1 << 20
+# in the namespace of a user folder's Python module: its file's text as the registry read and
+# ran it (`streaming_jobs.storage.registry`), whatever the file holds by the time it is read
+LOADED_TEXT = "__tidemark_source__"
 
 
 # imports that change no result: annotations and the language's own switches
@@ -252,7 +255,9 @@ def _module_of(build) -> tuple[ModuleType | None, dict[str, str] | None]:
     if namespace.get("__name__") != name or not file:
         return None, None
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        text = namespace.get(LOADED_TEXT)
+        if not isinstance(text, str):
+            text = Path(file).read_text(encoding="utf-8")
         with PARSING:
             tree = ast.parse(text)
     except (OSError, UnicodeDecodeError, SyntaxError):
@@ -378,6 +383,10 @@ def job_source(spec: JobSpec) -> dict | None:
 def _job_source(spec: JobSpec) -> dict | None:
     if not spec.origin:
         return None
+    text = _text_loaded(spec)
+    if text is not None:
+        too_long = len(text.encode("utf-8")) > SOURCE_LIMIT_BYTES
+        return None if too_long else {"file": spec.origin, "text": text}
     try:
         path = Path(spec.origin)  # a job file of the code's, never a data-root place
         if path.stat().st_size > SOURCE_LIMIT_BYTES:
@@ -385,6 +394,18 @@ def _job_source(spec: JobSpec) -> dict | None:
         return {"file": str(path), "text": path.read_text(encoding="utf-8")}
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _text_loaded(spec: JobSpec) -> str | None:
+    """The text of ``spec``'s file as the registry read it to load the job: a SQL job's (its
+    query's ``text``), a user folder's Python module's (`LOADED_TEXT`); None for a built-in
+    module, whose file is read."""
+    if isinstance(getattr(spec.build, "sql", None), str):
+        text = getattr(spec.build, "text", None)
+    else:
+        namespace = getattr(spec.build, "__globals__", None) or {}
+        text = namespace.get(LOADED_TEXT) if namespace.get("__file__") == spec.origin else None
+    return text if isinstance(text, str) else None
 
 
 # The code of each loaded Python job, by its build function (held, so that its id stays its

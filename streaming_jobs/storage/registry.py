@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from streaming_jobs import jobs as builtin_jobs
-from streaming_jobs.core.versions import loaded_code
+from streaming_jobs.core.versions import LOADED_TEXT, loaded_code
 from streaming_jobs.schemas import STREAMS, StreamSchema
 from streaming_jobs.spec import JobSpec
 
@@ -95,7 +95,11 @@ def _module(file: Path) -> ModuleType:
     if key not in _LOADED:
         spec = importlib.util.spec_from_file_location(f"tidemark_user_jobs.{file.stem}", file)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        # the file read once: the code run and the text its version is taken from are one
+        # (`versions.loaded_code`), whenever the file is saved again
+        text = importlib.util.decode_source(file.read_bytes())
+        module.__dict__[LOADED_TEXT] = text
+        exec(compile(text, str(file), "exec"), module.__dict__)  # (what the import system does)
         _LOADED[key] = module
     return _LOADED[key]
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -84,6 +84,8 @@ class SqlQuery:
 
     sql: str
     sources: tuple[StreamSchema, ...]
+    # the file's whole text as it was read for this query (the version record keeps it)
+    text: str | None = field(default=None, compare=False, repr=False)
 
     def __call__(self, *frames: DataFrame, watermark: str, **_params) -> DataFrame:
         spark = frames[0].sparkSession
@@ -112,6 +114,7 @@ class JobFile:
     sql: str
     sql_line: int
     expectations: tuple[tuple[str, str, int], ...] = ()  # (name, text, line)
+    text: str = field(default="", repr=False)  # the whole file, as read
 
     def at(self, key: str | None = None) -> str:
         """``path:line`` of a header key (or of the query)."""
@@ -120,7 +123,8 @@ class JobFile:
     @classmethod
     def read(cls, path: Path) -> "JobFile":
         header, lines, text, body, sql_line, expect = {}, {}, [], [], 0, []
-        raw = path.read_text().splitlines()
+        whole = path.read_text(encoding="utf-8")
+        raw = whole.splitlines()
         for number, line in enumerate(raw, start=1):
             if not line.startswith("--"):
                 if line.strip() or body:
@@ -145,9 +149,8 @@ class JobFile:
                 header[key], lines[key] = match.group(2), number
             else:
                 text.append(line[2:].strip())
-        return cls(
-            path, header, lines, text, "\n".join(body).strip().rstrip(";"), sql_line, tuple(expect)
-        )
+        sql = "\n".join(body).strip().rstrip(";")
+        return cls(path, header, lines, text, sql, sql_line, tuple(expect), text=whole)
 
     def declared_expectations(self) -> tuple[Expectation, ...]:
         """The ``-- expect <name>: <rule> [on violation warn|fail]`` lines, checked."""
@@ -271,7 +274,7 @@ def load_sql_job(path: Path, known: dict[str, StreamSchema]) -> JobSpec:
             event_time=known[source].event_time,
             state=StateBound(watermark=header["watermark"]),
             output_mode=header.get("output_mode", "append"),
-            build=SqlQuery(job.sql, tuple(known[s] for s in (source, *joins))),
+            build=SqlQuery(job.sql, tuple(known[s] for s in (source, *joins)), text=job.text),
             thresholds=StateThresholds(**{k: v for k, v in numbers.items() if k != "tolerance"}),
             tolerance=numbers.get("tolerance", 0.0),
             partition_by=_split(header.get("partition_by", "")),

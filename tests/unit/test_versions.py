@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BY_TEXT, by_text
+from helpers import BY_TEXT, by_text, windowed_counts_job
 from streaming_jobs.core.versions import (
     PARSING,
     RETEXTED,
@@ -329,3 +329,58 @@ def test_a_user_folders_python_job_is_its_pieces_and_keeps_the_code_it_was_loade
     assert not holds_current(read_record(checkpoint), loaded, streams())
     assert changed_since_checkpoint(cfg, loaded)
     assert "code: build" in code_against_checkpoint(cfg, loaded).differs
+
+
+def test_a_file_saved_again_while_it_loads_keeps_the_text_and_version_of_the_code_that_runs(
+    tmp_path, monkeypatch
+):
+    """An editor's save that lands after the registry ran a job's file and before it took the
+    job's version: the version and the kept text are those of the code loaded (the file read
+    once), for a Python module and a SQL file of a user's folder."""
+    import streaming_jobs.jobs.user_activity_profile as builtin
+    import streaming_jobs.storage.registry as registry
+
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    profile = Path(builtin.__file__).read_text()
+    profile = profile.replace('name="user_activity_profile"', 'name="idle_profile"')
+    edit = "epochs.forget(watermark_ms, self.ttl_ms)"
+    assert profile.count(edit) == 1
+    first = {
+        "idle_profile.py": profile,
+        "merchant_counts.sql": windowed_counts_job("merchant_counts", 10),
+    }
+    saved = {
+        "idle_profile.py": profile.replace(edit, "epochs.forget(watermark_ms, 2 * self.ttl_ms)"),
+        "merchant_counts.sql": windowed_counts_job("merchant_counts", 15),
+    }
+    for name, text in first.items():
+        (folder / name).write_text(text)
+
+    def load(stamp: int) -> dict:
+        for path in folder.iterdir():  # (another load of each file, whatever the clock's grain)
+            os.utime(path, (stamp, stamp))
+        jobs = registry.catalogue().jobs  # (one load: another would read the saved files)
+        return {job: jobs[job] for job in ("idle_profile", "merchant_counts")}
+
+    clean = load(1_000)
+    versions = {job: job_version(spec, streams()) for job, spec in clean.items()}
+
+    taken = registry.loaded_code
+
+    def saved_again_first(spec):
+        path = Path(spec.origin or "")
+        if path.parent == folder:
+            path.write_text(saved[path.name])
+        return taken(spec)
+
+    monkeypatch.setattr(registry, "loaded_code", saved_again_first)
+    raced = load(2_000)
+    assert (folder / "idle_profile.py").read_text() == saved["idle_profile.py"]
+    for job, file in (
+        ("idle_profile", "idle_profile.py"),
+        ("merchant_counts", "merchant_counts.sql"),
+    ):
+        assert job_source(raced[job]) == {"file": str(folder / file), "text": first[file]}
+        assert job_version(raced[job], streams()) == versions[job]
