@@ -425,7 +425,8 @@ def reconciliation_lock(cfg: TidemarkConfig, command: str):
             flush=True,
         )
 
-    holder = f"tidemark-dbt {command}"
+    run = os.environ.get("TIDEMARK_DAGSTER_RUN_ID")
+    holder = f"tidemark-dbt {command}" + (f" of Dagster run {run}" if run else "")
     return exclusive(place, holder, wait=float("inf"), waiting=waiting)
 
 

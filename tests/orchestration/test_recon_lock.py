@@ -75,7 +75,10 @@ def test_a_second_build_waits_for_the_reconciliation_in_flight_and_goes_on_when_
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     holder = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "TIDEMARK_DAGSTER_RUN_ID": "a1b2c3d4"},  # (as a scheduled run's build)
     )
     build = None
     try:
@@ -96,7 +99,8 @@ def test_a_second_build_waits_for_the_reconciliation_in_flight_and_goes_on_when_
         )
         said = _lines(build.stderr)
         waits = _until(said, "waits for", 180)
-        assert f"tidemark-dbt: build waits for tidemark-dbt build (pid {holder.pid} " in waits
+        holding = f"tidemark-dbt build of Dagster run a1b2c3d4 (pid {holder.pid} "
+        assert f"tidemark-dbt: build waits for {holding}" in waits
         assert f"which runs dbt on {root}" in waits
         time.sleep(3)
         assert build.poll() is None, "the second build went on while the first held the lock"
