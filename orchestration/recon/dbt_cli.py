@@ -398,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     sync(cfg)  # the data root's copy of the project, with the models generated from the registries
     command = next((a for a in args if not a.startswith("-")), None)
     if command in NEEDS_SPARK:
-        with reconciliation_lock(cfg, command):
-            return _invoke(cfg, args, command, shadow, shadow_vars)
+        with reconciliation_lock(cfg, command) as fence:
+            return _invoke(cfg, args, command, shadow, shadow_vars, fence)
     return _invoke(cfg, args, command, shadow, shadow_vars)
 
 
@@ -430,8 +430,28 @@ def reconciliation_lock(cfg: TidemarkConfig, command: str):
     return exclusive(place, holder, wait=float("inf"), waiting=waiting)
 
 
-def _invoke(cfg: TidemarkConfig, args: list[str], command, shadow, shadow_vars: dict) -> int:
+def lock_lost(fence) -> str | None:
+    """Why this invocation no longer holds the reconciliation lock ``fence`` (a lease on a
+    store, taken over while the build ran: it was paused past its term), or None. A lock that
+    cannot be checked (the store out of reach) counts as lost: nothing vouches for the build."""
+    from streaming_jobs.core.leases import Fenced
+
+    if fence is None:
+        return None
+    try:
+        fence.check()
+    except Fenced as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure to check leaves the build unvouched
+        return f"the lock could not be checked ({exc})"
+    return None
+
+
+def _invoke(
+    cfg: TidemarkConfig, args: list[str], command, shadow, shadow_vars: dict, fence=None
+) -> int:
     metastore = warmup = endpoint = None
+    lost = None
     if command in TAKES_VARS and command not in NEEDS_SPARK:
         # parse, ls: the target (and endpoint address) a build would take now, so that the
         # manifest this parse makes (Dagster's, at load) holds for the build's own parse: dbt
@@ -508,10 +528,18 @@ def _invoke(cfg: TidemarkConfig, args: list[str], command, shadow, shadow_vars: 
     finally:
         if metastore is not None:
             metastore.close()
+        lost = lock_lost(fence)
+        if lost:
+            print(
+                f"tidemark-dbt: {command} lost the data root's reconciliation lock while it ran "
+                f"({lost}): another build may have replaced its tables, so it counts as failed. "
+                "Once no other build runs, run `tidemark-dbt build --full`.",
+                file=sys.stderr,
+            )
         if command == "build" and not shadow:
             # the outcome, whatever it is: a failed check skips recon_summary, never this
-            recon_runs.record_outcome(cfg, result, started_at)
-    if result.exception is not None:
+            recon_runs.record_outcome(cfg, result, started_at, lost)
+    if result.exception is not None or lost:
         return 2
     return 0 if result.success else 1
 

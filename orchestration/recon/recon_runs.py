@@ -192,14 +192,18 @@ def record_error(
     )
 
 
-def record_outcome(cfg: TidemarkConfig, result, started_at: datetime) -> None:
+def record_outcome(
+    cfg: TidemarkConfig, result, started_at: datetime, lost: str | None = None
+) -> None:
     """Record what a ``dbt build`` (its `dbtRunnerResult`, or None when tidemark-dbt failed
-    before dbt ran) reconciled, if anything. Never raises: a failure to record is printed, and
-    the exit code of the build stays what it was."""
+    before dbt ran) reconciled, if anything; ``lost``: why the build no longer held the data
+    root's reconciliation lock at its end (another build may have replaced its tables), which
+    makes its outcome an error. Never raises: a failure to record is printed, and the exit code
+    of the build stays what it was."""
     import sys
 
     try:
-        _record_invocation(cfg, result, started_at)
+        _record_invocation(cfg, result, started_at, lost)
     except Exception as exc:  # noqa: BLE001 - the build's own outcome must not be masked
         print(
             f"tidemark-dbt: this reconciliation's outcome could not be recorded in "
@@ -209,7 +213,7 @@ def record_outcome(cfg: TidemarkConfig, result, started_at: datetime) -> None:
         )
 
 
-def _record_invocation(cfg: TidemarkConfig, result, started_at: datetime) -> None:
+def _record_invocation(cfg: TidemarkConfig, result, started_at: datetime, lost: str | None) -> None:
     import sys
 
     from orchestration.recon.dbt_models import reconciled_jobs
@@ -247,6 +251,14 @@ def _record_invocation(cfg: TidemarkConfig, result, started_at: datetime) -> Non
         for row in rows:
             row["run_status"] = ERROR
             row["message"] = (row.get("message") or "") + f" (dbt: {result.exception})"
+    if lost:
+        lost = f"this build lost the data root's reconciliation lock while it ran: {lost}"
+        if not rows:
+            record_error(cfg, run_key, started_at, lost, dagster_run_id)
+            return
+        for row in rows:
+            row["run_status"] = ERROR
+            row["message"] = (row.get("message") or "") + f" ({lost})"
     record(cfg, rows)
 
 

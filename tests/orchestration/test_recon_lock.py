@@ -114,3 +114,40 @@ def test_a_second_build_waits_for_the_reconciliation_in_flight_and_goes_on_when_
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(timeout=30)
+
+
+@pytest.mark.own_sql  # (no dbt: the lock, the takeover and the record)
+def test_a_build_whose_lease_was_taken_over_while_it_ran_is_recorded_as_failed(cfg, s3_bucket):
+    """On a store, a build paused past its lease's term while another took the lock is told at
+    its end: the lock is lost, naming the new holder, and its outcome is recorded as an error,
+    whatever dbt said (another build may have replaced its tables)."""
+    import json
+    from datetime import datetime, timezone
+
+    import obstore
+    from dbt.cli.main import dbtRunnerResult
+
+    from orchestration.recon import recon_runs
+    from orchestration.recon.dbt_cli import lock_lost, reconciliation_lock
+    from streaming_jobs.storage import ops_tables
+
+    _, s3_cfg, _, bucket = s3_bucket
+    store = s3_cfg.with_data_root(f"s3://{bucket}/root")
+    started = datetime.now(timezone.utc)
+    with reconciliation_lock(store, "build") as fence:
+        assert lock_lost(fence) is None
+        record, _ = fence.read()
+        # the record another process's lease writes when it takes over after this one's term
+        taken = {**record, "holder": "tidemark-dbt build of Dagster run e5f6", "pid": 1}
+        taken.update(token=record["token"] + 1, host="elsewhere")
+        obstore.put(fence.store, fence.key, json.dumps(taken).encode())
+        lost = lock_lost(fence)
+    assert lost is not None and "tidemark-dbt build of Dagster run e5f6" in lost
+    assert fence.read()[0]["holder"] == taken["holder"]  # (not released over the new holder)
+
+    recon_runs.record_outcome(store, dbtRunnerResult(success=True), started, lost)
+    [row] = ops_tables.read(store, "recon_runs")
+    assert row["run_status"] == "error" and row["status"] == "error"
+    assert row["message"].startswith(
+        "this build lost the data root's reconciliation lock while it ran: lease "
+    )
