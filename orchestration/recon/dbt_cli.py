@@ -451,7 +451,6 @@ def _invoke(
     cfg: TidemarkConfig, args: list[str], command, shadow, shadow_vars: dict, fence=None
 ) -> int:
     metastore = warmup = endpoint = None
-    lost = None
     if command in TAKES_VARS and command not in NEEDS_SPARK:
         # parse, ls: the target (and endpoint address) a build would take now, so that the
         # manifest this parse makes (Dagster's, at load) holds for the build's own parse: dbt

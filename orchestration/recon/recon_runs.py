@@ -247,18 +247,17 @@ def _record_invocation(cfg: TidemarkConfig, result, started_at: datetime, lost: 
         datetime.now(timezone.utc),
         dagster_run_id,
     )
-    if result.exception is not None:
-        for row in rows:
-            row["run_status"] = ERROR
-            row["message"] = (row.get("message") or "") + f" (dbt: {result.exception})"
+    failures = [f"dbt: {result.exception}"] if result.exception is not None else []
     if lost:
         lost = f"this build lost the data root's reconciliation lock while it ran: {lost}"
         if not rows:
             record_error(cfg, run_key, started_at, lost, dagster_run_id)
             return
+        failures.append(lost)
+    for why in failures:
         for row in rows:
             row["run_status"] = ERROR
-            row["message"] = (row.get("message") or "") + f" ({lost})"
+            row["message"] = (row.get("message") or "") + f" ({why})"
     record(cfg, rows)
 
 

@@ -228,15 +228,30 @@ def code_parts(spec: JobSpec, texts: bool = False) -> dict[str, str]:
     spec was loaded with (`loaded_code`) when the registry loaded it."""
     if _loaded(spec):
         return dict(spec.loaded_code["texts" if texts else "parts"])
-    return _code_parts(spec, texts)
+    return _digests(_pieces(spec), texts)
 
 
-def _code_parts(spec: JobSpec, texts: bool) -> dict[str, str]:
+def _pieces(spec: JobSpec) -> dict[str, tuple[str, bool] | str]:
+    """Each piece of the job's code, read once: its source and whether its imports count (a
+    whole stateful module's do), or, where no source is found, its digest already."""
     sql = getattr(spec.build, "sql", None)
     if isinstance(sql, str):
-        return {"query": _digest(sql.strip()) if texts else sql_digest(sql)}
+        return {"query": (sql, False)}
     with PARSING:  # inspect.getsource parses a class's module
-        return _python_parts(spec, texts)
+        return _python_pieces(spec)
+
+
+def _digests(pieces: dict[str, tuple[str, bool] | str], texts: bool) -> dict[str, str]:
+    """`_pieces` hashed by their syntax (a query's by `sql_digest`), or by their text."""
+    out = {}
+    for name, piece in pieces.items():
+        if isinstance(piece, str):
+            out[name] = piece
+        elif name == "query":
+            out[name] = _digest(piece[0].strip()) if texts else sql_digest(piece[0])
+        else:
+            out[name] = _digest(piece[0]) if texts else syntax_digest(*piece)
+    return out
 
 
 def _module_of(build) -> tuple[ModuleType | None, dict[str, str] | None]:
@@ -273,29 +288,26 @@ def _module_of(build) -> tuple[ModuleType | None, dict[str, str] | None]:
     return view, sources
 
 
-def _python_parts(spec: JobSpec, texts: bool) -> dict[str, str]:
-    def digest(source: str, imports: bool = False) -> str:
-        return _digest(source) if texts else syntax_digest(source, imports)
-
+def _python_pieces(spec: JobSpec) -> dict[str, tuple[str, bool] | str]:
     module, sources = _module_of(spec.build)
     if module is None:  # a build made at run time (a test's lambda): its own source
         try:
-            return {"build": digest(inspect.getsource(spec.build))}
+            return {"build": (inspect.getsource(spec.build), False)}
         except (OSError, TypeError):
             return {"build": _digest(repr(spec.build))}
-    parts = {}
+    pieces: dict[str, tuple[str, bool] | str] = {}
     for name, value in sorted(vars(module).items()):
         if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(
             value, "__module__", None
         ) == module.__name__:
             try:
                 source = sources[name] if sources is not None else inspect.getsource(value)
-                parts[name] = digest(source)
+                pieces[name] = (source, False)
             except (OSError, TypeError, KeyError):
-                parts[name] = _digest(repr(value))
+                pieces[name] = _digest(repr(value))
     for used in sorted(_stateful_modules(module) - {module.__name__}):
-        parts[used] = digest(inspect.getsource(sys.modules[used]), imports=True)
-    return parts
+        pieces[used] = (inspect.getsource(sys.modules[used]), True)
+    return pieces
 
 
 def unchanged_pieces(old: dict, code: dict[str, str], texts: dict[str, str]) -> set[str]:
@@ -425,10 +437,11 @@ def loaded_code(spec: JobSpec) -> dict:
     fresh = replace(spec, loaded_code=None)
 
     def taken() -> dict:
+        pieces = _pieces(fresh)  # (the code read once, hashed both ways)
         return {
             "build": spec.build,
-            "parts": _code_parts(fresh, False),
-            "texts": _code_parts(fresh, True),
+            "parts": _digests(pieces, False),
+            "texts": _digests(pieces, True),
             "source": _job_source(fresh),
         }
 
