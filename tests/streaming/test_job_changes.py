@@ -376,14 +376,23 @@ def test_a_keyed_jobs_ttl_change_is_refused_before_any_batch_and_a_continuous_ru
         assert read_record(checkpoint)["version"] == v1
         assert users() == {"u0", "u1", "u2"}  # gold as version 1 left it
         land(cfg, "c4.jsonl", [click("k101", "u11", 70, amount=3.0)], "clicks")
-        time.sleep(8)  # bronze takes c4; the job, refused, does not
+        # bronze takes c4; the job, refused, does not (three of the run's 1 s triggers later)
+        bronze = cfg.paths.table("bronze", "clicks")
+        until(lambda: read_table(spark, bronze).where("event_id = 'k101'").count(), hosted, "c4")
+        time.sleep(3)
         assert users() == {"u0", "u1", "u2"}
         # a file broken meanwhile (its TTL fails at the query's start) keeps it out, and the
         # run goes on
         path.write_text(path.read_text().replace('ttl="60 minutes"', 'ttl="soon"'))
-        time.sleep(7)
+
+        def left_out() -> str:
+            return {f.kind: f.message for f in health.check(cfg, "idle_profile")}.get(
+                "job_left_out", ""
+            )
+
+        until(lambda: "soon" in left_out(), hosted, "the broken file said left out")
         assert thread.is_alive() and users() == {"u0", "u1", "u2"}
-        found = {f.kind: f.message for f in health.check(cfg, "idle_profile")}
+        found = {"job_left_out": left_out()}
         assert "left it out" in found["job_left_out"], found  # alerted while the run is up
         assert "could not start" in found["job_left_out"] and "soon" in found["job_left_out"]
         assert tidemark(["code", "idle_profile", "--put-back"]) == 0
