@@ -393,6 +393,19 @@ def assess(
 
 
 def _say(said: Location, version: str, message: str, kind: str | None = None) -> None:
+    """Say ``message`` of ``version`` in the checkpoint's ``said`` file, stamped now; the same
+    said again (a continuous run retrying a job's start every minute) keeps its first time,
+    when it began, and writes nothing."""
+    try:
+        before = json.loads(locations.read_text(said))
+    except (FileNotFoundError, ValueError):
+        before = {}
+    if (before.get("kind"), before.get("version"), before.get("message")) == (
+        kind,
+        version,
+        message,
+    ):
+        return
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     record = {"at": stamp, "version": version, "message": message}
     locations.write_bytes(said, json.dumps({**record, "kind": kind} if kind else record).encode())
