@@ -133,6 +133,33 @@ def raise_alert(
 _UNRECORDED: dict[str, tuple[str, datetime]] = {}
 
 
+def _new_incident(
+    history: list[dict],
+    key: str,
+    job: str,
+    kind: str,
+    severity: str,
+    message: str,
+    now: datetime,
+) -> dict:
+    """The row of a new incident of ``key``, numbered after the ones in ``history``."""
+    incident = 1 + max((r["incident"] for r in history), default=0)
+    row = dict.fromkeys(FIELDS)
+    row.update(
+        alert_id=f"{key}#{incident}",
+        dedup_key=key,
+        incident=incident,
+        job=job,
+        kind=kind,
+        severity=severity,
+        message=message,
+        first_seen=now,
+        last_seen=now,
+        seen_count=1,
+    )
+    return row
+
+
 def _raise_recorded(
     cfg: TidemarkConfig, key: str, job: str, kind: str, severity: str, message: str, now: datetime
 ) -> Change:
@@ -146,22 +173,8 @@ def _raise_recorded(
                 current.update(severity=severity, firing_delivered_at=None, next_attempt_at=now)
             table.upsert([current], key="alert_id")
             return Change(current["alert_id"], opened=escalated)
-        incident = 1 + max((r["incident"] for r in history), default=0)
-        row = dict.fromkeys(FIELDS)
-        row.update(
-            alert_id=f"{key}#{incident}",
-            dedup_key=key,
-            incident=incident,
-            job=job,
-            kind=kind,
-            severity=severity,
-            message=message,
-            first_seen=now,
-            last_seen=now,
-            seen_count=1,
-            attempts=0,
-            next_attempt_at=now,
-        )
+        row = _new_incident(history, key, job, kind, severity, message, now)
+        row.update(attempts=0, next_attempt_at=now)
         sent = _UNRECORDED.get(key)
         if sent is not None and sent[0] == row["alert_id"]:
             row["firing_delivered_at"] = sent[1]  # it left from memory while the disk was full
@@ -187,20 +200,7 @@ def _raise_unrecorded(
         history = ops_tables.read(cfg, TABLE, where=f"dedup_key = {ops_tables.literal(key)}")
     except Exception:  # noqa: BLE001 - unreadable too: the alert still leaves
         history = []
-    incident = 1 + max((r["incident"] for r in history), default=0)
-    row = dict.fromkeys(FIELDS)
-    row.update(
-        alert_id=f"{key}#{incident}",
-        dedup_key=key,
-        incident=incident,
-        job=job,
-        kind=kind,
-        severity=severity,
-        message=message,
-        first_seen=now,
-        last_seen=now,
-        seen_count=1,
-    )
+    row = _new_incident(history, key, job, kind, severity, message, now)
     LOG.error(
         "alert %s [%s] %s: %s (ops/alerts cannot be written: %s; sending it without recording it)",
         row["alert_id"],
