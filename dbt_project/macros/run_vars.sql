@@ -16,3 +16,19 @@
 {%- endif -%}
 {{ return(var(name, default)) }}
 {%- endmacro %}
+
+{#
+  Said at the start of a run that is not tidemark-dbt's (plain dbt sets no
+  TIDEMARK_DBT_RUN_VARS): what it does not do, so that nobody takes it for a scheduled
+  reconciliation's equal. An on-run-start hook; it runs no SQL.
+#}
+{% macro say_outside_tidemark_dbt() -%}
+{%- if execute and flags.WHICH in ('build', 'run', 'test', 'seed', 'snapshot')
+      and env_var('TIDEMARK_DBT_RUN_VARS', '') == '' -%}
+{%- do log(
+    "tidemark: this is plain dbt, not tidemark-dbt: it takes no reconciliation lock and pins"
+    ~ " no stream position, so a running stream or a scheduled reconciliation can change what"
+    ~ " it reads and writes. Beside them run tidemark-dbt instead (make dbt ARGS=\"...\"; see"
+    ~ " docs/reconciliation.md, 'dbt by hand')", info=true) -%}
+{%- endif -%}
+{%- endmacro %}

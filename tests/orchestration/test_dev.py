@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from streaming_jobs.core.config import CHECKOUT
 from streaming_jobs.services.processes import descendants, free_port
 from streaming_jobs.services.sql_endpoint import discover
 
@@ -106,6 +107,26 @@ def test_a_data_roots_own_endpoint_serves_dbt_until_stopped_and_a_shared_one_is_
         assert "target='endpoint'" in built.stdout
         assert "created sql table model staging.stg_stream_progress" in built.stdout
         assert (cfg.paths.warehouse / "staging.db").is_dir()  # the schema under the data root
+        outside = "this is plain dbt, not tidemark-dbt: it takes no reconciliation lock"
+        assert outside not in built.stdout + built.stderr
+        # plain dbt in dbt_project/ (docs: 'dbt by hand') runs there too, and says what it
+        # does not do
+        plain = subprocess.run(
+            [str(Path(sys.executable).with_name("dbt")), "run", "--profiles-dir", "."]
+            + ["--target", "endpoint", "--select", "stg_stream_progress"],
+            env={
+                **{k: v for k, v in own.items() if k != "TIDEMARK_DBT_RUN_VARS"},  # (a test's)
+                "DBT_TARGET_PATH": str(tmp_path / "t"),
+                "DBT_LOG_PATH": str(tmp_path / "t"),
+            },
+            cwd=CHECKOUT / "dbt_project",
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+        assert "created sql table model staging.stg_stream_progress" in plain.stdout
+        assert outside in plain.stdout, plain.stdout[-3000:]
 
         status = run(shared, tidemark, "sql", "status")
         assert status.returncode == 0 and f"127.0.0.1:{port} (shared" in status.stdout
@@ -127,7 +148,6 @@ def test_the_code_server_of_tidemarks_dagster_dev_outlasts_a_paused_host(cfg):
     day for a heartbeat, and so does the definitions server it spawns."""
     from orchestration.cli.dagster_dev import PAUSE_TOLERANCE_SECONDS
     from orchestration.cli.live import DagsterDev
-    from streaming_jobs.core.config import CHECKOUT
 
     dev = DagsterDev(cfg, free_port())
     cfg.paths.dagster_home.mkdir(parents=True)
