@@ -237,13 +237,13 @@ def _refused_change(checkpoint: Location) -> Finding | None:
         return Finding(
             "job_left_out",
             CRITICAL,
-            f"the continuous run that hosts it left it out at {said.get('at')}: "
+            f"the continuous run that hosts it left it out (since {said.get('at')}): "
             f"{said.get('message')}",
         )
     return Finding(
         "job_change_refused",
         CRITICAL,
-        f"its run at {said.get('at')} was refused: {said.get('message')}",
+        f"its runs are refused (since {said.get('at')}): {said.get('message')}",
     )
 
 

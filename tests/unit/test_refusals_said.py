@@ -41,7 +41,7 @@ def test_a_start_retried_and_failing_alike_keeps_the_time_it_was_first_left_out(
     changes.say_left_out(tmp_path, "v2", "could not start: boom")
     assert said.read_bytes() == first and writes == []
     message = health._refused_change(tmp_path).message
-    assert "left it out at 2026-01-01T09:00:00+00:00" in message, message
+    assert "left it out (since 2026-01-01T09:00:00+00:00)" in message, message
 
     # said otherwise (another reason, another version, or waiting): stamped anew
     changes.say_left_out(tmp_path, "v2", "could not start: another reason")
