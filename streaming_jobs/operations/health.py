@@ -232,7 +232,9 @@ def _refused_change(checkpoint: Location) -> Finding | None:
     except (FileNotFoundError, ValueError):
         return None
     if said.get("kind") == "waiting":
-        return Finding("job_change_waiting", WARNING, f"at {said.get('at')}: {said.get('message')}")
+        return Finding(
+            "job_change_waiting", WARNING, f"since {said.get('at')}: {said.get('message')}"
+        )
     if said.get("kind") == "left_out":
         return Finding(
             "job_left_out",
