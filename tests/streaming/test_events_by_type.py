@@ -157,6 +157,12 @@ def test_batches_a_killed_run_did_not_report_get_their_rows_back_from_the_checkp
     assert [reported[b]["rows_dropped_by_watermark"] for b in range(6)] == [0, 0, 0, 0, 1, 0]
     lost = [3, 4, 5]  # the third run's batches, the late row's among them
     ops_tables.delete(cfg, "stream_progress", f"{where} and batch_id >= 3")
+    # a reconciliation before the job's next start reads gold as of the last reported batch:
+    # the unreported batches' gold rows are left out with the bronze versions they read
+    from orchestration.recon.dbt_vars import position_vars
+
+    pinned = position_vars(cfg, {spec.name: spec})["gold_versions"][spec.name]
+    assert pinned == reported[2]["sink_version"] < reported[5]["sink_version"]
 
     run_continuous(spark, cfg, jobs=[spec.name], trigger_seconds=1.0, max_seconds=3.0)
     back = {r["batch_id"]: r for r in ops_tables.read(cfg, "stream_progress", where=where)}
