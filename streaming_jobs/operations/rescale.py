@@ -78,7 +78,7 @@ def rescale(
             f"rewriting the state (still {sorted(after)} partitions, no new batch in the "
             "checkpoint). The checkpoint is unchanged and the job runs on as before; the "
             "feature is still being completed upstream (SPARK-54345). To change the partition "
-            f"count today: rebuild the job from bronze with TIDEMARK_SHUFFLE_PARTITIONS={partitions} "
-            "(delete its checkpoint and gold table, run it again)."
+            f"count today: 'tidemark rebuild {job} --partitions {partitions}' builds the job from "
+            "bronze beside the live one with that many state partitions and swaps it in."
         )
     return point

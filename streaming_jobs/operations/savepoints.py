@@ -263,10 +263,12 @@ def restore(
     if savepoint is None:
         if not available:
             raise SavepointError(
-                f"job {job}: no savepoint under {cfg.paths.savepoints / job} to restore. Take "
-                f"them regularly (tidemark savepoint {job}, or the savepoint schedule). Without "
-                "one, the job can only be rebuilt from bronze: delete its checkpoint and gold "
-                "table and run it again."
+                f"job {job}: no savepoint under {cfg.paths.savepoints / job} to restore. Without "
+                f"one, the job can only be rebuilt from bronze: 'tidemark rebuild {job} "
+                "--from-scratch --force' removes its checkpoint, gold table and ops rows, and "
+                "its next run streams all of bronze again (gold is empty until it has caught "
+                f"up). Take savepoints regularly: 'tidemark savepoint {job}', or the savepoint "
+                "schedule."
             )
         savepoint = available[-1]
     with checkpoint_lock(cfg.paths.checkpoint(job), holder):

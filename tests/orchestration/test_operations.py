@@ -13,7 +13,7 @@ from dagster import DagsterInstance, build_sensor_context
 import scenarios
 from helpers import click, dbt, land
 from streaming_jobs.storage.registry import get_job
-from streaming_jobs.storage.lake import read_table
+from streaming_jobs.storage.lake import read_table, spark_path
 from streaming_jobs.operations import alerts, savepoints
 from streaming_jobs.operations.health import check_checkpoint
 from streaming_jobs.operations.state import inspect
@@ -259,12 +259,14 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
     # every click of the last 10 minutes of event time is still in dedup state
     assert (
         op.rows
-        == spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+        == spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
         > 0
     )
     assert len(op.largest) == 3 and "event_id" in op.largest[0][0]
     # the largest values' sizes, measured here from the state's rows as JSON
-    held = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).collect()
+    held = (
+        spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).collect()
+    )
     sizes = sorted(
         (len(json.dumps({"value": r.value.asDict(True)}, separators=(",", ":"))) for r in held),
         reverse=True,
@@ -289,12 +291,66 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
 
 
 @pytest.mark.slow
-def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
+def test_a_broken_checkpoint_without_a_savepoint_fails_its_recovery_naming_the_rebuild_that_mends_it(
+    spark, cfg, instance
+):
+    """The sensor's recovery run has no savepoint to restore: it fails, and its error names
+    the command that rebuilds the job from bronze; that command, run as said, gives a job that
+    runs again and a gold table holding every click once."""
     from argparse import Namespace
 
     from orchestration.cli import operate
-    from streaming_jobs.operations.rescale import state_partitions
 
+    spec = get_job("events_by_type")
+    clicks = [click(f"c{i}", f"u{i % 3}", i / 2) for i in range(10)]
+    land(cfg, "a.jsonl", clicks, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    checkpoint = cfg.paths.checkpoint(spec.name)
+    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    [request] = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    ).run_requests
+
+    result = recovery_job.execute_in_process(
+        run_config=request.run_config,
+        resources=resources(cfg),
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.event_specific_data.error  # Dagster's step error; the op's is its cause
+    said = error.cause.message
+    command = f"tidemark rebuild {spec.name} --from-scratch --force"
+    assert "no savepoint" in said and f"'{command}'" in said, said
+
+    assert operate.rebuild(cfg, Namespace(job=spec.name, from_scratch=True, force=True)) == 0
+    more = [click(f"d{i}", "u1", 6 + i / 2) for i in range(3)]
+    land(cfg, "b.jsonl", more, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    run_job(spark, cfg, spec)
+    ids = [r.event_id for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()]
+    assert sorted(ids) == sorted(e["event_id"] for e in clicks + more)
+    assert check_checkpoint(cfg, spec.name, spec.sources) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, request):
+    """On a local disk and with the data root on the project's S3 server."""
+    from argparse import Namespace
+    from dataclasses import replace
+
+    from orchestration.cli import operate
+    from streaming_jobs.operations.rescale import state_partitions
+    from streaming_jobs.storage.spark import use_object_store
+
+    if where == "store":
+        _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
+        cfg = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+        use_object_store(spark, cfg)
     spec = get_job("events_by_type")
     first = [click(f"a{i}", f"u{i % 3}", i / 2) for i in range(12)]
     land(cfg, "a.jsonl", first, stream="clicks")
@@ -302,16 +358,19 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
     run_job(spark, cfg, spec)
     parts = cfg.spark.shuffle_partitions  # a new checkpoint's, fixed by its first batch
     assert state_partitions(spark, cfg, spec.name) == {parts}
-    held = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+    held = spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
 
     # Spark 4.2.0's offline repartitioning leaves the checkpoint as it was: rescale says so
     # (instead of reporting a success) and the job goes on untouched.
-    with pytest.raises(operate.OperationError, match="returned without rewriting the state"):
+    with pytest.raises(operate.OperationError, match="returned without rewriting the state") as no:
         operate.rescale(cfg, Namespace(job=spec.name, partitions=parts * 2))
+    # what to do instead is the product's own command, not deleting files by hand
+    assert f"'tidemark rebuild {spec.name} --partitions {parts * 2}'" in str(no.value)
     assert state_partitions(spark, cfg, spec.name) == {parts}
     assert len(savepoints.savepoints(cfg, spec.name)) == 1  # taken before the attempt
     assert (
-        spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count() == held
+        spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
+        == held
     )
 
     second = [click(f"b{i}", f"u{i % 3}", 6 + i / 2) for i in range(6)] + [first[-1]]  # a duplicate
@@ -326,7 +385,7 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys):
     capsys.readouterr()
     assert operate.state(cfg, Namespace(job=spec.name, top=2)) == 0
     out = capsys.readouterr().out
-    rows = spark.read.format("statestore").load(str(cfg.paths.checkpoint(spec.name))).count()
+    rows = spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
     assert f"dedupeWithinWatermark (store default): {rows:,} rows, {parts} partitions" in out
     with pytest.raises(operate.OperationError, match=f"already has {parts} partitions"):
         operate.rescale(cfg, Namespace(job=spec.name, partitions=parts))
