@@ -16,7 +16,8 @@ tidemark state JOB         a job's state per operator, and its largest keys
 tidemark alerts            recent alerts; --deliver sends the pending ones
 tidemark savepoint JOB     take a savepoint (--all: every job)
 tidemark restore JOB       put the latest (or --savepoint NAME) back
-tidemark rescale JOB N     repartition a stopped job's state into N partitions
+tidemark rescale JOB N     Spark's offline state repartitioning (4.2.0 rewrites nothing:
+                           it says so; 'rebuild JOB --partitions N' does it)
 tidemark check             analyse every job against its sources without running it
 tidemark new stream|job NAME   write a commented file that loads as is (job: --source S)
 tidemark materialize --select SEL   run a selection of assets (e.g. '+key:gold/my_job')
@@ -448,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         help="restore a savepoint taken under another version of the job (the next run then "
         "checks the change against the savepoint's state)",
     )
-    rescale_p = sub.add_parser("rescale", help="repartition a stopped job's state")
+    rescale_p = sub.add_parser(
+        "rescale",
+        help="Spark's offline repartitioning of a stopped job's state (Spark 4.2.0 rewrites "
+        "nothing and the command says so: use rebuild JOB --partitions N)",
+    )
     rescale_p.add_argument("job")
     rescale_p.add_argument("partitions", type=int)
     sub.add_parser("check", help="analyse every job without running it (errors name the file)")
