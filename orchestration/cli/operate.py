@@ -92,20 +92,27 @@ def continuous(cfg: TidemarkConfig, args) -> int:
 def health(cfg: TidemarkConfig, args) -> int:
     from streaming_jobs.core.checkpoints import query_name
     from streaming_jobs.operations.health import CRITICAL, check
+    from streaming_jobs.operations.savepoints import mend_corrupt
     from streaming_jobs.storage.registry import registry, streams
 
     critical = 0
+    jobs = registry()
     queries = [(query_name(s), ()) for s in streams()] + [
-        (spec.name, spec.sources) for spec in registry().values()
+        (spec.name, spec.sources) for spec in jobs.values()
     ]
     for query, sources in queries:
         findings = check(cfg, query, sources)
+        if query in jobs:
+            findings = mend_corrupt(cfg, query, findings)
         print(f"{query}: {'healthy' if not findings else ''}")
         for f in findings:
             critical += f.severity == CRITICAL
             print(f"  [{f.severity}] {f.kind}: {f.message}")
     if critical:
-        print("critical findings: restore the job's latest savepoint (tidemark restore JOB)")
+        print(
+            f"{critical} critical findings: each says what is wrong, most what to do; the rest "
+            "are in docs/operating.md (Recovery playbook)"
+        )
     return 1 if critical else 0
 
 

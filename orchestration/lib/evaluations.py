@@ -14,6 +14,7 @@ import dagster as dg
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.operations import alerts
 from streaming_jobs.operations.health import CRITICAL, Finding, check
+from streaming_jobs.operations.savepoints import mend_corrupt
 from streaming_jobs.operations.state import Reading, history, level
 from streaming_jobs.spec import JobSpec
 
@@ -143,8 +144,9 @@ def firing_kinds(findings: list[Finding]) -> dict[str, tuple[str, str]]:
 
 
 def checkpoint_health(cfg: TidemarkConfig, spec: JobSpec):
-    """The job's checkpoint findings and their asset check evaluation."""
-    findings = check(cfg, spec.name, spec.sources)
+    """The job's checkpoint findings and their asset check evaluation; a broken checkpoint's
+    findings end with what mends it (`savepoints.mend_corrupt`)."""
+    findings = mend_corrupt(cfg, spec.name, check(cfg, spec.name, spec.sources))
     critical = any(f.severity == CRITICAL for f in findings)
     evaluation = dg.AssetCheckEvaluation(
         asset_key=keys.gold(spec.name),

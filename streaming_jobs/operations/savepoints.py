@@ -44,7 +44,7 @@ from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import read_record
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
-from streaming_jobs.operations.health import structural_findings
+from streaming_jobs.operations.health import CRITICAL, Finding, structural_findings
 from streaming_jobs.core.checkpoints import (
     CheckpointBusy,
     checkpoint_lock,
@@ -96,6 +96,45 @@ def savepoints(cfg: TidemarkConfig, job: str) -> list[Savepoint]:
         except (OSError, ValueError, KeyError):
             continue  # cut short or unreadable: never chosen for a restore
     return sorted(found, key=lambda s: (s.taken_at, s.batch_id))
+
+
+NO_SAVEPOINT = "no savepoint to restore"
+
+
+def mend_corrupt(cfg: TidemarkConfig, job: str, findings: list[Finding]) -> list[Finding]:
+    """``findings``, and when they say the job's checkpoint is broken, one more saying what
+    mends it: its latest savepoint restored (what `checkpoint_health_sensor` starts), or, with
+    none, the job rebuilt from bronze. For a job, not an ingestion query."""
+    if not any(f.kind == "checkpoint_corrupt" for f in findings):
+        return findings
+    kept = savepoints(cfg, job)
+    if kept:
+        said = (
+            f"{job}: its latest savepoint {kept[-1].path.name} (batch {kept[-1].batch_id}) "
+            f"mends it: checkpoint_health_sensor starts recovery_job to restore it, or by hand "
+            f"'tidemark restore {job}'"
+        )
+    else:
+        said = (
+            f"{job}: {NO_SAVEPOINT} under {cfg.paths.savepoints / job}, so no recovery run is "
+            f"started. {_rebuild_said(job)}"
+        )
+    return [*findings, Finding("checkpoint_corrupt", CRITICAL, said)]
+
+
+def _rebuild_said(job: str) -> str:
+    """What mends a job no savepoint can: its rebuild from bronze, said with its cost."""
+    return (
+        f"The job can be rebuilt from bronze: 'tidemark rebuild {job} --from-scratch --force' "
+        "removes its checkpoint, gold table and ops rows, and its next run streams all of "
+        "bronze again (gold is empty until it has caught up)"
+    )
+
+
+def restorable(findings: list[Finding]) -> bool:
+    """A broken checkpoint that a savepoint mends (findings `mend_corrupt` completed)."""
+    corrupt = [f for f in findings if f.kind == "checkpoint_corrupt"]
+    return bool(corrupt) and not any(NO_SAVEPOINT in f.message for f in corrupt)
 
 
 def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:
@@ -263,12 +302,9 @@ def restore(
     if savepoint is None:
         if not available:
             raise SavepointError(
-                f"job {job}: no savepoint under {cfg.paths.savepoints / job} to restore. Without "
-                f"one, the job can only be rebuilt from bronze: 'tidemark rebuild {job} "
-                "--from-scratch --force' removes its checkpoint, gold table and ops rows, and "
-                "its next run streams all of bronze again (gold is empty until it has caught "
-                f"up). Take savepoints regularly: 'tidemark savepoint {job}', or the savepoint "
-                "schedule."
+                f"job {job}: {NO_SAVEPOINT} under {cfg.paths.savepoints / job}. "
+                f"{_rebuild_said(job)}. Take savepoints regularly: 'tidemark savepoint {job}', "
+                "or the savepoint schedule."
             )
         savepoint = available[-1]
     with checkpoint_lock(cfg.paths.checkpoint(job), holder):

@@ -93,6 +93,8 @@ def _corrupt_and_recover(spark, cfg, instance) -> int:
     assert [(r["kind"], r["severity"], r["resolved_at"]) for r in opened] == [
         ("checkpoint_corrupt", "critical", None)
     ]
+    # the alert says what mends it: the savepoint the recovery run restores
+    assert f"its latest savepoint {point.path.name}" in opened[0]["message"]
     # Evaluated again before recovery: the same incident (no second alert), the same run key.
     again = checkpoint_health_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance)
@@ -291,12 +293,13 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
 
 
 @pytest.mark.slow
-def test_a_broken_checkpoint_without_a_savepoint_fails_its_recovery_naming_the_rebuild_that_mends_it(
-    spark, cfg, instance
+def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_that_mends_it(
+    spark, cfg, instance, capsys
 ):
-    """The sensor's recovery run has no savepoint to restore: it fails, and its error names
-    the command that rebuilds the job from bronze; that command, run as said, gives a job that
-    runs again and a gold table holding every click once."""
+    """No savepoint to restore: the sensor starts no recovery run (it could only fail), and its
+    alert, its check and `tidemark health` name the command that rebuilds the job from bronze.
+    A recovery run started by hand fails naming it too. That command, run as said, gives a job
+    that streams again with every click once, and the alert resolves."""
     from argparse import Namespace
 
     from orchestration.cli import operate
@@ -309,22 +312,35 @@ def test_a_broken_checkpoint_without_a_savepoint_fails_its_recovery_naming_the_r
     checkpoint = cfg.paths.checkpoint(spec.name)
     latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
-    [request] = checkpoint_health_sensor(
-        build_sensor_context(resources=resources(cfg), instance=instance)
-    ).run_requests
+    command = f"tidemark rebuild {spec.name} --from-scratch --force"
 
-    result = recovery_job.execute_in_process(
-        run_config=request.run_config,
+    tick = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    assert tick.run_requests == []
+    verdict = evaluations(tick, CHECKPOINT_CHECK)[spec.name]
+    assert not verdict.passed and f"'{command}'" in verdict.metadata["details"].value
+    [alert] = incidents(spark, cfg, f"checkpoint:{spec.name}")
+    assert alert["kind"] == "checkpoint_corrupt" and f"offsets/{latest}" in alert["message"]
+    assert f"no savepoint to restore under {cfg.paths.savepoints / spec.name}" in alert["message"]
+    assert f"'{command}'" in alert["message"]
+
+    capsys.readouterr()
+    assert operate.health(cfg, Namespace()) == 1
+    shown = capsys.readouterr().out
+    assert f"[critical] checkpoint_corrupt: {spec.name}: no savepoint to restore" in shown, shown
+    assert "restore the job's latest savepoint" not in shown  # the old advice, wrong here
+
+    by_hand = recovery_job.execute_in_process(
+        run_config={"ops": {"recover": {"config": {"job": spec.name, "restore": True}}}},
         resources=resources(cfg),
         instance=instance,
         raise_on_error=False,
     )
-    assert not result.success
-    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert not by_hand.success
+    [failure] = [e for e in by_hand.all_events if e.event_type_value == "STEP_FAILURE"]
     error = failure.event_specific_data.error  # Dagster's step error; the op's is its cause
-    said = error.cause.message
-    command = f"tidemark rebuild {spec.name} --from-scratch --force"
-    assert "no savepoint" in said and f"'{command}'" in said, said
+    assert "no savepoint" in error.cause.message and f"'{command}'" in error.cause.message
 
     assert operate.rebuild(cfg, Namespace(job=spec.name, from_scratch=True, force=True)) == 0
     more = [click(f"d{i}", "u1", 6 + i / 2) for i in range(3)]
@@ -333,7 +349,12 @@ def test_a_broken_checkpoint_without_a_savepoint_fails_its_recovery_naming_the_r
     run_job(spark, cfg, spec)
     ids = [r.event_id for r in read_table(spark, cfg.paths.table("gold", spec.name)).collect()]
     assert sorted(ids) == sorted(e["event_id"] for e in clicks + more)
-    assert check_checkpoint(cfg, spec.name, spec.sources) == []
+    after = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    assert after.run_requests == [] and evaluations(after, CHECKPOINT_CHECK)[spec.name].passed
+    [alert] = incidents(spark, cfg, f"checkpoint:{spec.name}")
+    assert alert["resolved_at"] is not None
 
 
 @pytest.mark.slow

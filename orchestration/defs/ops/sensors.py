@@ -22,6 +22,7 @@ from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.health import check
+from streaming_jobs.operations.savepoints import restorable
 from streaming_jobs.operations.landing import account
 from streaming_jobs.storage.registry import catalogue, registry
 
@@ -52,7 +53,8 @@ from orchestration.lib.resources import TidemarkResource
     "failed or held, not falling behind, the watermark not in the future "
     "(streaming_jobs/operations/health.py); per stream: ingestion healthy and "
     "every landing line accounted for (operations/landing.py). Alerts, and restores "
-    "a broken checkpoint from its latest savepoint (recovery_job).",
+    "a broken checkpoint from its latest savepoint (recovery_job); with no savepoint, the "
+    "alert names the rebuild that mends it instead.",
 )
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
@@ -66,7 +68,7 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         changes = sync_alerts(
             cfg, spec.name, "checkpoint", firing, "checkpoint healthy again", open_rows
         )
-        if "checkpoint_corrupt" in firing:
+        if restorable(findings):
             incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
             requests.append(
                 dg.RunRequest(
