@@ -95,7 +95,7 @@ def health(cfg: TidemarkConfig, args) -> int:
     from streaming_jobs.operations.savepoints import mend_corrupt
     from streaming_jobs.storage.registry import registry, streams
 
-    critical = 0
+    critical = []  # the queries with a critical finding
     jobs = registry()
     queries = [(query_name(s), ()) for s in streams()] + [
         (spec.name, spec.sources) for spec in jobs.values()
@@ -106,12 +106,13 @@ def health(cfg: TidemarkConfig, args) -> int:
             findings = mend_corrupt(cfg, query, findings)
         print(f"{query}: {'healthy' if not findings else ''}")
         for f in findings:
-            critical += f.severity == CRITICAL
             print(f"  [{f.severity}] {f.kind}: {f.message}")
+        if any(f.severity == CRITICAL for f in findings):
+            critical.append(query)
     if critical:
         print(
-            f"{critical} critical findings: each says what is wrong, most what to do; the rest "
-            "are in docs/operating.md (Recovery playbook)"
+            f"critical findings on {', '.join(critical)}: each says what is wrong, most what to "
+            "do; the rest are in docs/operating.md (Recovery playbook)"
         )
     return 1 if critical else 0
 

@@ -330,6 +330,7 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     shown = capsys.readouterr().out
     assert f"[critical] checkpoint_corrupt: {spec.name}: no savepoint to restore" in shown, shown
     assert "restore the job's latest savepoint" not in shown  # the old advice, wrong here
+    assert shown.splitlines()[-1].startswith(f"critical findings on {spec.name}: ")
 
     by_hand = recovery_job.execute_in_process(
         run_config={"ops": {"recover": {"config": {"job": spec.name, "restore": True}}}},
