@@ -101,9 +101,7 @@ def health(cfg: TidemarkConfig, args) -> int:
         (spec.name, spec.sources) for spec in jobs.values()
     ]
     for query, sources in queries:
-        findings = check(cfg, query, sources)
-        if query in jobs:
-            findings = mend_corrupt(cfg, query, findings)
+        findings = mend_corrupt(cfg, query, check(cfg, query, sources), ingestion=query not in jobs)
         print(f"{query}: {'healthy' if not findings else ''}")
         for f in findings:
             print(f"  [{f.severity}] {f.kind}: {f.message}")

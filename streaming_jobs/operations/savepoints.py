@@ -101,12 +101,22 @@ def savepoints(cfg: TidemarkConfig, job: str) -> list[Savepoint]:
 NO_SAVEPOINT = "no savepoint to restore"
 
 
-def mend_corrupt(cfg: TidemarkConfig, job: str, findings: list[Finding]) -> list[Finding]:
-    """``findings``, and when they say the job's checkpoint is broken, one more saying what
-    mends it: its latest savepoint restored (what `checkpoint_health_sensor` starts), or, with
-    none, the job rebuilt from bronze. For a job, not an ingestion query."""
+def mend_corrupt(
+    cfg: TidemarkConfig, job: str, findings: list[Finding], *, ingestion: bool = False
+) -> list[Finding]:
+    """``findings``, and when they say the checkpoint is broken, one more saying what mends it:
+    a job's latest savepoint restored (what `checkpoint_health_sensor` starts), or, with none,
+    the job rebuilt from bronze. ``ingestion``: ``job`` is a stream's ingestion query, which
+    has no savepoints and no command that mends it yet (said, with what a user can do)."""
     if not any(f.kind == "checkpoint_corrupt" for f in findings):
         return findings
+    if ingestion:
+        said = (
+            f"{job}: an ingestion's checkpoint has no savepoints and no tidemark command "
+            "mends it yet: put the broken file back from a backup (on a store with versioning, "
+            "the object's previous version); docs/operating.md, Recovery playbook"
+        )
+        return [*findings, Finding("checkpoint_corrupt", CRITICAL, said)]
     kept = savepoints(cfg, job)
     if kept:
         said = (

@@ -357,6 +357,18 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     [alert] = incidents(spark, cfg, f"checkpoint:{spec.name}")
     assert alert["resolved_at"] is not None
 
+    # an ingestion's checkpoint has no savepoints and no command mends it: the alert says so
+    bronze = cfg.paths.checkpoint("bronze_clicks")
+    latest = max(int(p.name) for p in (bronze / "offsets").iterdir() if p.name.isdigit())
+    (bronze / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    tick = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    assert tick.run_requests == []
+    [alert] = incidents(spark, cfg, "checkpoint:bronze_clicks")
+    assert alert["kind"] == "checkpoint_corrupt" and f"offsets/{latest}" in alert["message"]
+    assert "no tidemark command mends it yet: put the broken file back" in alert["message"]
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "store"])

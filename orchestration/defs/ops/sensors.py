@@ -22,7 +22,7 @@ from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.health import check
-from streaming_jobs.operations.savepoints import restorable
+from streaming_jobs.operations.savepoints import mend_corrupt, restorable
 from streaming_jobs.operations.landing import account
 from streaming_jobs.storage.registry import catalogue, registry
 
@@ -82,7 +82,8 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
             )
     for stream in found.streams:  # bronze ingestion: its checkpoint, and the landing contract
         query = query_name(stream)
-        firing = firing_kinds(check(cfg, query) + account(cfg, stream).findings)
+        findings = mend_corrupt(cfg, query, check(cfg, query), ingestion=True)
+        firing = firing_kinds(findings + account(cfg, stream).findings)
         sync_alerts(cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows)
     delivery = alerts.deliver(cfg)
     context.log.info(
