@@ -110,15 +110,14 @@ def mend_corrupt(
     has no savepoints and no command that mends it yet (said, with what a user can do)."""
     if not any(f.kind == "checkpoint_corrupt" for f in findings):
         return findings
+    kept = [] if ingestion else savepoints(cfg, job)
     if ingestion:
         said = (
             f"{job}: an ingestion's checkpoint has no savepoints and no tidemark command "
             "mends it yet: put the broken file back from a backup (on a store with versioning, "
             "the object's previous version); docs/operating.md, Recovery playbook"
         )
-        return [*findings, Finding("checkpoint_corrupt", CRITICAL, said)]
-    kept = savepoints(cfg, job)
-    if kept:
+    elif kept:
         said = (
             f"{job}: its latest savepoint {kept[-1].path.name} (batch {kept[-1].batch_id}) "
             f"mends it: checkpoint_health_sensor starts recovery_job to restore it, or by hand "

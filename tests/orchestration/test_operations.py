@@ -53,6 +53,14 @@ def incidents(spark, cfg, prefix: str) -> list[dict]:
     return [r for r in alerts.load(cfg) if r["dedup_key"].startswith(prefix)]
 
 
+def _break_newest_offsets(checkpoint) -> int:
+    """Overwrite the checkpoint's newest offsets file with garbage (a torn write, a bad disk);
+    its batch id."""
+    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    return latest
+
+
 def _corrupt_and_recover(spark, cfg, instance) -> int:
     """Two waves with a savepoint between; the latest offsets file broken; the sensor's alert and
     recovery run; the incident resolved. Returns the late rows the job dropped."""
@@ -74,9 +82,7 @@ def _corrupt_and_recover(spark, cfg, instance) -> int:
     assert all(e.passed for e in evaluations(healthy, CHECKPOINT_CHECK).values())
 
     # The latest offsets file is overwritten with garbage (a torn write, a bad disk).
-    checkpoint = cfg.paths.checkpoint(VELOCITY)
-    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    latest = _break_newest_offsets(cfg.paths.checkpoint(VELOCITY))
 
     first = checkpoint_health_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance)
@@ -309,9 +315,7 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     land(cfg, "a.jsonl", clicks, stream="clicks")
     run_bronze(spark, cfg, "clicks")
     run_job(spark, cfg, spec)
-    checkpoint = cfg.paths.checkpoint(spec.name)
-    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    latest = _break_newest_offsets(cfg.paths.checkpoint(spec.name))
     command = f"tidemark rebuild {spec.name} --from-scratch --force"
 
     tick = checkpoint_health_sensor(
@@ -358,9 +362,7 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     assert alert["resolved_at"] is not None
 
     # an ingestion's checkpoint has no savepoints and no command mends it: the alert says so
-    bronze = cfg.paths.checkpoint("bronze_clicks")
-    latest = max(int(p.name) for p in (bronze / "offsets").iterdir() if p.name.isdigit())
-    (bronze / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    latest = _break_newest_offsets(cfg.paths.checkpoint("bronze_clicks"))
     tick = checkpoint_health_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance)
     )
@@ -392,7 +394,15 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, reque
     run_job(spark, cfg, spec)
     parts = cfg.spark.shuffle_partitions  # a new checkpoint's, fixed by its first batch
     assert state_partitions(spark, cfg, spec.name) == {parts}
-    held = spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
+
+    def state_rows() -> int:  # the dedup state, as Spark's state reader sees it
+        return (
+            spark.read.format("statestore")
+            .load(spark_path(cfg.paths.checkpoint(spec.name)))
+            .count()
+        )
+
+    held = state_rows()
 
     # Spark 4.2.0's offline repartitioning leaves the checkpoint as it was: rescale says so
     # (instead of reporting a success) and the job goes on untouched.
@@ -402,10 +412,7 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, reque
     assert f"'tidemark rebuild {spec.name} --partitions {parts * 2}'" in str(no.value)
     assert state_partitions(spark, cfg, spec.name) == {parts}
     assert len(savepoints.savepoints(cfg, spec.name)) == 1  # taken before the attempt
-    assert (
-        spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
-        == held
-    )
+    assert state_rows() == held
 
     second = [click(f"b{i}", f"u{i % 3}", 6 + i / 2) for i in range(6)] + [first[-1]]  # a duplicate
     land(cfg, "b.jsonl", second, stream="clicks")
@@ -419,7 +426,7 @@ def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, reque
     capsys.readouterr()
     assert operate.state(cfg, Namespace(job=spec.name, top=2)) == 0
     out = capsys.readouterr().out
-    rows = spark.read.format("statestore").load(spark_path(cfg.paths.checkpoint(spec.name))).count()
+    rows = state_rows()
     assert f"dedupeWithinWatermark (store default): {rows:,} rows, {parts} partitions" in out
     with pytest.raises(operate.OperationError, match=f"already has {parts} partitions"):
         operate.rescale(cfg, Namespace(job=spec.name, partitions=parts))
