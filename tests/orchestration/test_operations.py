@@ -12,6 +12,8 @@ from dagster import DagsterInstance, build_sensor_context
 
 import scenarios
 from helpers import click, dbt, land
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table, spark_path
 from streaming_jobs.operations import alerts, savepoints
@@ -54,10 +56,11 @@ def incidents(spark, cfg, prefix: str) -> list[dict]:
 
 
 def _break_newest_offsets(checkpoint) -> int:
-    """Overwrite the checkpoint's newest offsets file with garbage (a torn write, a bad disk);
-    its batch id."""
-    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    (checkpoint / "offsets" / str(latest)).write_text("\x00\x00garbage")
+    """Overwrite the checkpoint's newest offsets file with garbage (a torn write, a bad disk),
+    on a local disk or on the store; its batch id."""
+    offsets = Location.of(checkpoint) / "offsets"
+    latest = max(int(name) for name in locations.names(offsets) if name.isdigit())
+    locations.write_bytes(offsets / str(latest), b"\x00\x00garbage")
     return latest
 
 
@@ -298,18 +301,39 @@ def test_savepoints_are_kept_few_inspected_and_a_missing_savepoint_is_explained(
         savepoints.restore(spark, cfg, "user_sessions")
 
 
+def _on_store(spark, cfg, request, monkeypatch):
+    """``cfg`` with its data root in a bucket of the test's own on the project's S3 server, set
+    for Spark and, through the environment, for what reads the settings there (a sensor's
+    resource, the command line)."""
+    from dataclasses import replace
+
+    from streaming_jobs.storage.spark import use_object_store
+
+    _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
+    cfg = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+    monkeypatch.setenv("TIDEMARK_DATA_ROOT", str(cfg.data_root))
+    monkeypatch.setenv("TIDEMARK_S3_HOME", str(s3_cfg.s3.home))
+    monkeypatch.setenv("TIDEMARK_S3_PORT", str(s3_cfg.s3.port))
+    use_object_store(spark, cfg)
+    return cfg
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "store"])
 def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_that_mends_it(
-    spark, cfg, instance, capsys
+    spark, cfg, instance, capsys, where, request, monkeypatch
 ):
     """No savepoint to restore: the sensor starts no recovery run (it could only fail), and its
     alert, its check and `tidemark health` name the command that rebuilds the job from bronze.
     A recovery run started by hand fails naming it too. That command, run as said, gives a job
-    that streams again with every click once, and the alert resolves."""
+    that streams again with every click once, and the alert resolves. On a local disk and with
+    the data root on the project's S3 server."""
     from argparse import Namespace
 
     from orchestration.cli import operate
 
+    if where == "store":
+        cfg = _on_store(spark, cfg, request, monkeypatch)
     spec = get_job("events_by_type")
     clicks = [click(f"c{i}", f"u{i % 3}", i / 2) for i in range(10)]
     land(cfg, "a.jsonl", clicks, stream="clicks")
@@ -374,19 +398,15 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "store"])
-def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, request):
+def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, request, monkeypatch):
     """On a local disk and with the data root on the project's S3 server."""
     from argparse import Namespace
-    from dataclasses import replace
 
     from orchestration.cli import operate
     from streaming_jobs.operations.rescale import state_partitions
-    from streaming_jobs.storage.spark import use_object_store
 
     if where == "store":
-        _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
-        cfg = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
-        use_object_store(spark, cfg)
+        cfg = _on_store(spark, cfg, request, monkeypatch)
     spec = get_job("events_by_type")
     first = [click(f"a{i}", f"u{i % 3}", i / 2) for i in range(12)]
     land(cfg, "a.jsonl", first, stream="clicks")
