@@ -41,6 +41,8 @@ IN_FLIGHT = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
 SETTLE_SECONDS = 300.0
 CONTINUOUS_JOB = "continuous_streaming_job"
 TRIGGER_SECONDS = 15.0  # the continuous run's trigger in `tidemark live`
+# how long the queries have, after the landing stops, to read everything landed
+CATCH_UP_SECONDS = 600
 
 
 class LiveError(RuntimeError):
@@ -443,12 +445,27 @@ def live(
             f"  landing stopped: {landing.landed:,} lines landed; waiting for every query to "
             "catch up"
         )
-        caught_up = wait_caught_up(
-            hosted_assets(), since=time.time(), timeout=600, trigger_seconds=TRIGGER_SECONDS
+        waited = time.monotonic()
+        behind = wait_caught_up(
+            hosted_assets(),
+            since=time.time(),
+            timeout=CATCH_UP_SECONDS,
+            trigger_seconds=TRIGGER_SECONDS,
+            say=out,
         )
-        out(f"  every query caught up: {'yes' if caught_up else 'NO (timed out)'}")
-        if not caught_up:
-            failures.append("the queries did not catch up with the landed data within 600 s")
+        waited = time.monotonic() - waited
+        if behind:
+            out(
+                f"  every query caught up: NO: after {CATCH_UP_SECONDS} s, "
+                f"{', '.join(behind)} had no report of having read everything"
+            )
+            failures.append(
+                f"{len(behind)} queries did not catch up with the landed data within "
+                f"{CATCH_UP_SECONDS} s ({', '.join(behind)}): the continuous run fell behind "
+                "the landing rate; see each asset's latest materialization in the Dagster UI"
+            )
+        else:
+            out(f"  every query caught up: yes, {waited:.0f} s after the landing stopped")
         gql.terminate(continuous)
         ended = gql.wait(continuous, timeout=300)
         out(f"  continuous run    {ended} (stopped cleanly at a committed batch)")
@@ -553,8 +570,15 @@ def hosted_assets() -> list:
 
 
 def wait_caught_up(
-    keys, since: float, timeout: float, trigger_seconds: float, instance=None
-) -> bool:
+    keys,
+    since: float,
+    timeout: float,
+    trigger_seconds: float,
+    instance=None,
+    say=None,
+    every: float = 30.0,
+    poll: float = 2.0,
+) -> list[str]:
     """Until every query has read all that reached its source before ``since`` (nothing lands
     after it): each asset's latest continuous report says it read no new row and its source
     has nothing waiting (`orchestration.lib.metadata.IDLE`): judged by data, not by batches, since
@@ -565,30 +589,46 @@ def wait_caught_up(
     made, so only reports made a trigger interval after a moment count for that moment. And a
     job's "nothing waiting" can be seen just before its bronze commits the last files. So two
     rounds: the first shows bronze has committed everything landed; the second, begun when the
-    first ends, shows each job has read that last bronze commit."""
+    first ends, shows each job has read that last bronze commit.
+
+    Returns the assets not caught up when ``timeout`` ran out ([]: every one did). While some
+    are not, ``say`` gets a line every ``every`` seconds naming them: a wait of minutes is not
+    silent."""
     from dagster import DagsterInstance
 
     from orchestration.lib.metadata import IDLE
 
     instance = instance or DagsterInstance.get()
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline, next_say = started + timeout, started + every
 
-    def all_caught_up(after: float) -> bool:
-        events = [instance.get_latest_materialization_event(k) for k in keys]
-        return all(
-            e is not None
-            and e.timestamp > after
-            and (e.asset_materialization.description or "").endswith(IDLE)
-            for e in events
-        )
+    def behind(after: float) -> list[str]:
+        out = []
+        for key in keys:
+            event = instance.get_latest_materialization_event(key)
+            if (
+                event is None
+                or event.timestamp <= after
+                or not (event.asset_materialization.description or "").endswith(IDLE)
+            ):
+                out.append(key.to_user_string())
+        return out
 
-    for _ in range(2):
-        while not all_caught_up(since + trigger_seconds):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(2.0)
+    for round_ in ("bronze has committed what landed", "each job has read bronze's last commit"):
+        while waiting := behind(since + trigger_seconds):
+            now = time.monotonic()
+            if now >= deadline:
+                return waiting
+            if say is not None and now >= next_say:
+                named = ", ".join(waiting[:4]) + (", ..." if len(waiting) > 4 else "")
+                say(
+                    f"  still waiting ({now - started:.0f} s; until {round_}): "
+                    f"{len(waiting)} of {len(keys)} queries without a caught-up report: {named}"
+                )
+                next_say = now + every
+            time.sleep(poll)
         since = time.time()
-    return True
+    return []
 
 
 def _status_line(

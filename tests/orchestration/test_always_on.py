@@ -178,7 +178,7 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
             assert all(t["endTimestamp"] - t["timestamp"] < 30 for t in ticks), ticks
 
         land_wave(cfg, 2)
-        assert wait_caught_up(
+        behind = wait_caught_up(
             [
                 *(AssetKey(["bronze", s]) for s in ("clicks", "transactions")),
                 *(AssetKey(["gold", j]) for j in HOSTED),
@@ -187,6 +187,7 @@ def test_continuous_run_with_scheduled_reconciliation_savepoints_and_sensors_at_
             timeout=300,
             trigger_seconds=2.0,
         )
+        assert behind == []
         gql.terminate(continuous)
         assert gql.wait(continuous, timeout=300) == "CANCELED"
         # The queue lets the incremental run go once the checkpoints are free.

@@ -43,3 +43,54 @@ def test_the_sessions_runs_are_tallied_and_a_failed_scheduled_run_fails_live():
         "reconciliation_job 1 ok, 2 failed; savepoint_job 1 ok, 1 failed"
     )
     assert failed == ["savepoint_job 00000001", "reconciliation_job 00000001"]
+
+
+def test_the_wait_for_caught_up_queries_names_those_still_behind(tmp_path):
+    """`tidemark live` waits, after the landing stops, for every query's report of having read
+    everything. While it waits it says which queries have none yet, and when its time runs out
+    it returns them by name (live's failure line names them): never a bare "timed out"."""
+    import threading
+    import time
+
+    from dagster import AssetKey, AssetMaterialization, DagsterInstance
+
+    from orchestration.cli.live import wait_caught_up
+    from orchestration.lib.metadata import continuous_description
+
+    instance = DagsterInstance.local_temp(str(tmp_path))
+    quick, slow = AssetKey(["bronze", "clicks"]), AssetKey(["gold", "events_by_type"])
+
+    def report(key, caught_up: bool) -> None:
+        text = continuous_description("r1", 1, 0 if caught_up else 5, caught_up)
+        instance.report_runless_asset_event(AssetMaterialization(key, description=text))
+
+    stop = threading.Event()
+
+    def reporting(caught_up_slow: bool) -> None:
+        while not stop.is_set():
+            report(quick, True)
+            report(slow, caught_up_slow)
+            time.sleep(0.05)
+
+    said: list[str] = []
+    feeder = threading.Thread(target=reporting, args=(False,), daemon=True)
+    feeder.start()
+    try:
+        behind = wait_caught_up(
+            [quick, slow], time.time(), 1.0, 0.0, instance, said.append, every=0.2, poll=0.05
+        )
+    finally:
+        stop.set()
+        feeder.join()
+    assert behind == ["gold/events_by_type"]  # it reports, but never that it read everything
+    # the last lines, once the quick one has reported: only the one behind is named
+    assert said[-1].endswith("1 of 2 queries without a caught-up report: gold/events_by_type")
+
+    stop.clear()
+    feeder = threading.Thread(target=reporting, args=(True,), daemon=True)
+    feeder.start()
+    try:
+        assert wait_caught_up([quick, slow], time.time(), 30.0, 0.0, instance, poll=0.05) == []
+    finally:
+        stop.set()
+        feeder.join()
