@@ -214,6 +214,6 @@ def recon_lines(status: ReconStatus) -> list[str]:
         )
     else:
         lines.append(
-            f"reconciliation: {status.compared} rows compared, {status.unexplained} unexplained"
+            f"reconciliation: {status.compared:,} rows compared, {status.unexplained:,} unexplained"
         )
     return lines
