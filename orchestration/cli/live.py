@@ -462,7 +462,8 @@ def live(
             failures.append(
                 f"{len(behind)} queries did not catch up with the landed data within "
                 f"{CATCH_UP_SECONDS} s ({', '.join(behind)}): the continuous run fell behind "
-                "the landing rate; see each asset's latest materialization in the Dagster UI"
+                "the landing rate or stopped reading; see the run and each asset's latest "
+                "materialization in the Dagster UI"
             )
         else:
             out(f"  every query caught up: yes, {waited:.0f} s after the landing stopped")
