@@ -198,3 +198,16 @@ def by_text(job: str, shape: dict) -> dict:
     parts = {**version_parts(get_job(job), streams()), "code": code}
     assert version_of(parts) == version  # the rest of the parts as they were then
     return {"version": version, "parts": parts, "shape": shape}
+
+
+def on_store(spark, cfg: TidemarkConfig, s3_bucket, folder: str = "root") -> TidemarkConfig:
+    """``cfg`` with its data root at ``s3://<the test's bucket>/<folder>`` on the project's S3
+    server (``s3_bucket``, the fixture's value), set for the session's Spark."""
+    from dataclasses import replace
+
+    from streaming_jobs.storage.spark import use_object_store
+
+    _, s3_cfg, _, bucket = s3_bucket
+    store = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/{folder}")
+    use_object_store(spark, store)
+    return store

@@ -8,7 +8,7 @@ from datetime import date
 
 import pytest
 
-from helpers import click, land
+from helpers import click, land, on_store
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
@@ -132,16 +132,11 @@ def test_batches_a_killed_run_did_not_report_get_their_rows_back_from_the_checkp
     checkpoint before it starts: the bronze versions and the watermark Spark recorded for it,
     its gold version, and no counts (null: its report is lost, not zero). On local disk and
     with the data root on the project's S3 server."""
-    from dataclasses import replace
-
     from streaming_jobs.operations.continuous import run_continuous
     from streaming_jobs.runtime.progress import RESTORED
-    from streaming_jobs.storage.spark import use_object_store
 
     if where == "store":
-        _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
-        cfg = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
-        use_object_store(spark, cfg)
+        cfg = on_store(spark, cfg, request.getfixturevalue("s3_bucket"))
     spec = get_job("events_by_type")
     kept = ["batch_id", "watermark", "source_versions", "sink_version", "query_id", "job_version"]
     for wave in range(3):

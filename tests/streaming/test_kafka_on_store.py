@@ -5,10 +5,9 @@ the result of the same topic read by a data root on the local disk."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import pytest
-from helpers import is_valid_transaction
+from helpers import is_valid_transaction, on_store
 
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import query_name
@@ -19,7 +18,6 @@ from streaming_jobs.storage.generator import GeneratorConfig, generate, publish_
 from streaming_jobs.storage.kafka import accounting
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.storage.registry import get_job, stream_schema
-from streaming_jobs.storage.spark import use_object_store
 
 JOB, STREAM = "failed_txn_velocity", "transactions"
 pytestmark = pytest.mark.slow
@@ -31,10 +29,8 @@ def _rows(spark, table, columns=None) -> Counter:
 
 
 def test_kafka_into_bronze_and_gold_on_the_store_as_on_disk(spark, kafka_cfg, s3_bucket, tmp_path):
-    _, s3_cfg, _, bucket = s3_bucket
-    store = replace(kafka_cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+    store = on_store(spark, kafka_cfg, s3_bucket)
     local = kafka_cfg.with_data_root(tmp_path / "local")
-    use_object_store(spark, store)
     gen = GeneratorConfig(stream=STREAM, events=1200, files=2, seed=31)
     files = generate(gen)
     lines = [line for f in files for line in f]
@@ -50,10 +46,10 @@ def test_kafka_into_bronze_and_gold_on_the_store_as_on_disk(spark, kafka_cfg, s3
     acct = accounting(store, stream_schema(STREAM))
     assert acct.balanced and acct.records == len(lines), acct.partitions
     position = ["_source_partition", "_source_offset", "event_id"]
-    on_store = _rows(spark, store.paths.table("bronze", STREAM), position)
-    assert max(on_store.values()) == 1
-    assert sum(on_store.values()) == sum(is_valid_transaction(line) for line in lines)
-    assert on_store == _rows(spark, local.paths.table("bronze", STREAM), position)
+    in_store = _rows(spark, store.paths.table("bronze", STREAM), position)
+    assert max(in_store.values()) == 1
+    assert sum(in_store.values()) == sum(is_valid_transaction(line) for line in lines)
+    assert in_store == _rows(spark, local.paths.table("bronze", STREAM), position)
     gold = _rows(spark, store.paths.table("gold", JOB))
     assert gold == _rows(spark, local.paths.table("gold", JOB)) and sum(gold.values()) > 0
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from helpers import land, txn
+from helpers import land, on_store, txn
 from streaming_jobs.core import locations
 from streaming_jobs.operations import retention
 from streaming_jobs.operations.landing import account
@@ -20,7 +20,6 @@ from streaming_jobs.runtime.ingestion import REFUSED_DIR
 from streaming_jobs.runtime.runner import run_bronze
 from streaming_jobs.storage.generator import GeneratorConfig, generate, write_files
 from streaming_jobs.storage.lake import read_table
-from streaming_jobs.storage.spark import use_object_store
 
 STREAM = "transactions"
 pytestmark = pytest.mark.slow
@@ -32,11 +31,9 @@ def _bronze(spark, cfg) -> Counter:
 
 
 def test_landing_on_the_store_is_read_once_and_accounted_for(spark, cfg, s3_bucket, tmp_path):
-    _, s3_cfg, _, bucket = s3_bucket
-    store = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+    store = on_store(spark, cfg, s3_bucket)
     store = replace(store, ops=replace(store.ops, landing_retention="archive"))
     local = cfg.with_data_root(tmp_path / "local")
-    use_object_store(spark, store)
     gen = GeneratorConfig(stream=STREAM, events=600, files=3, seed=7)
     files = generate(gen)
     for root in (store, local):

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 import scenarios
+from helpers import on_store
 
 from streaming_jobs.core.checkpoints import checkpoint_lock, query_name
 from streaming_jobs.operations import retention
 from streaming_jobs.storage.lake import read_table
-from streaming_jobs.storage.spark import use_object_store
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,8 @@ def _rows(spark, table) -> Counter:
 def _waves_run(spark, cfg, s3_bucket):
     """A data root on the store (nothing kept by VACUUM or log expiry) where both waves ran:
     bronze and gold in two commits each; (its config, bronze, gold, their rows)."""
-    _, s3_cfg, _, bucket = s3_bucket
-    store = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+    store = on_store(spark, cfg, s3_bucket)
     store = replace(store, ops=replace(store.ops, vacuum_retain_hours=0.0, log_retain_hours=0.0))
-    use_object_store(spark, store)
     scenarios.run_waves(spark, store)
     bronze = store.paths.table("bronze", "transactions")
     gold = store.paths.table("gold", "failed_txn_velocity")

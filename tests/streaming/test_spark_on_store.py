@@ -129,16 +129,13 @@ def test_the_lake_made_by_sql_equals_the_lake_spark_makes_here_on_the_store(spar
     """What tidemark-dbt asks a shared endpoint to run for a data root on the store
     (`creation_statements`, run here by the same Spark SQL) makes each table as `ensure_lake`
     does (tests/orchestration/test_recon.py has the endpoint itself do it, on a local disk)."""
-    from dataclasses import replace
-
-    from helpers import table_shape
+    from helpers import on_store, table_shape
     from streaming_jobs.runtime.tables import creation_statements, ensure_lake, missing
     from streaming_jobs.storage import ops_tables
 
-    _, s3_cfg, _, bucket = s3_bucket
-    store = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/by-sql")
+    bucket = s3_bucket[3]
+    store = on_store(spark, cfg, s3_bucket, "by-sql")
     reference = store.with_data_root(f"s3://{bucket}/reference")
-    use_object_store(spark, store)
     made = ensure_lake(spark, reference)  # each job's gold schema made by Spark, and kept
     ops_tables.ensure_all(store)
     statements = creation_statements(store, missing(store))

@@ -64,33 +64,28 @@ def test_the_wait_for_caught_up_queries_names_those_still_behind(tmp_path):
         text = continuous_description("r1", 1, 0 if caught_up else 5, caught_up)
         instance.report_runless_asset_event(AssetMaterialization(key, description=text))
 
-    stop = threading.Event()
+    def waiting(caught_up_slow: bool, *args, **kwargs):
+        """wait_caught_up(*args, **kwargs) while a thread reports both queries every 50 ms,
+        the slow one caught up or not."""
+        stop = threading.Event()
 
-    def reporting(caught_up_slow: bool) -> None:
-        while not stop.is_set():
-            report(quick, True)
-            report(slow, caught_up_slow)
-            time.sleep(0.05)
+        def reporting() -> None:
+            while not stop.is_set():
+                report(quick, True)
+                report(slow, caught_up_slow)
+                time.sleep(0.05)
+
+        feeder = threading.Thread(target=reporting, daemon=True)
+        feeder.start()
+        try:
+            return wait_caught_up([quick, slow], time.time(), *args, instance=instance, **kwargs)
+        finally:
+            stop.set()
+            feeder.join()
 
     said: list[str] = []
-    feeder = threading.Thread(target=reporting, args=(False,), daemon=True)
-    feeder.start()
-    try:
-        behind = wait_caught_up(
-            [quick, slow], time.time(), 1.0, 0.0, instance, said.append, every=0.2, poll=0.05
-        )
-    finally:
-        stop.set()
-        feeder.join()
+    behind = waiting(False, 1.0, 0.0, say=said.append, every=0.2, poll=0.05)
     assert behind == ["gold/events_by_type"]  # it reports, but never that it read everything
     # the last lines, once the quick one has reported: only the one behind is named
     assert said[-1].endswith("1 of 2 queries without a caught-up report: gold/events_by_type")
-
-    stop.clear()
-    feeder = threading.Thread(target=reporting, args=(True,), daemon=True)
-    feeder.start()
-    try:
-        assert wait_caught_up([quick, slow], time.time(), 30.0, 0.0, instance, poll=0.05) == []
-    finally:
-        stop.set()
-        feeder.join()
+    assert waiting(True, 30.0, 0.0, poll=0.05) == []
