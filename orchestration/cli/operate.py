@@ -21,6 +21,7 @@ OPERATIONS = (
     "code",
     "accept",
     "release",
+    "repair",
     "materialize",
     "new",
     "maintain",
@@ -487,6 +488,34 @@ def release(cfg: TidemarkConfig, args) -> int:
         "automation, the continuous run) tries that batch again; it is held again if the "
         f"batch fails {HOLD_AFTER} more times"
     )
+    return 0
+
+
+def repair(cfg: TidemarkConfig, args) -> int:
+    """Set aside an ingestion checkpoint's torn newest file, when the tables show it is safe
+    (`streaming_jobs.operations.repair`)."""
+    from streaming_jobs.core.checkpoints import CheckpointBusy, stream_of
+    from streaming_jobs.operations.repair import RepairRefused, repair as mend
+    from streaming_jobs.storage.registry import streams
+
+    stream = stream_of(args.query)
+    if stream not in streams():
+        known = ", ".join(f"bronze_{s}" for s in sorted(streams()))
+        raise OperationError(
+            f"{args.query}: not an ingestion query (bronze_<stream>: {known}). A job's broken "
+            "checkpoint is mended by its savepoint ('tidemark restore JOB') or a rebuild "
+            "('tidemark rebuild JOB --from-scratch'); tidemark health says which"
+        )
+    try:
+        done = mend(cfg, stream)
+    except (CheckpointBusy, RepairRefused) as exc:
+        raise OperationError(str(exc)) from None
+    if done is None:
+        print(
+            f"{args.query}: no offsets or commits file of its checkpoint is unreadable: nothing to mend"
+        )
+        return 0
+    print(done.said())
     return 0
 
 

@@ -73,11 +73,11 @@ def _modified(place: Location, now: float) -> float:
     return found.modified if found is not None else now
 
 
-def _ids(folder: Location) -> list[int]:
+def batch_ids(folder: Location) -> list[int]:
     return sorted(int(n) for n in locations.names(folder) if n.isdigit())
 
 
-def _log_file_error(path: Location) -> str | None:
+def log_file_error(path: Location) -> str | None:
     """Why a checkpoint log file (``v1`` then JSON lines) cannot be read, or None."""
     try:
         lines = locations.read_text(path).splitlines()
@@ -126,10 +126,10 @@ def structural_findings(checkpoint: Path | Location) -> list[Finding]:
         json.loads(locations.read_text(checkpoint / "metadata"))["id"]
     except (OSError, ValueError, KeyError):
         problems.append("metadata: missing or unreadable (the query's id is lost)")
-    offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
+    offsets, commits = batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
     for folder, ids in (("offsets", offsets), ("commits", commits)):
         for batch in ids:
-            error = _log_file_error(checkpoint / folder / str(batch))
+            error = log_file_error(checkpoint / folder / str(batch))
             if error:
                 problems.append(error)
     if commits and commits[-1] not in offsets:
@@ -168,7 +168,7 @@ def check_checkpoint(
     findings = structural_findings(checkpoint)
     if not locations.exists(checkpoint) or findings:
         return findings
-    offsets, commits = _ids(checkpoint / "offsets"), _ids(checkpoint / "commits")
+    offsets, commits = batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
     # No commit yet: the query is as old as its checkpoint (not behind since 1970).
     last = (checkpoint / "commits" / str(commits[-1])) if commits else (checkpoint / "metadata")
     last_commit_at = _modified(last, now)

@@ -873,12 +873,18 @@ def _replaced(out: Maintenance, target: str, folder: Where, cutoff: float) -> No
     for place in old:
         locations.delete_tree(place)
     if old:
-        out.steps.append(Step(target, "remove", f"{len(old)} checkpoints set aside by restores"))
+        out.steps.append(
+            Step(
+                target,
+                "remove",
+                f"{len(old)} checkpoints or files set aside by restores and repairs",
+            )
+        )
 
 
 def _set_aside_at(entry: Item) -> float:
-    """When a restore set a checkpoint aside: the stamp in its name (``<job>-<stamp>``,
-    `restores`), else the folder's own time (a store keeps none for a folder: its newest
+    """When a restore set a checkpoint aside, or a repair a file of one: the stamp in its name
+    (``<job>-<stamp>``, `restores`; ``<query>-repair-<stamp>``, `repair`), else the folder's own time (a store keeps none for a folder: its newest
     file's)."""
     try:
         stamp = datetime.strptime(entry.name.rsplit("-", 1)[-1], "%Y%m%dT%H%M%S%fZ")

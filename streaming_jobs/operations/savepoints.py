@@ -107,16 +107,13 @@ def mend_corrupt(
     """``findings``, and when they say the checkpoint is broken, one more saying what mends it:
     a job's latest savepoint restored (what `checkpoint_health_sensor` starts), or, with none,
     the job rebuilt from bronze. ``ingestion``: ``job`` is a stream's ingestion query, which
-    has no savepoints and no command that mends it yet (said, with what a user can do)."""
+    has no savepoints: `tidemark repair` mends a torn newest file when the tables show it is
+    safe (`streaming_jobs.operations.repair`), and otherwise it is said why not and what to do."""
     if not any(f.kind == "checkpoint_corrupt" for f in findings):
         return findings
     kept = [] if ingestion else savepoints(cfg, job)
     if ingestion:
-        said = (
-            f"{job}: an ingestion's checkpoint has no savepoints and no tidemark command "
-            "mends it yet: put the broken file back from a backup (on a store with versioning, "
-            "the object's previous version); docs/operating.md, Recovery playbook"
-        )
+        said = _repair_said(cfg, job)
     elif kept:
         said = (
             f"{job}: its latest savepoint {kept[-1].path.name} (batch {kept[-1].batch_id}) "
@@ -129,6 +126,26 @@ def mend_corrupt(
             f"started. {_rebuild_said(job)}"
         )
     return [*findings, Finding("checkpoint_corrupt", CRITICAL, said)]
+
+
+def _repair_said(cfg: TidemarkConfig, query: str) -> str:
+    """What mends an ingestion's broken checkpoint: `tidemark repair`, or why it cannot."""
+    from streaming_jobs.core.checkpoints import stream_of
+    from streaming_jobs.operations.repair import RepairRefused, plan
+
+    try:
+        planned = plan(cfg, stream_of(query))
+    except RepairRefused as refused:
+        return f"{refused} (an ingestion's checkpoint has no savepoints)"
+    if planned is None:  # a finding beyond the logs' files (the state, a missing offsets file)
+        return (
+            f"{query}: an ingestion's checkpoint has no savepoints, and `tidemark repair` "
+            "mends only a torn newest offsets or commits file: put the broken file back from "
+            "a backup (on a store with versioning, the object's previous version); "
+            "docs/operating.md, Recovery playbook"
+        )
+    file, _, next_run = planned
+    return f"{query}: 'tidemark repair {query}' sets {file} aside, and {next_run}"
 
 
 def _rebuild_said(job: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 import scenarios
-from helpers import click, dbt, land
+from helpers import click, dbt, land, on_store
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
 from streaming_jobs.storage.registry import get_job
@@ -305,16 +305,10 @@ def _on_store(spark, cfg, request, monkeypatch):
     """``cfg`` with its data root in a bucket of the test's own on the project's S3 server, set
     for Spark and, through the environment, for what reads the settings there (a sensor's
     resource, the command line)."""
-    from dataclasses import replace
-
-    from streaming_jobs.storage.spark import use_object_store
-
-    _, s3_cfg, _, bucket = request.getfixturevalue("s3_bucket")
-    cfg = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/root")
+    cfg = on_store(spark, cfg, request.getfixturevalue("s3_bucket"))
     monkeypatch.setenv("TIDEMARK_DATA_ROOT", str(cfg.data_root))
-    monkeypatch.setenv("TIDEMARK_S3_HOME", str(s3_cfg.s3.home))
-    monkeypatch.setenv("TIDEMARK_S3_PORT", str(s3_cfg.s3.port))
-    use_object_store(spark, cfg)
+    monkeypatch.setenv("TIDEMARK_S3_HOME", str(cfg.s3.home))
+    monkeypatch.setenv("TIDEMARK_S3_PORT", str(cfg.s3.port))
     return cfg
 
 
@@ -385,7 +379,8 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     [alert] = incidents(spark, cfg, f"checkpoint:{spec.name}")
     assert alert["resolved_at"] is not None
 
-    # an ingestion's checkpoint has no savepoints and no command mends it: the alert says so
+    # an ingestion's checkpoint has no savepoints, and a committed batch's positions torn
+    # cannot be set aside (tests/streaming/test_repair.py: what `tidemark repair` mends)
     latest = _break_newest_offsets(cfg.paths.checkpoint("bronze_clicks"))
     tick = checkpoint_health_sensor(
         build_sensor_context(resources=resources(cfg), instance=instance)
@@ -393,7 +388,8 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     assert tick.run_requests == []
     [alert] = incidents(spark, cfg, "checkpoint:bronze_clicks")
     assert alert["kind"] == "checkpoint_corrupt" and f"offsets/{latest}" in alert["message"]
-    assert "no tidemark command mends it yet: put the broken file back" in alert["message"]
+    assert f"offsets/{latest} is unreadable, and batch {latest} was committed" in alert["message"]
+    assert "put the file back from a backup" in alert["message"]
 
 
 @pytest.mark.slow

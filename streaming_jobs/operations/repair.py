@@ -1,0 +1,168 @@
+"""Mend an ingestion's checkpoint whose newest log file is torn (`tidemark repair
+bronze_<stream>`).
+
+An ingestion query keeps no state and no savepoints: its checkpoint is its source's positions
+(``offsets/N``), the batches it finished (``commits/N``) and its identity (``metadata``, which
+keys bronze's and quarantine's idempotent writes). Spark writes each of these files whole and
+renames it into place, so a killed process leaves none torn; a machine that lost power before
+its disk had the bytes, a full or failing disk, or a hand can. Spark then refuses to start the
+query, and every row landed after it waits.
+
+Two cases are mended by setting the one torn file aside, when bronze and quarantine show it is
+safe:
+
+- the newest ``commits/N`` unreadable (``offsets/N`` intact): batch N runs again from the same
+  positions, and the tables' idempotency key skips what it had written;
+- the newest ``offsets/N`` unreadable, no ``commits/N``, and neither bronze nor quarantine holds
+  a write of this query's batch N: it never reached them, so it is planned again (possibly with
+  more input) and written once.
+
+Everything else is refused, saying why and what to do: an ``offsets/N`` whose batch was written
+(planned again it could take more input than the batch written, and the key would skip it
+all), a torn file older than the newest, a lost ``metadata`` (the identity the writes are keyed
+by). The file set aside is kept under ``checkpoints/.replaced/<query>-repair-<stamp>/``
+(retention prunes it as it prunes a restore's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from streaming_jobs.core import locations
+from streaming_jobs.core.checkpoints import checkpoint_lock, query_id, query_name
+from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.locations import Location
+from streaming_jobs.operations.health import batch_ids, log_file_error
+
+
+class RepairRefused(RuntimeError):
+    """The checkpoint cannot be mended safely by tidemark; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Repair:
+    query: str
+    batch_id: int
+    set_aside: str  # the checkpoint file set aside: "offsets/N" or "commits/N"
+    kept_in: str  # where it is kept
+    next_run: str  # what the next run does
+
+    def said(self) -> str:
+        return (
+            f"{self.query}: {self.set_aside} was unreadable and is set aside (kept in "
+            f"{self.kept_in}); {self.next_run}"
+        )
+
+
+def ingestion_app_id(checkpoint) -> str | None:
+    """The key an ingestion's batches are written to bronze and quarantine with (None when the
+    checkpoint's ``metadata`` is lost)."""
+    identity = query_id(checkpoint)
+    return None if identity is None else f"tidemark.bronze.{identity}"
+
+
+def newest_written(cfg: TidemarkConfig, stream: str, app_id: str) -> int | None:
+    """The newest batch ``app_id`` wrote to the stream's bronze or quarantine table (Delta's
+    ``txn`` for it, read from the table's whole state, checkpoints included), or None."""
+    found = []
+    for layer in ("bronze", "quarantine"):
+        table = cfg.paths.table(layer, stream)
+        if locations.is_delta_table(table):
+            version = locations.delta_table(table).transaction_version(app_id)
+            if version is not None:
+                found.append(int(version))
+    return max(found, default=None)
+
+
+def plan(cfg: TidemarkConfig, stream: str) -> tuple[str, int, str] | None:
+    """What mends ``stream``'s ingestion checkpoint: (the file to set aside, its batch, what the
+    next run does); None when nothing in its logs is unreadable. Raises `RepairRefused`."""
+    query = query_name(stream)
+    checkpoint = Location.of(cfg.paths.checkpoint(query))
+    if not locations.exists(checkpoint):
+        return None
+    app_id = ingestion_app_id(checkpoint)
+    if app_id is None:
+        raise RepairRefused(
+            f"{query}: its checkpoint's metadata (the query's id, which bronze's writes are "
+            "keyed by) is lost, and no command can make it again: put the file back from a "
+            "backup (on a store with versioning, the object's previous version); "
+            "docs/operating.md, Recovery playbook"
+        )
+    offsets, commits = batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
+    torn = [
+        (folder, batch, error)
+        for folder, ids in (("offsets", offsets), ("commits", commits))
+        for batch in ids
+        if (error := log_file_error(checkpoint / folder / str(batch)))
+    ]
+    if not torn:
+        return None
+    newest = max(offsets + commits)
+    if len(torn) > 1 or torn[0][1] != newest:
+        listed = "; ".join(error for _, _, error in torn)
+        raise RepairRefused(
+            f"{query}: {listed}. Only the newest batch's file can be set aside safely; put "
+            "these back from a backup (on a store with versioning, the objects' previous "
+            "versions); docs/operating.md, Recovery playbook"
+        )
+    folder, batch, _ = torn[0]
+    if folder == "commits":
+        if batch not in offsets:
+            raise RepairRefused(
+                f"{query}: commits/{batch} is unreadable and offsets/{batch} is missing: the "
+                "batch's positions are lost; put the files back from a backup"
+            )
+        return (
+            f"commits/{batch}",
+            batch,
+            f"its next run runs batch {batch} again from the same positions, and bronze's "
+            "key skips what it had written",
+        )
+    if batch in commits:
+        raise RepairRefused(
+            f"{query}: offsets/{batch} is unreadable, and batch {batch} was committed: its "
+            "positions are lost and the next batch cannot start after them; put the file back "
+            "from a backup (on a store with versioning, the object's previous version)"
+        )
+    written = newest_written(cfg, stream, app_id)
+    if written is not None and written >= batch:
+        raise RepairRefused(
+            f"{query}: offsets/{batch} is unreadable and batch {batch} was already written to "
+            f"bronze or quarantine. Planned again it could read more than was written, and the "
+            "idempotency key would skip it all: rows would be lost. Put the file back from a "
+            "backup (on a store with versioning, the object's previous version)"
+        )
+    return (
+        f"offsets/{batch}",
+        batch,
+        f"batch {batch} never reached bronze or quarantine (their newest write of this query "
+        f"is batch {'none' if written is None else written}); its next run plans it again "
+        "and writes it once",
+    )
+
+
+def repair(cfg: TidemarkConfig, stream: str, holder: str = "tidemark repair") -> Repair | None:
+    """Set aside the torn file `plan` names, holding the checkpoint's lock (`CheckpointBusy`
+    while a run owns it); None when nothing is torn."""
+    query = query_name(stream)
+    checkpoint = Location.of(cfg.paths.checkpoint(query))
+    if not locations.exists(checkpoint):
+        return None  # never ran (and no lock file left behind for it)
+    with checkpoint_lock(checkpoint, holder):
+        planned = plan(cfg, stream)
+        if planned is None:
+            return None
+        file, batch, next_run = planned
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        kept = Location.of(cfg.paths.checkpoints) / ".replaced" / f"{query}-repair-{stamp}"
+        folder, name = file.split("/")
+        # the file's checksum beside it on a local disk (Hadoop's .N.crc) goes with it, first:
+        # a new file of that name would be checked against it. A repair cut short leaves the
+        # torn file in place (on a store, perhaps also its copy), and the next one moves it.
+        for each in (f".{name}.crc", name):
+            source = checkpoint / folder / each
+            if locations.is_file(source):
+                locations.move(source, kept / folder / each)
+    return Repair(query, batch, file, str(kept), next_run)

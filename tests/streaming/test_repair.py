@@ -1,0 +1,141 @@
+"""`tidemark repair bronze_<stream>`: an ingestion checkpoint's torn newest file set aside when
+bronze and quarantine show it is safe, refused when it is not; each time the next run leaves
+every landed line in bronze or quarantine exactly once. On a local disk and on the project's
+S3 server."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from collections import Counter
+
+import pytest
+
+from helpers import land, on_store, txn
+from streaming_jobs.core import locations
+from streaming_jobs.core.locations import Location
+from streaming_jobs.operations.health import check_checkpoint
+from streaming_jobs.operations.savepoints import mend_corrupt
+from streaming_jobs.runtime import ingestion
+from streaming_jobs.runtime.runner import StreamRunError, run_bronze
+from streaming_jobs.storage.lake import read_table
+
+STREAM, QUERY = "transactions", "bronze_transactions"
+BAD = "{not json"
+pytestmark = pytest.mark.slow
+
+
+def _tables(spark, cfg) -> tuple[Counter, Counter]:
+    """Each bronze event id, and each quarantined raw line, with how often it is there."""
+    bronze = read_table(spark, cfg.paths.table("bronze", STREAM)).select("event_id").collect()
+    bad = read_table(spark, cfg.paths.table("quarantine", STREAM)).select("raw_line").collect()
+    return Counter(r.event_id for r in bronze), Counter(r.raw_line for r in bad)
+
+
+def _wave(cfg, name: str, count: int, landed: list) -> None:
+    """``count`` transactions and one malformed line, landed as ``<name>.jsonl``."""
+    events = [txn(f"{name}{i}", "u1", i) for i in range(count)]
+    land(cfg, f"{name}.jsonl", [*events, f"{BAD} {name}"], stream=STREAM)
+    landed.append((events, f"{BAD} {name}"))
+
+
+def _expected(landed) -> tuple[Counter, Counter]:
+    return (
+        Counter(e["event_id"] for events, _ in landed for e in events),
+        Counter(bad for _, bad in landed),
+    )
+
+
+def _tear(checkpoint: Location, file: str) -> bytes:
+    """Overwrite ``file`` (e.g. ``offsets/2``) with what a torn write leaves; its bytes."""
+    before = locations.read_bytes(checkpoint / file)
+    locations.write_bytes(checkpoint / file, b'v1\n{"logOff')
+    return before
+
+
+def _failing_batch(monkeypatch, after_write: bool) -> None:
+    """The next bronze batch fails: before its writes, or after them (before its commit)."""
+    real = ingestion.append_once
+
+    def append(df, path, app_id, version):
+        if after_write:
+            real(df, path, app_id, version)
+        raise RuntimeError("the machine went down here")
+
+    monkeypatch.setattr(ingestion, "append_once", append)
+
+
+def _alert_says(cfg) -> str:
+    findings = mend_corrupt(cfg, QUERY, check_checkpoint(cfg, QUERY), ingestion=True)
+    return " ".join(f.message for f in findings if f.kind == "checkpoint_corrupt")
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_not(
+    spark, cfg, capsys, monkeypatch, where, request
+):
+    from orchestration.cli import operate
+
+    if where == "store":
+        cfg = on_store(spark, cfg, request.getfixturevalue("s3_bucket"))
+    checkpoint = Location.of(cfg.paths.checkpoint(QUERY))
+    landed: list = []
+    _wave(cfg, "a", 4, landed)
+    assert run_bronze(spark, cfg, STREAM).checkpoint_batch_id == 0
+
+    # batch 1 written to both tables, then the machine went down before its commit, and its
+    # offsets file is torn: planned again it could take more files than were written, which
+    # the tables' key would skip. Refused, and the checkpoint left as it is.
+    _wave(cfg, "b", 3, landed)
+    with monkeypatch.context() as patch:
+        _failing_batch(patch, after_write=True)
+        with pytest.raises(StreamRunError):
+            run_bronze(spark, cfg, STREAM)
+    backup = _tear(checkpoint, "offsets/1")
+    said = _alert_says(cfg)
+    assert "offsets/1 is unreadable and batch 1 was already written" in said
+    with pytest.raises(operate.OperationError, match="file back from a backup"):
+        operate.repair(cfg, Namespace(query=QUERY))
+    assert locations.read_bytes(checkpoint / "offsets" / "1") != backup  # untouched
+    # put back as said, the batch runs again and writes nothing twice
+    locations.write_bytes(checkpoint / "offsets" / "1", backup)
+    assert run_bronze(spark, cfg, STREAM).checkpoint_batch_id == 1
+    assert _tables(spark, cfg) == _expected(landed)
+
+    # batch 2 planned, and the machine went down before it wrote anything: its torn offsets
+    # file is set aside, and it is planned again with the files landed since
+    _wave(cfg, "c", 2, landed)
+    with monkeypatch.context() as patch:
+        _failing_batch(patch, after_write=False)
+        with pytest.raises(StreamRunError):
+            run_bronze(spark, cfg, STREAM)
+    _tear(checkpoint, "offsets/2")
+    assert f"'tidemark repair {QUERY}' sets offsets/2 aside" in _alert_says(cfg)
+    capsys.readouterr()
+    assert operate.repair(cfg, Namespace(query=QUERY)) == 0
+    shown = capsys.readouterr().out
+    assert f"{QUERY}: offsets/2 was unreadable and is set aside" in shown
+    assert "their newest write of this query is batch 1" in shown
+    kept = Location.of(cfg.paths.checkpoints) / ".replaced"
+    [folder] = [n for n in locations.names(kept) if n.startswith(f"{QUERY}-repair-")]
+    assert locations.read_bytes(kept / folder / "offsets" / "2").startswith(b'v1\n{"logOff')
+    _wave(cfg, "d", 2, landed)
+    assert run_bronze(spark, cfg, STREAM).checkpoint_batch_id == 2
+    assert _tables(spark, cfg) == _expected(landed)
+
+    # the newest commits file torn: the batch runs again from its positions, written once
+    _tear(checkpoint, "commits/2")
+    assert operate.repair(cfg, Namespace(query=QUERY)) == 0
+    assert "commits/2 was unreadable and is set aside" in capsys.readouterr().out
+    assert _alert_says(cfg) == ""  # healthy again
+    _wave(cfg, "e", 2, landed)
+    run_bronze(spark, cfg, STREAM)
+    assert _tables(spark, cfg) == _expected(landed)
+
+    # nothing torn: nothing done; a torn file older than the newest: refused
+    assert operate.repair(cfg, Namespace(query=QUERY)) == 0
+    assert "nothing to mend" in capsys.readouterr().out
+    _tear(checkpoint, "commits/0")
+    with pytest.raises(operate.OperationError, match="Only the newest batch's file"):
+        operate.repair(cfg, Namespace(query=QUERY))
+    with pytest.raises(operate.OperationError, match="not an ingestion query"):
+        operate.repair(cfg, Namespace(query="events_by_type"))
