@@ -1,10 +1,12 @@
 """`tidemark repair bronze_<stream>`: an ingestion checkpoint's torn newest file set aside when
 bronze and quarantine show it is safe, refused when it is not; each time the next run leaves
-every landed line in bronze or quarantine exactly once. On a local disk and on the project's
-S3 server."""
+every landed line in bronze or quarantine exactly once. Landing files on a local disk and on
+the project's S3 server, and a Kafka topic on the project's broker (its positions are the
+topic's offsets, not a file log)."""
 
 from __future__ import annotations
 
+import json
 from argparse import Namespace
 from collections import Counter
 
@@ -17,7 +19,9 @@ from streaming_jobs.operations.health import check_checkpoint
 from streaming_jobs.operations.savepoints import mend_corrupt
 from streaming_jobs.runtime import ingestion
 from streaming_jobs.runtime.runner import StreamRunError, run_bronze
+from streaming_jobs.storage.kafka import ensure_topic, publish, topic_of
 from streaming_jobs.storage.lake import read_table
+from streaming_jobs.storage.registry import stream_schema
 
 STREAM, QUERY = "transactions", "bronze_transactions"
 BAD = "{not json"
@@ -32,9 +36,15 @@ def _tables(spark, cfg) -> tuple[Counter, Counter]:
 
 
 def _wave(cfg, name: str, count: int, landed: list) -> None:
-    """``count`` transactions and one malformed line, landed as ``<name>.jsonl``."""
+    """``count`` transactions and one malformed line: landed as ``<name>.jsonl``, or published
+    to the stream's topic when Kafka is its source."""
     events = [txn(f"{name}{i}", "u1", i) for i in range(count)]
-    land(cfg, f"{name}.jsonl", [*events, f"{BAD} {name}"], stream=STREAM)
+    lines = [*(json.dumps(e) for e in events), f"{BAD} {name}"]
+    if cfg.kafka.source == "kafka":
+        topic = topic_of(cfg, stream_schema(STREAM))
+        assert publish(cfg, topic, [(None, line.encode()) for line in lines]) == len(lines)
+    else:
+        land(cfg, f"{name}.jsonl", lines, stream=STREAM)
     landed.append((events, f"{BAD} {name}"))
 
 
@@ -69,7 +79,7 @@ def _alert_says(cfg) -> str:
     return " ".join(f.message for f in findings if f.kind == "checkpoint_corrupt")
 
 
-@pytest.mark.parametrize("where", ["local", "store"])
+@pytest.mark.parametrize("where", ["local", "store", "kafka"])
 def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_not(
     spark, cfg, capsys, monkeypatch, where, request
 ):
@@ -77,10 +87,15 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
 
     if where == "store":
         cfg = on_store(spark, cfg, request.getfixturevalue("s3_bucket"))
+    if where == "kafka":
+        cfg = request.getfixturevalue("kafka_cfg")
+        assert ensure_topic(cfg, topic_of(cfg, stream_schema(STREAM)), partitions=1) == 1
     checkpoint = Location.of(cfg.paths.checkpoint(QUERY))
     landed: list = []
     _wave(cfg, "a", 4, landed)
     assert run_bronze(spark, cfg, STREAM).checkpoint_batch_id == 0
+    if where == "kafka":  # the positions are the topic's offsets
+        assert topic_of(cfg, stream_schema(STREAM)) in locations.read_text(checkpoint / "offsets/0")
 
     # batch 1 written to both tables, then the machine went down before its commit, and its
     # offsets file is torn: planned again it could take more files than were written, which
