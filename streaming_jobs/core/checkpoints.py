@@ -241,6 +241,12 @@ def query_id(checkpoint: Where) -> str | None:
         return None
 
 
+def bronze_app_id(identity: str) -> str:
+    """The key an ingestion query with id ``identity`` (`query_id`) writes its batches to
+    bronze and quarantine with (Delta's ``txnAppId``)."""
+    return f"tidemark.bronze.{identity}"
+
+
 class CheckpointBusy(RuntimeError):
     """Another run owns the checkpoint; the message says which and what to do."""
 

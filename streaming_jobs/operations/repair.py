@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from streaming_jobs.core import locations
-from streaming_jobs.core.checkpoints import checkpoint_lock, query_id, query_name
+from streaming_jobs.core.checkpoints import bronze_app_id, checkpoint_lock, query_id, query_name
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Location
 from streaming_jobs.operations.health import batch_ids, log_file_error
@@ -55,13 +55,6 @@ class Repair:
         )
 
 
-def ingestion_app_id(checkpoint) -> str | None:
-    """The key an ingestion's batches are written to bronze and quarantine with (None when the
-    checkpoint's ``metadata`` is lost)."""
-    identity = query_id(checkpoint)
-    return None if identity is None else f"tidemark.bronze.{identity}"
-
-
 def newest_written(cfg: TidemarkConfig, stream: str, app_id: str) -> int | None:
     """The newest batch ``app_id`` wrote to the stream's bronze or quarantine table (Delta's
     ``txn`` for it, read from the table's whole state, checkpoints included), or None."""
@@ -82,8 +75,8 @@ def plan(cfg: TidemarkConfig, stream: str) -> tuple[str, int, str] | None:
     checkpoint = Location.of(cfg.paths.checkpoint(query))
     if not locations.exists(checkpoint):
         return None
-    app_id = ingestion_app_id(checkpoint)
-    if app_id is None:
+    identity = query_id(checkpoint)
+    if identity is None:
         raise RepairRefused(
             f"{query}: its checkpoint's metadata (the query's id, which bronze's writes are "
             "keyed by) is lost, and no command can make it again: put the file back from a "
@@ -126,7 +119,7 @@ def plan(cfg: TidemarkConfig, stream: str) -> tuple[str, int, str] | None:
             "positions are lost and the next batch cannot start after them; put the file back "
             "from a backup (on a store with versioning, the object's previous version)"
         )
-    written = newest_written(cfg, stream, app_id)
+    written = newest_written(cfg, stream, bronze_app_id(identity))
     if written is not None and written >= batch:
         raise RepairRefused(
             f"{query}: offsets/{batch} is unreadable and batch {batch} was already written to "

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_jobs.core.checkpoints import query_id, query_name, still_owned
+from streaming_jobs.core.checkpoints import bronze_app_id, query_id, query_name, still_owned
 from streaming_jobs.core import locations
 from streaming_jobs.core.landed_bytes import COMPRESSED, LONGEST_LINE, extension, measured
 from streaming_jobs.core.config import TidemarkConfig
@@ -261,7 +261,7 @@ class BronzeBatchWriter:
             )
             # keyed by the checkpoint's identity: a rebuilt checkpoint's batch 0 is new data
             identity = query_id(self.checkpoint)
-            app_id = f"tidemark.bronze.{identity}"
+            app_id = bronze_app_id(identity)
             record(
                 self.cfg,
                 result_rows(
