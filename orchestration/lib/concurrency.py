@@ -29,6 +29,7 @@ from streaming_jobs.spec import JobSpec
 
 CHECKPOINT_TAG = ".dagster/tidemark/checkpoint."
 RECON_TAG = "tidemark/reconciliation"
+RECOVERS_TAG = "tidemark/recovers"  # a recovery run's job or ingestion
 CONTINUOUS_TAG = "tidemark/continuous"
 OWNED = "owned"
 
@@ -45,11 +46,6 @@ def checkpoint_tags(queries) -> dict[str, str]:
 def job_tags(spec: JobSpec) -> dict[str, str]:
     """What a run of one job (its sources' ingestion, then the job) owns."""
     return checkpoint_tags([*(query_name(s) for s in spec.sources), spec.name])
-
-
-def recovery_tags(spec: JobSpec) -> dict[str, str]:
-    """The tags of a recovery run of ``spec``: the checkpoints it drives."""
-    return {"tidemark/recovers": spec.name, **job_tags(spec)}
 
 
 def run_limits(queries, max_concurrent_runs: int) -> dict:

@@ -65,6 +65,12 @@ class Finding:
     kind: str
     severity: str
     message: str
+    # what checkpoint_health_sensor starts for it (`savepoints.mend_corrupt`): RESTORE (a job's
+    # savepoint) or REPAIR (an ingestion's torn newest file set aside); None: nothing
+    remedy: str | None = None
+
+
+RESTORE, REPAIR = "restore", "repair"
 
 
 def _modified(place: Location, now: float) -> float:

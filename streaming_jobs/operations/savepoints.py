@@ -44,7 +44,13 @@ from streaming_jobs.core.checkpoints import last_committed_batch
 from streaming_jobs.core.versions import read_record
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
-from streaming_jobs.operations.health import CRITICAL, Finding, structural_findings
+from streaming_jobs.operations.health import (
+    CRITICAL,
+    REPAIR,
+    RESTORE,
+    Finding,
+    structural_findings,
+)
 from streaming_jobs.core.checkpoints import (
     CheckpointBusy,
     checkpoint_lock,
@@ -104,48 +110,55 @@ NO_SAVEPOINT = "no savepoint to restore"
 def mend_corrupt(
     cfg: TidemarkConfig, job: str, findings: list[Finding], *, ingestion: bool = False
 ) -> list[Finding]:
-    """``findings``, and when they say the checkpoint is broken, one more saying what mends it:
-    a job's latest savepoint restored (what `checkpoint_health_sensor` starts), or, with none,
-    the job rebuilt from bronze. ``ingestion``: ``job`` is a stream's ingestion query, which
-    has no savepoints: `tidemark repair` mends a torn newest file when the tables show it is
-    safe (`streaming_jobs.operations.repair`), and otherwise it is said why not and what to do."""
+    """``findings``, and when they say the checkpoint is broken, one more saying what mends it,
+    with the `Finding.remedy` `checkpoint_health_sensor` starts: a job's latest savepoint
+    restored, or, with none, the job rebuilt from bronze (said, not started). ``ingestion``:
+    ``job`` is a stream's ingestion query, which has no savepoints: its torn newest file is set
+    aside when the tables show it is safe (`streaming_jobs.operations.repair`), and otherwise it
+    is said why not and what to do."""
     if not any(f.kind == "checkpoint_corrupt" for f in findings):
         return findings
     kept = [] if ingestion else savepoints(cfg, job)
+    remedy = None
     if ingestion:
-        said = _repair_said(cfg, job)
+        said, remedy = _repair_said(cfg, job)
     elif kept:
-        said = (
+        said, remedy = (
             f"{job}: its latest savepoint {kept[-1].path.name} (batch {kept[-1].batch_id}) "
             f"mends it: checkpoint_health_sensor starts recovery_job to restore it, or by hand "
-            f"'tidemark restore {job}'"
+            f"'tidemark restore {job}'",
+            RESTORE,
         )
     else:
         said = (
             f"{job}: {NO_SAVEPOINT} under {cfg.paths.savepoints / job}, so no recovery run is "
             f"started. {_rebuild_said(job)}"
         )
-    return [*findings, Finding("checkpoint_corrupt", CRITICAL, said)]
+    return [*findings, Finding("checkpoint_corrupt", CRITICAL, said, remedy)]
 
 
-def _repair_said(cfg: TidemarkConfig, query: str) -> str:
-    """What mends an ingestion's broken checkpoint: `tidemark repair`, or why it cannot."""
+def _repair_said(cfg: TidemarkConfig, query: str) -> tuple[str, str | None]:
+    """What mends an ingestion's broken checkpoint, and whether a recovery run can: a repair
+    (`REPAIR`), or why it cannot (None)."""
     from streaming_jobs.core.checkpoints import stream_of
     from streaming_jobs.operations.repair import RepairRefused, plan
 
     try:
         planned = plan(cfg, stream_of(query))
     except RepairRefused as refused:
-        return f"{refused} (an ingestion's checkpoint has no savepoints)"
+        return f"{refused} (an ingestion's checkpoint has no savepoints)", None
     if planned is None:  # a finding beyond the logs' files (the state, a missing offsets file)
         return (
             f"{query}: an ingestion's checkpoint has no savepoints, and `tidemark repair` "
             "mends only a torn newest offsets or commits file: put the broken file back from "
             "a backup (on a store with versioning, the object's previous version); "
             "docs/operating.md, Recovery playbook"
-        )
+        ), None
     file, _, next_run = planned
-    return f"{query}: 'tidemark repair {query}' sets {file} aside, and {next_run}"
+    return (
+        f"{query}: checkpoint_health_sensor starts recovery_job to repair it, or by hand "
+        f"'tidemark repair {query}': it sets {file} aside, and {next_run}"
+    ), REPAIR
 
 
 def _rebuild_said(job: str) -> str:
@@ -159,8 +172,13 @@ def _rebuild_said(job: str) -> str:
 
 def restorable(findings: list[Finding]) -> bool:
     """A broken checkpoint that a savepoint mends (findings `mend_corrupt` completed)."""
-    corrupt = [f for f in findings if f.kind == "checkpoint_corrupt"]
-    return bool(corrupt) and not any(NO_SAVEPOINT in f.message for f in corrupt)
+    return any(f.remedy == RESTORE for f in findings)
+
+
+def repairable(findings: list[Finding]) -> bool:
+    """An ingestion's broken checkpoint that a repair mends (findings `mend_corrupt`
+    completed)."""
+    return any(f.remedy == REPAIR for f in findings)
 
 
 def take_locked(cfg: TidemarkConfig, job: str, *, keep: int = 3) -> Savepoint:

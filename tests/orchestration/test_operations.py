@@ -394,6 +394,72 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "store"])
+def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
+    spark, cfg, instance, where, request, monkeypatch
+):
+    """An ingestion's batch planned, and the machine down before it wrote anything, its offsets
+    file torn: the sensor's alert says the repair, and it requests one recovery run for the
+    incident. The run sets the file aside and ingests what waited: every landed click in bronze
+    and the bad line in quarantine, each once; the alert resolves. On a local disk and with the
+    data root on the project's S3 server."""
+    from streaming_jobs.runtime import ingestion
+    from streaming_jobs.runtime.runner import StreamRunError
+
+    if where == "store":
+        cfg = _on_store(spark, cfg, request, monkeypatch)
+    query = "bronze_clicks"
+    first = [click(f"a{i}", "u1", i) for i in range(4)]
+    land(cfg, "a.jsonl", first, stream="clicks")
+    assert run_bronze(spark, cfg, "clicks").checkpoint_batch_id == 0
+    then = [click(f"b{i}", "u2", 10 + i) for i in range(3)]
+    land(cfg, "b.jsonl", [*then, "{torn"], stream="clicks")
+    with monkeypatch.context() as patch:  # batch 1 fails before it writes anything
+
+        def down(*args):
+            raise RuntimeError("the machine went down here")
+
+        patch.setattr(ingestion, "append_once", down)
+        with pytest.raises(StreamRunError):
+            run_bronze(spark, cfg, "clicks")
+    assert _break_newest_offsets(cfg.paths.checkpoint(query)) == 1
+
+    ticks = [
+        checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+        for _ in range(2)
+    ]
+    [asked] = ticks[0].run_requests
+    assert [r.run_key for r in ticks[1].run_requests] == [asked.run_key]  # one per incident
+    assert asked.job_name == "recovery_job"
+    assert asked.run_config["ops"]["recover"]["config"] == {"job": query}
+    assert f".dagster/tidemark/checkpoint.{query}" in asked.tags
+    [alert] = incidents(spark, cfg, f"checkpoint:{query}")
+    assert alert["kind"] == "checkpoint_corrupt" and alert["resolved_at"] is None
+    assert "checkpoint_health_sensor starts recovery_job to repair it" in alert["message"]
+    assert "it sets offsets/1 aside" in alert["message"]
+
+    result = recovery_job.execute_in_process(
+        run_config=asked.run_config, resources=resources(cfg), instance=instance
+    )
+    assert result.success
+    [done] = result.asset_materializations_for_node("recover")
+    assert done.asset_key.path[-1] == "clicks" and done.description == "recovered by a repair"
+    bronze = read_table(spark, cfg.paths.table("bronze", "clicks")).select("event_id").collect()
+    assert sorted(r.event_id for r in bronze) == sorted(e["event_id"] for e in first + then)
+    bad = read_table(spark, cfg.paths.table("quarantine", "clicks")).select("raw_line").collect()
+    assert [r.raw_line for r in bad] == ["{torn"]
+    kept = locations.names(Location.of(cfg.paths.checkpoints) / ".replaced")
+    assert len(kept) == 1 and kept[0].startswith(f"{query}-repair-")
+
+    after = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    assert after.run_requests == []
+    [alert] = incidents(spark, cfg, f"checkpoint:{query}")
+    assert alert["resolved_at"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "store"])
 def test_rescale_is_checked_and_the_job_goes_on(spark, cfg, capsys, where, request, monkeypatch):
     """On a local disk and with the data root on the project's S3 server."""
     from argparse import Namespace

@@ -4,7 +4,10 @@
 ``recovery_job`` is what `checkpoint_health_sensor` requests for a broken checkpoint: it
 restores the job's latest savepoint and runs the job incrementally so it catches up from the
 savepoint's batch. With ``restore: false`` it only re-runs the job (a failed query whose
-checkpoint is sound). Its runs carry the checkpoint tags of the job and its sources.
+checkpoint is sound). Its runs carry the checkpoint tags of the job and its sources. Named
+``bronze_<stream>``, it repairs that ingestion's checkpoint instead (`tidemark repair`: its torn
+newest file set aside, only when bronze and quarantine show it is safe) and runs the ingestion
+until it has caught up.
 
 ``savepoint_job`` takes a savepoint of every job: itself for a job nobody runs, and by asking
 the continuous run that hosts a job otherwise (`savepoints.request`). It needs no JVM and no
@@ -27,9 +30,11 @@ others have run.
 import dagster as dg
 from pydantic import Field
 
+from streaming_jobs.core.checkpoints import query_name, stream_of
 from streaming_jobs.operations import retention, savepoints, shadow
 from streaming_jobs.operations.rebuild import code_after_rollback
-from streaming_jobs.storage.registry import get_job, registry
+from streaming_jobs.operations.repair import repair
+from streaming_jobs.storage.registry import get_job, registry, streams
 from streaming_jobs.runtime.runner import run_bronze, run_job
 
 from orchestration.lib import keys
@@ -39,11 +44,17 @@ from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
 
 
 class RecoverConfig(dg.Config):
-    job: str = Field(description="the streaming job to recover")
-    restore: bool = Field(True, description="restore the latest savepoint first")
+    job: str = Field(
+        description="the streaming job to recover, or an ingestion (bronze_<stream>) to repair"
+    )
+    restore: bool = Field(True, description="a job: restore its latest savepoint first")
 
 
-@dg.op(out={}, description="Restore a job's latest savepoint, then run it until it has caught up.")
+@dg.op(
+    out={},
+    description="Restore a job's latest savepoint (or repair an ingestion's checkpoint), then "
+    "run it until it has caught up.",
+)
 def recover(
     context: dg.OpExecutionContext,
     config: RecoverConfig,
@@ -51,9 +62,12 @@ def recover(
     tidemark: TidemarkResource,
 ):
     cfg = tidemark.config()
-    spec = get_job(config.job)
     spark = pyspark.spark_session
     holder = f"Dagster run {context.run_id} (recovery)"
+    if config.job not in registry() and stream_of(config.job) in streams():
+        yield _repair_ingestion(context, spark, cfg, stream_of(config.job), holder)
+        return
+    spec = get_job(config.job)
     if config.restore:
         point = savepoints.restore(spark, cfg, spec.name, holder=holder)
         context.log.info(
@@ -74,10 +88,27 @@ def recover(
     )
 
 
+def _repair_ingestion(context, spark, cfg, stream: str, holder: str) -> dg.AssetMaterialization:
+    """Set aside the torn file of the stream's ingestion checkpoint (refused, failing the run
+    with why, when the tables show it is not safe); then ingest what is waiting."""
+    done = repair(cfg, stream, holder=holder)
+    context.log.info(done.said() if done else f"{query_name(stream)}: nothing to mend")
+    metrics = run_bronze(spark, cfg, stream, holder=holder)
+    context.log.info(
+        f"{metrics.query}: caught up to batch {metrics.checkpoint_batch_id} "
+        f"({metrics.input_rows} rows)"
+    )
+    return dg.AssetMaterialization(
+        asset_key=keys.bronze(stream),
+        description="recovered by a repair" if done else "caught up (nothing to mend)",
+        metadata=run_metadata(metrics, str(cfg.paths.table("bronze", stream))),
+    )
+
+
 @dg.job(
     executor_def=dg.in_process_executor,
-    description="Restore a job's latest savepoint and catch it up (requested by "
-    "checkpoint_health_sensor).",
+    description="Restore a job's latest savepoint, or repair an ingestion's torn checkpoint, "
+    "and catch it up (requested by checkpoint_health_sensor).",
 )
 def recovery_job():
     recover()

@@ -22,12 +22,12 @@ from streaming_jobs.operations import alerts
 from streaming_jobs.operations.state import growth, history, level
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations.health import check
-from streaming_jobs.operations.savepoints import mend_corrupt, restorable
+from streaming_jobs.operations.savepoints import mend_corrupt, repairable, restorable
 from streaming_jobs.operations.landing import account
 from streaming_jobs.storage.registry import catalogue, registry
 
 from orchestration.lib import keys
-from orchestration.lib.concurrency import recovery_tags
+from orchestration.lib.concurrency import RECOVERS_TAG, checkpoint_tags, job_tags
 from orchestration.lib.evaluations import (
     checkpoint_health,
     firing_kinds,
@@ -52,9 +52,10 @@ from orchestration.lib.resources import TidemarkResource
     description="Per job: checkpoint files readable, batches committing, the query not "
     "failed or held, not falling behind, the watermark not in the future "
     "(streaming_jobs/operations/health.py); per stream: ingestion healthy and "
-    "every landing line accounted for (operations/landing.py). Alerts, and restores "
-    "a broken checkpoint from its latest savepoint (recovery_job); with no savepoint, the "
-    "alert names the rebuild that mends it instead.",
+    "every landing line accounted for (operations/landing.py). Alerts, and starts "
+    "recovery_job for a broken checkpoint: a job's latest savepoint restored, an "
+    "ingestion's torn newest file set aside when bronze shows it is safe; otherwise the "
+    "alert names what mends it instead (a rebuild, a backup).",
 )
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
@@ -69,28 +70,35 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
             cfg, spec.name, "checkpoint", firing, "checkpoint healthy again", open_rows
         )
         if restorable(findings):
-            incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
-            requests.append(
-                dg.RunRequest(
-                    run_key=f"restore:{incident}",  # one restore per incident
-                    job_name="recovery_job",
-                    run_config={
-                        "ops": {"recover": {"config": {"job": spec.name, "restore": True}}}
-                    },
-                    tags=recovery_tags(spec),
-                )
-            )
+            requests.append(_recovery_request("restore", changes, spec.name, job_tags(spec)))
     for stream in found.streams:  # bronze ingestion: its checkpoint, and the landing contract
         query = query_name(stream)
         findings = mend_corrupt(cfg, query, check(cfg, query), ingestion=True)
         firing = firing_kinds(findings + account(cfg, stream).findings)
-        sync_alerts(cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows)
+        changes = sync_alerts(
+            cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows
+        )
+        if repairable(findings):
+            requests.append(_recovery_request("repair", changes, query, checkpoint_tags([query])))
     delivery = alerts.deliver(cfg)
     context.log.info(
-        f"checkpoint health: {len(requests)} restores requested; alerts sent "
+        f"checkpoint health: {len(requests)} recovery runs requested; alerts sent "
         f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}"
     )
     return dg.SensorResult(asset_events=events, run_requests=requests)
+
+
+def _recovery_request(remedy: str, changes, query: str, tags: dict) -> dg.RunRequest:
+    """A `recovery_job` run that restores (a job) or repairs (an ingestion) ``query``'s
+    checkpoint, once per incident of its ``checkpoint_corrupt`` alert."""
+    incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
+    config = {"job": query, **({"restore": True} if remedy == "restore" else {})}
+    return dg.RunRequest(
+        run_key=f"{remedy}:{incident}",
+        job_name="recovery_job",
+        run_config={"ops": {"recover": {"config": config}}},
+        tags={RECOVERS_TAG: query, **tags},
+    )
 
 
 @dg.sensor(
