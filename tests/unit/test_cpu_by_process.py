@@ -9,7 +9,7 @@ import sys
 import time
 
 import cpu_by_process
-from cpu_by_process import Sampler, role, summarize
+from cpu_by_process import Sampler, TreeReading, role, summarize
 
 WORKER = "/work/.venv/bin/python3 -u -c import sys;exec(eval(sys.stdin.readline()))"
 JAVA, PYTHON = "/usr/lib/jvm/java-17/bin/java", "/work/.venv/bin/python3.11"
@@ -99,12 +99,21 @@ def test_a_process_seen_ending_keeps_what_it_was(monkeypatch):
 SPIN = "import time\nend = time.process_time() + {}\nwhile time.process_time() < end: pass\n"
 
 
+def _only(reading: TreeReading, *pids: int) -> TreeReading:
+    """``reading`` with this process and ``pids`` alone: a SparkSession an earlier test of this
+    worker started is in its tree too, and its JVM's CPU meanwhile is not what is measured."""
+    keep = {os.getpid(), *pids}
+    return TreeReading(
+        {key: value for key, value in reading.members.items() if key[0] in keep}, reading.machine
+    )
+
+
 def test_a_tree_counts_the_children_it_ran_and_reaped():
     """A child that spins for half a second of CPU and is reaped between two readings: the
     half second moves into this process's children's times and is counted once."""
-    before = cpu_by_process.read_tree()
+    before = _only(cpu_by_process.read_tree())
     subprocess.run([sys.executable, "-c", SPIN.format(0.5)], check=True)
-    use = cpu_by_process.tree_use(before, cpu_by_process.read_tree())
+    use = cpu_by_process.tree_use(before, _only(cpu_by_process.read_tree()))
     assert use.lost == () and 0.5 <= use.seconds <= 1.5, use  # and its interpreter's start
 
 
@@ -131,7 +140,7 @@ def test_a_child_running_at_the_first_reading_counts_only_what_it_used_after():
         assert child.wait(timeout=60) == 0
     finally:
         child.kill()
-    use = cpu_by_process.tree_use(before, cpu_by_process.read_tree())
+    use = cpu_by_process.tree_use(_only(before, child.pid), _only(cpu_by_process.read_tree()))
     assert use.lost == () and 0.5 <= use.seconds < 1.0, use
 
 
