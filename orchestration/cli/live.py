@@ -374,8 +374,7 @@ def live(
 
     started = time.monotonic()
     if threading.current_thread() is threading.main_thread():
-        # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint and landing are stopped
-        signal.signal(signal.SIGTERM, terminated)
+        stop_like_ctrl_c()  # Dagster, the endpoint and landing are stopped
     env = {
         "TIDEMARK_RECON_CRON": f"*/{recon_every_minutes} * * * *",
         "TIDEMARK_SAVEPOINT_CRON": f"*/{max(recon_every_minutes + 1, 3)} * * * *",
@@ -540,6 +539,17 @@ def settle_runs(gql: Graphql, wait_seconds: float, poll: float = 2.0) -> str:
 
 def terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
+
+
+def stop_like_ctrl_c() -> None:
+    """`kill` (SIGTERM) stops this command as Ctrl-C does. And Ctrl-C works in what it starts
+    even when it was started in the background by a shell (`make dev &`, a script), which
+    starts it with SIGINT ignored: its children would inherit that, and `dagster dev`'s
+    webserver and daemon then ignore the SIGINT it stops them with, until killed a minute
+    later. A handler is reset at a child's exec; an ignored signal is not."""
+    signal.signal(signal.SIGTERM, terminated)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def successor_run(gql: "Graphql", ended: str, timeout: float) -> str | None:

@@ -316,10 +316,9 @@ def s3(cfg: TidemarkConfig, action: str, bucket: str | None = None) -> int:
 
 def dev(cfg: TidemarkConfig, port: int) -> int:
     """The SQL endpoint, then `dagster dev` (webserver + daemon) on loopback, until Ctrl-C."""
-    import signal
     import threading
 
-    from orchestration.cli.live import DagsterDev, terminated
+    from orchestration.cli.live import DagsterDev, stop_like_ctrl_c
     from orchestration.cli.services import (
         describe_endpoint,
         start_sql_endpoint,
@@ -327,9 +326,9 @@ def dev(cfg: TidemarkConfig, port: int) -> int:
     )
 
     if threading.current_thread() is threading.main_thread():
-        # `kill` (SIGTERM) stops like Ctrl-C: Dagster, the endpoint, and the broker or cluster
-        # this process started (they stop at its exit) all stop
-        signal.signal(signal.SIGTERM, terminated)
+        # Dagster, the endpoint, and the broker or cluster this process started (they stop at
+        # its exit) all stop
+        stop_like_ctrl_c()
     prepare_dagster_home(cfg)
     store = start_store_if_used(cfg)  # the data root on the project's S3 server: it, while dev runs
     if store:

@@ -95,3 +95,32 @@ def test_the_wait_for_caught_up_queries_names_those_still_behind(tmp_path):
     # the last lines, once the quick one has reported: only the one behind is named
     assert said[-1].endswith("1 of 2 queries without a caught-up report: gold/events_by_type")
     assert waiting(True, 30.0, 0.0, poll=0.05) == []
+
+
+def test_started_in_the_background_what_it_starts_still_stops_on_ctrl_c():
+    """A shell starts a background command (`make dev &`) with SIGINT ignored, which its
+    children would inherit: `dagster dev`'s webserver and daemon then ignore the SIGINT it
+    stops them with. After `stop_like_ctrl_c`, a child started by the command handles SIGINT."""
+    import signal
+    import subprocess
+    import sys
+
+    child = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    command = (
+        "import subprocess, sys\n"
+        "from orchestration.cli.live import stop_like_ctrl_c\n"
+        "def child():\n"
+        f"    return subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, "
+        "text=True).stdout.strip()\n"
+        "before = child()\n"
+        "stop_like_ctrl_c()\n"
+        "print(before, child())\n"
+    )
+    said = subprocess.run(
+        [sys.executable, "-c", command],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as a shell's `&`
+    ).stdout.split()
+    assert said == ["False", "True"]
