@@ -36,12 +36,13 @@ or one more restart than that, ends the run with the query's error.
 
 Stopping is graceful: the queries are stopped side by side, each when no micro-batch is in
 flight (or right after the batch in flight reports, for a query that is behind), so the last
-batch is committed and the next run, incremental or continuous, starts after it. Were a query stopped mid-batch (a
-hard kill), the batch was not committed, and Spark replays it on restart into idempotent sinks:
-nothing is lost or written twice either way. A graceful stop then waits, still holding the
-checkpoints, for the state snapshots the last commits made to be uploaded (`settle_snapshots`,
-as an incremental run does): a process that ended first would lose them, and the next start
-would replay every changelog since the last uploaded snapshot. A failed run does not wait.
+batch is committed and the next run, incremental or continuous, starts after it. Were a query
+stopped mid-batch (a hard kill), the batch was not committed, and Spark replays it on restart
+into idempotent sinks: nothing is lost or written twice either way. A graceful stop then waits,
+still holding the checkpoints, for the state snapshots the last commits made to be uploaded
+(`settle_snapshots`, as an incremental run does): a process that ended first would lose them,
+and the next start would replay every changelog since the last uploaded snapshot. A failed run
+does not wait.
 
 Signals: while `run_continuous` runs in a process's main thread, SIGINT (Ctrl-C, a Dagster
 termination) and SIGTERM (``kill``, a Kubernetes pod's shutdown) ask for that graceful stop.
