@@ -98,6 +98,21 @@ group by merchant, window(event_time, '{minutes} minutes')
 """
 
 
+def fail_bronze_batch(monkeypatch, after_write: bool) -> None:
+    """The next bronze batch fails as a machine going down would: before its writes, or after
+    them (before its checkpoint commit)."""
+    from streaming_jobs.runtime import ingestion
+
+    real = ingestion.append_once
+
+    def append(df, path, app_id, version):
+        if after_write:
+            real(df, path, app_id, version)
+        raise RuntimeError("the machine went down here")
+
+    monkeypatch.setattr(ingestion, "append_once", append)
+
+
 def land(
     cfg: TidemarkConfig, name: str, events: list[dict | str], stream: str = "transactions"
 ) -> Path:

@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 import scenarios
-from helpers import click, dbt, land, on_store
+from helpers import click, dbt, fail_bronze_batch, land, on_store
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
 from streaming_jobs.storage.registry import get_job
@@ -402,7 +402,6 @@ def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
     incident. The run sets the file aside and ingests what waited: every landed click in bronze
     and the bad line in quarantine, each once; the alert resolves. On a local disk and with the
     data root on the project's S3 server."""
-    from streaming_jobs.runtime import ingestion
     from streaming_jobs.runtime.runner import StreamRunError
 
     if where == "store":
@@ -414,11 +413,7 @@ def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
     then = [click(f"b{i}", "u2", 10 + i) for i in range(3)]
     land(cfg, "b.jsonl", [*then, "{torn"], stream="clicks")
     with monkeypatch.context() as patch:  # batch 1 fails before it writes anything
-
-        def down(*args):
-            raise RuntimeError("the machine went down here")
-
-        patch.setattr(ingestion, "append_once", down)
+        fail_bronze_batch(patch, after_write=False)
         with pytest.raises(StreamRunError):
             run_bronze(spark, cfg, "clicks")
     assert _break_newest_offsets(cfg.paths.checkpoint(query)) == 1

@@ -12,12 +12,11 @@ from collections import Counter
 
 import pytest
 
-from helpers import land, on_store, txn
+from helpers import fail_bronze_batch, land, on_store, txn
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
 from streaming_jobs.operations.health import check_checkpoint
 from streaming_jobs.operations.savepoints import mend_corrupt
-from streaming_jobs.runtime import ingestion
 from streaming_jobs.runtime.runner import StreamRunError, run_bronze
 from streaming_jobs.storage.kafka import ensure_topic, publish, topic_of
 from streaming_jobs.storage.lake import read_table
@@ -62,18 +61,6 @@ def _tear(checkpoint: Location, file: str) -> bytes:
     return before
 
 
-def _failing_batch(monkeypatch, after_write: bool) -> None:
-    """The next bronze batch fails: before its writes, or after them (before its commit)."""
-    real = ingestion.append_once
-
-    def append(df, path, app_id, version):
-        if after_write:
-            real(df, path, app_id, version)
-        raise RuntimeError("the machine went down here")
-
-    monkeypatch.setattr(ingestion, "append_once", append)
-
-
 def _alert_says(cfg) -> str:
     findings = mend_corrupt(cfg, QUERY, check_checkpoint(cfg, QUERY), ingestion=True)
     return " ".join(f.message for f in findings if f.kind == "checkpoint_corrupt")
@@ -102,7 +89,7 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
     # the tables' key would skip. Refused, and the checkpoint left as it is.
     _wave(cfg, "b", 3, landed)
     with monkeypatch.context() as patch:
-        _failing_batch(patch, after_write=True)
+        fail_bronze_batch(patch, after_write=True)
         with pytest.raises(StreamRunError):
             run_bronze(spark, cfg, STREAM)
     backup = _tear(checkpoint, "offsets/1")
@@ -120,7 +107,7 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
     # file is set aside, and it is planned again with the files landed since
     _wave(cfg, "c", 2, landed)
     with monkeypatch.context() as patch:
-        _failing_batch(patch, after_write=False)
+        fail_bronze_batch(patch, after_write=False)
         with pytest.raises(StreamRunError):
             run_bronze(spark, cfg, STREAM)
     _tear(checkpoint, "offsets/2")

@@ -88,7 +88,9 @@ def recover(
     )
 
 
-def _repair_ingestion(context, spark, cfg, stream: str, holder: str) -> dg.AssetMaterialization:
+def _repair_ingestion(
+    context: dg.OpExecutionContext, spark, cfg, stream: str, holder: str
+) -> dg.AssetMaterialization:
     """Set aside the torn file of the stream's ingestion checkpoint (refused, failing the run
     with why, when the tables show it is not safe); then ingest what is waiting."""
     done = repair(cfg, stream, holder=holder)
