@@ -28,7 +28,7 @@ tidemark rebuild JOB       run the job's code over bronze beside the live versio
 tidemark rollback JOB      put back the version the last swap replaced
 tidemark code JOB          the job's file against its checkpoint's version (a diff);
                            [--put-back] write that version's file back
-tidemark repair bronze_S   set aside an ingestion checkpoint's torn newest file, when safe
+tidemark repair QUERY      set aside a checkpoint's torn newest file (bronze_S or a job), when safe
 tidemark maintain          retention now: compaction, VACUUM, ops pruning, landing archive
 tidemark generate ...      write landing files (python -m streaming_jobs.storage.generator --help)
 tidemark settings          every TIDEMARK_* setting with its default (--write: into the docs)
@@ -517,10 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     release_p.add_argument("query", help="a job, or bronze_<stream> for an ingestion")
     repair_p = sub.add_parser(
         "repair",
-        help="set aside an ingestion checkpoint's torn newest offsets or commits file, when "
-        "bronze and quarantine show it is safe (alert checkpoint_corrupt)",
+        help="set aside a checkpoint's torn newest offsets or commits file (an ingestion's, "
+        "or a job's commits file), when it is safe (alert checkpoint_corrupt)",
     )
-    repair_p.add_argument("query", help="bronze_<stream>")
+    repair_p.add_argument("query", help="a job, or bronze_<stream> for an ingestion")
     mat_p = sub.add_parser("materialize", help="materialize a selection of assets in one run")
     mat_p.add_argument(
         "--select",

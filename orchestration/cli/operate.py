@@ -492,22 +492,20 @@ def release(cfg: TidemarkConfig, args) -> int:
 
 
 def repair(cfg: TidemarkConfig, args) -> int:
-    """Set aside an ingestion checkpoint's torn newest file, when the tables show it is safe
+    """Set aside a checkpoint's torn newest file, an ingestion's or a job's, when it is safe
     (`streaming_jobs.operations.repair`)."""
-    from streaming_jobs.core.checkpoints import CheckpointBusy, stream_of
-    from streaming_jobs.operations.repair import RepairRefused, repair as mend
-    from streaming_jobs.storage.registry import streams
+    from streaming_jobs.core.checkpoints import CheckpointBusy
+    from streaming_jobs.operations.repair import RepairRefused, ingestion_stream, repair as mend
+    from streaming_jobs.storage.registry import registry, streams
 
-    stream = stream_of(args.query)
-    if stream not in streams():
-        known = ", ".join(f"bronze_{s}" for s in sorted(streams()))
+    if args.query not in registry() and ingestion_stream(args.query) is None:
+        known = ", ".join([*(f"bronze_{s}" for s in sorted(streams())), *sorted(registry())])
         raise OperationError(
-            f"{args.query}: not an ingestion query (bronze_<stream>: {known}). A job's broken "
-            "checkpoint is mended by its savepoint ('tidemark restore JOB') or a rebuild "
-            "('tidemark rebuild JOB --from-scratch'); tidemark health says which"
+            f"{args.query}: no such ingestion or job (one of: {known}); tidemark health lists "
+            "each with its findings"
         )
     try:
-        done = mend(cfg, stream)
+        done = mend(cfg, args.query)
     except (CheckpointBusy, RepairRefused) as exc:
         raise OperationError(str(exc)) from None
     if done is None:

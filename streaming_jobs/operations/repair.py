@@ -1,27 +1,28 @@
-"""Mend an ingestion's checkpoint whose newest log file is torn (`tidemark repair
-bronze_<stream>`).
+"""Mend a checkpoint whose newest log file is torn (`tidemark repair QUERY`): an ingestion's
+(``bronze_<stream>``) or a job's.
 
-An ingestion query keeps no state and no savepoints: its checkpoint is its source's positions
-(``offsets/N``), the batches it finished (``commits/N``) and its identity (``metadata``, which
-keys bronze's and quarantine's idempotent writes). Spark writes each of these files whole and
-renames it into place, so a killed process leaves none torn; a machine that lost power before
-its disk had the bytes, a full or failing disk, or a hand can. Spark then refuses to start the
-query, and every row landed after it waits.
+A checkpoint's log is its sources' positions (``offsets/N``), the batches it finished
+(``commits/N``) and its identity (``metadata``, which keys its idempotent writes). Spark writes
+each of these files whole and renames it into place, so a killed process leaves none torn; a
+machine that lost power before its disk had the bytes, a full or failing disk, or a hand can.
+Spark then refuses to start the query, and every row after it waits.
 
-Two cases are mended by setting the one torn file aside, when bronze and quarantine show it is
-safe:
+Mended by setting the one torn file aside, when it is safe:
 
-- the newest ``commits/N`` unreadable (``offsets/N`` intact): batch N runs again from the same
-  positions, and the tables' idempotency key skips what it had written;
-- the newest ``offsets/N`` unreadable, no ``commits/N``, and neither bronze nor quarantine holds
-  a write of this query's batch N: it never reached them, so it is planned again (possibly with
-  more input) and written once.
+- the newest ``commits/N`` unreadable (``offsets/N`` intact), an ingestion's or a job's: batch
+  N runs again from the same positions (a job's from the same state too, the state batch N - 1
+  left), as after a crash before its commit, and the tables' idempotency key skips what it had
+  written;
+- an ingestion's newest ``offsets/N`` unreadable, no ``commits/N``, and neither bronze nor
+  quarantine holds a write of this query's batch N: it never reached them, so it is planned
+  again (possibly with more input) and written once.
 
 Everything else is refused, saying why and what to do: an ``offsets/N`` whose batch was written
 (planned again it could take more input than the batch written, and the key would skip it
-all), a torn file older than the newest, a lost ``metadata`` (the identity the writes are keyed
-by). The file set aside is kept under ``checkpoints/.replaced/<query>-repair-<stamp>/``
-(retention prunes it as it prunes a restore's).
+all), a job's ``offsets/N`` (its savepoint or a rebuild mends it: `savepoints.mend_corrupt`),
+a torn file older than the newest, a lost ``metadata`` (the identity the writes are keyed by).
+The file set aside is kept under ``checkpoints/.replaced/<query>-repair-<stamp>/`` (retention
+prunes it as it prunes a restore's).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from streaming_jobs.core import locations
-from streaming_jobs.core.checkpoints import bronze_app_id, checkpoint_lock, query_id, query_name
+from streaming_jobs.core.checkpoints import bronze_app_id, checkpoint_lock, query_id, stream_of
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Location
 from streaming_jobs.operations.health import batch_ids, log_file_error
@@ -68,17 +69,26 @@ def newest_written(cfg: TidemarkConfig, stream: str, app_id: str) -> int | None:
     return max(found, default=None)
 
 
-def plan(cfg: TidemarkConfig, stream: str) -> tuple[str, int, str] | None:
-    """What mends ``stream``'s ingestion checkpoint: (the file to set aside, its batch, what the
-    next run does); None when nothing in its logs is unreadable. Raises `RepairRefused`."""
-    query = query_name(stream)
+def ingestion_stream(query: str) -> str | None:
+    """The stream whose ingestion ``query`` is (``bronze_<stream>``), None for a job."""
+    from streaming_jobs.storage.registry import registry, streams
+
+    stream = stream_of(query)
+    return stream if query not in registry() and stream in streams() else None
+
+
+def plan(cfg: TidemarkConfig, query: str) -> tuple[str, int, str] | None:
+    """What mends the checkpoint of ``query`` (an ingestion, ``bronze_<stream>``, or a job):
+    (the file to set aside, its batch, what the next run does); None when nothing in its logs
+    is unreadable. Raises `RepairRefused`."""
+    stream = ingestion_stream(query)
     checkpoint = Location.of(cfg.paths.checkpoint(query))
     if not locations.exists(checkpoint):
         return None
     identity = query_id(checkpoint)
     if identity is None:
         raise RepairRefused(
-            f"{query}: its checkpoint's metadata (the query's id, which bronze's writes are "
+            f"{query}: its checkpoint's metadata (the query's id, which its writes are "
             "keyed by) is lost, and no command can make it again: put the file back from a "
             "backup (on a store with versioning, the object's previous version); "
             "docs/operating.md, Recovery playbook"
@@ -107,11 +117,24 @@ def plan(cfg: TidemarkConfig, stream: str) -> tuple[str, int, str] | None:
                 f"{query}: commits/{batch} is unreadable and offsets/{batch} is missing: the "
                 "batch's positions are lost; put the files back from a backup"
             )
+        if stream is None:
+            return (
+                f"commits/{batch}",
+                batch,
+                f"its next run runs batch {batch} again from the same positions and state, as "
+                "after a crash before its commit, and gold's key skips what it had written",
+            )
         return (
             f"commits/{batch}",
             batch,
             f"its next run runs batch {batch} again from the same positions, and bronze's "
             "key skips what it had written",
+        )
+    if stream is None:
+        raise RepairRefused(
+            f"{query}: offsets/{batch} is unreadable: a job's positions are mended by its "
+            f"savepoint ('tidemark restore {query}') or a rebuild ('tidemark rebuild {query} "
+            "--from-scratch'); tidemark health says which"
         )
     if batch in commits:
         raise RepairRefused(
@@ -136,15 +159,14 @@ def plan(cfg: TidemarkConfig, stream: str) -> tuple[str, int, str] | None:
     )
 
 
-def repair(cfg: TidemarkConfig, stream: str, holder: str = "tidemark repair") -> Repair | None:
-    """Set aside the torn file `plan` names, holding the checkpoint's lock (`CheckpointBusy`
-    while a run owns it); None when nothing is torn."""
-    query = query_name(stream)
+def repair(cfg: TidemarkConfig, query: str, holder: str = "tidemark repair") -> Repair | None:
+    """Set aside the torn file `plan` names in ``query``'s checkpoint, holding the checkpoint's
+    lock (`CheckpointBusy` while a run owns it); None when nothing is torn."""
     checkpoint = Location.of(cfg.paths.checkpoint(query))
     if not locations.exists(checkpoint):
         return None  # never ran (and no lock file left behind for it)
     with checkpoint_lock(checkpoint, holder):
-        planned = plan(cfg, stream)
+        planned = plan(cfg, query)
         if planned is None:
             return None
         file, batch, next_run = planned

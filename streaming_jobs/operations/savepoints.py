@@ -111,43 +111,47 @@ def mend_corrupt(
     cfg: TidemarkConfig, job: str, findings: list[Finding], *, ingestion: bool = False
 ) -> list[Finding]:
     """``findings``, and when they say the checkpoint is broken, one more saying what mends it,
-    with the `Finding.remedy` `checkpoint_health_sensor` starts: a job's latest savepoint
+    with the `Finding.remedy` `checkpoint_health_sensor` starts. First the least that mends it:
+    a torn newest log file set aside when that is safe (`streaming_jobs.operations.repair`: the
+    batch runs again, as after a crash before its commit); then, for a job, its latest savepoint
     restored, or, with none, the job rebuilt from bronze (said, not started). ``ingestion``:
-    ``job`` is a stream's ingestion query, which has no savepoints: its torn newest file is set
-    aside when the tables show it is safe (`streaming_jobs.operations.repair`), and otherwise it
-    is said why not and what to do."""
+    ``job`` is a stream's ingestion query, which has no savepoints: when its file cannot be set
+    aside it is said why not and what to do."""
     if not any(f.kind == "checkpoint_corrupt" for f in findings):
         return findings
-    kept = [] if ingestion else savepoints(cfg, job)
-    remedy = None
-    if ingestion:
-        said, remedy = _repair_said(cfg, job)
-    elif kept:
-        said, remedy = (
-            f"{job}: its latest savepoint {kept[-1].path.name} (batch {kept[-1].batch_id}) "
-            f"mends it: checkpoint_health_sensor starts recovery_job to restore it, or by hand "
-            f"'tidemark restore {job}'",
-            RESTORE,
-        )
-    else:
-        said = (
-            f"{job}: {NO_SAVEPOINT} under {cfg.paths.savepoints / job}, so no recovery run is "
-            f"started. {_rebuild_said(job)}"
-        )
+    said, remedy = _repair_said(cfg, job, ingestion)
+    if not ingestion and remedy is None:
+        kept = savepoints(cfg, job)
+        if kept:
+            said, remedy = (
+                f"{job}: its latest savepoint {kept[-1].path.name} (batch {kept[-1].batch_id}) "
+                f"mends it: checkpoint_health_sensor starts recovery_job to restore it, or by "
+                f"hand 'tidemark restore {job}'",
+                RESTORE,
+            )
+        else:
+            said = (
+                f"{job}: {NO_SAVEPOINT} under {cfg.paths.savepoints / job}, so no recovery run "
+                f"is started. {_rebuild_said(job)}"
+            )
     return [*findings, Finding("checkpoint_corrupt", CRITICAL, said, remedy)]
 
 
-def _repair_said(cfg: TidemarkConfig, query: str) -> tuple[str, str | None]:
-    """What mends an ingestion's broken checkpoint, and whether a recovery run can: a repair
-    (`REPAIR`), or why it cannot (None)."""
-    from streaming_jobs.core.checkpoints import stream_of
+def _repair_said(cfg: TidemarkConfig, query: str, ingestion: bool) -> tuple[str, str | None]:
+    """What mends a broken checkpoint by setting its torn newest file aside, and whether a
+    recovery run can (`REPAIR`); or, when it cannot, for an ingestion why not (None), and for
+    a job nothing ("", None: its savepoint or a rebuild is said instead)."""
     from streaming_jobs.operations.repair import RepairRefused, plan
 
     try:
-        planned = plan(cfg, stream_of(query))
+        planned = plan(cfg, query)
     except RepairRefused as refused:
-        return f"{refused} (an ingestion's checkpoint has no savepoints)", None
+        return (
+            f"{refused} (an ingestion's checkpoint has no savepoints)" if ingestion else ""
+        ), None
     if planned is None:  # a finding beyond the logs' files (the state, a missing offsets file)
+        if not ingestion:
+            return "", None
         return (
             f"{query}: an ingestion's checkpoint has no savepoints, and `tidemark repair` "
             "mends only a torn newest offsets or commits file: put the broken file back from "

@@ -392,6 +392,31 @@ def test_a_broken_checkpoint_without_a_savepoint_is_alerted_with_the_rebuild_tha
     assert "put the file back from a backup" in alert["message"]
 
 
+def _asked_once(cfg, instance):
+    """The one recovery run two sensor ticks request for an incident (the same run key)."""
+    ticks = [
+        checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
+        for _ in range(2)
+    ]
+    [asked] = ticks[0].run_requests
+    assert [r.run_key for r in ticks[1].run_requests] == [asked.run_key]  # one per incident
+    assert asked.job_name == "recovery_job"
+    return asked
+
+
+def _set_aside_and_resolved(spark, cfg, instance, query: str) -> None:
+    """After a repair: the torn file kept under ``.replaced``, the next tick requests nothing,
+    and the incident is resolved."""
+    kept = locations.names(Location.of(cfg.paths.checkpoints) / ".replaced")
+    assert len(kept) == 1 and kept[0].startswith(f"{query}-repair-")
+    after = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    assert after.run_requests == []
+    [alert] = incidents(spark, cfg, f"checkpoint:{query}")
+    assert alert["resolved_at"] is not None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["local", "store"])
 def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
@@ -418,13 +443,7 @@ def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
             run_bronze(spark, cfg, "clicks")
     assert _break_newest_offsets(cfg.paths.checkpoint(query)) == 1
 
-    ticks = [
-        checkpoint_health_sensor(build_sensor_context(resources=resources(cfg), instance=instance))
-        for _ in range(2)
-    ]
-    [asked] = ticks[0].run_requests
-    assert [r.run_key for r in ticks[1].run_requests] == [asked.run_key]  # one per incident
-    assert asked.job_name == "recovery_job"
+    asked = _asked_once(cfg, instance)
     assert asked.run_config["ops"]["recover"]["config"] == {"job": query}
     assert f".dagster/tidemark/checkpoint.{query}" in asked.tags
     [alert] = incidents(spark, cfg, f"checkpoint:{query}")
@@ -442,15 +461,72 @@ def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
     assert sorted(r.event_id for r in bronze) == sorted(e["event_id"] for e in first + then)
     bad = read_table(spark, cfg.paths.table("quarantine", "clicks")).select("raw_line").collect()
     assert [r.raw_line for r in bad] == ["{torn"]
-    kept = locations.names(Location.of(cfg.paths.checkpoints) / ".replaced")
-    assert len(kept) == 1 and kept[0].startswith(f"{query}-repair-")
+    _set_aside_and_resolved(spark, cfg, instance, query)
 
-    after = checkpoint_health_sensor(
-        build_sensor_context(resources=resources(cfg), instance=instance)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_a_jobs_torn_newest_commit_is_repaired_before_its_savepoint_is_restored(
+    spark, cfg, instance, where, request, monkeypatch
+):
+    """A job's batch written to gold, and the machine down before its commit file was whole:
+    the least that mends it is the crash's own recovery, the batch run again from the same
+    positions and state. The alert says it (not the older savepoint), the sensor requests one
+    repair run for the incident, and the run sets the file aside and runs the job: every
+    landed click in gold once, the alert resolved. A job's torn offsets file is not set aside
+    (its savepoint mends it). On a local disk and with the data root on the project's S3
+    server."""
+    from argparse import Namespace
+
+    from orchestration.cli import operate
+
+    if where == "store":
+        cfg = _on_store(spark, cfg, request, monkeypatch)
+    job = "events_by_type"
+    spec = get_job(job)
+    first = [click(f"a{i}", "u1", i) for i in range(4)]
+    land(cfg, "a.jsonl", first, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    saved = run_job(spark, cfg, spec).checkpoint_batch_id
+    point = savepoints.take(cfg, job)
+    then = [click(f"b{i}", "u2", 10 + i) for i in range(3)]
+    land(cfg, "b.jsonl", then, stream="clicks")
+    run_bronze(spark, cfg, "clicks")
+    newest = run_job(spark, cfg, spec).checkpoint_batch_id
+    assert newest > saved == point.batch_id
+    checkpoint = Location.of(cfg.paths.checkpoint(job))
+    locations.write_bytes(checkpoint / "commits" / str(newest), b'v1\n{"nextBatchWa')
+
+    asked = _asked_once(cfg, instance)
+    assert asked.run_config["ops"]["recover"]["config"] == {
+        "job": job,
+        "restore": False,
+        "repair": True,
+    }
+    assert {f".dagster/tidemark/checkpoint.{q}" for q in (job, "bronze_clicks")} <= set(asked.tags)
+    [alert] = incidents(spark, cfg, f"checkpoint:{job}")
+    assert "checkpoint_health_sensor starts recovery_job to repair it" in alert["message"]
+    assert f"it sets commits/{newest} aside" in alert["message"]
+    assert point.path.name not in alert["message"]  # the savepoint would undo more batches
+
+    result = recovery_job.execute_in_process(
+        run_config=asked.run_config, resources=resources(cfg), instance=instance
     )
-    assert after.run_requests == []
-    [alert] = incidents(spark, cfg, f"checkpoint:{query}")
-    assert alert["resolved_at"] is not None
+    assert result.success
+    [done] = result.asset_materializations_for_node("recover")
+    assert done.asset_key.path[-1] == job and done.description == "recovered by a repair"
+    gold = read_table(spark, cfg.paths.table("gold", job)).select("event_id").collect()
+    assert sorted(r.event_id for r in gold) == sorted(e["event_id"] for e in first + then)
+    _set_aside_and_resolved(spark, cfg, instance, job)
+
+    # a job's torn offsets file: refused by hand, and its savepoint is what the alert names
+    latest = _break_newest_offsets(checkpoint)
+    with pytest.raises(operate.OperationError, match=f"offsets/{latest} is unreadable"):
+        operate.repair(cfg, Namespace(query=job))
+    [request_] = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    ).run_requests
+    assert request_.run_config["ops"]["recover"]["config"] == {"job": job, "restore": True}
 
 
 @pytest.mark.slow

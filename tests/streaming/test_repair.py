@@ -139,5 +139,5 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
     _tear(checkpoint, "commits/0")
     with pytest.raises(operate.OperationError, match="Only the newest batch's file"):
         operate.repair(cfg, Namespace(query=QUERY))
-    with pytest.raises(operate.OperationError, match="not an ingestion query"):
-        operate.repair(cfg, Namespace(query="events_by_type"))
+    with pytest.raises(operate.OperationError, match="no such ingestion or job"):
+        operate.repair(cfg, Namespace(query="bronze_nowhere"))

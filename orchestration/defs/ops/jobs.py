@@ -3,11 +3,12 @@
 
 ``recovery_job`` is what `checkpoint_health_sensor` requests for a broken checkpoint: it
 restores the job's latest savepoint and runs the job incrementally so it catches up from the
-savepoint's batch. With ``restore: false`` it only re-runs the job (a failed query whose
-checkpoint is sound). Its runs carry the checkpoint tags of the job and its sources. Named
-``bronze_<stream>``, it repairs that ingestion's checkpoint instead (`tidemark repair`: its torn
-newest file set aside, only when bronze and quarantine show it is safe) and runs the ingestion
-until it has caught up.
+savepoint's batch. With ``repair: true`` it sets the job's torn newest commits file aside
+instead (`tidemark repair JOB`), and the job runs that batch again; with ``restore: false``
+alone it only re-runs the job (a failed query whose checkpoint is sound). Its runs carry the
+checkpoint tags of the job and its sources. Named ``bronze_<stream>``, it repairs that
+ingestion's checkpoint (`tidemark repair`: its torn newest file set aside, only when bronze and
+quarantine show it is safe) and runs the ingestion until it has caught up.
 
 ``savepoint_job`` takes a savepoint of every job: itself for a job nobody runs, and by asking
 the continuous run that hosts a job otherwise (`savepoints.request`). It needs no JVM and no
@@ -30,11 +31,11 @@ others have run.
 import dagster as dg
 from pydantic import Field
 
-from streaming_jobs.core.checkpoints import query_name, stream_of
+from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations import retention, savepoints, shadow
 from streaming_jobs.operations.rebuild import code_after_rollback
-from streaming_jobs.operations.repair import repair
-from streaming_jobs.storage.registry import get_job, registry, streams
+from streaming_jobs.operations.repair import ingestion_stream, repair
+from streaming_jobs.storage.registry import get_job, registry
 from streaming_jobs.runtime.runner import run_bronze, run_job
 
 from orchestration.lib import keys
@@ -48,12 +49,15 @@ class RecoverConfig(dg.Config):
         description="the streaming job to recover, or an ingestion (bronze_<stream>) to repair"
     )
     restore: bool = Field(True, description="a job: restore its latest savepoint first")
+    repair: bool = Field(
+        False, description="a job: set its checkpoint's torn newest commits file aside first"
+    )
 
 
 @dg.op(
     out={},
-    description="Restore a job's latest savepoint (or repair an ingestion's checkpoint), then "
-    "run it until it has caught up.",
+    description="Restore a job's latest savepoint (or repair a job's or an ingestion's "
+    "checkpoint), then run it until it has caught up.",
 )
 def recover(
     context: dg.OpExecutionContext,
@@ -64,11 +68,15 @@ def recover(
     cfg = tidemark.config()
     spark = pyspark.spark_session
     holder = f"Dagster run {context.run_id} (recovery)"
-    if config.job not in registry() and stream_of(config.job) in streams():
-        yield _repair_ingestion(context, spark, cfg, stream_of(config.job), holder)
+    stream = ingestion_stream(config.job)
+    if stream is not None:
+        yield _repair_ingestion(context, spark, cfg, stream, holder)
         return
     spec = get_job(config.job)
-    if config.restore:
+    if config.repair:
+        done = repair(cfg, spec.name, holder=holder)
+        context.log.info(done.said() if done else f"{spec.name}: nothing to mend")
+    elif config.restore:
         point = savepoints.restore(spark, cfg, spec.name, holder=holder)
         context.log.info(
             f"{spec.name}: restored savepoint {point.path.name} (batch "
@@ -83,7 +91,14 @@ def recover(
     )
     yield dg.AssetMaterialization(
         asset_key=keys.gold(spec.name),
-        description="recovered" + (" from a savepoint" if config.restore else " by a re-run"),
+        description="recovered "
+        + (
+            "by a repair"
+            if config.repair
+            else "from a savepoint"
+            if config.restore
+            else "by a re-run"
+        ),
         metadata=run_metadata(metrics, str(cfg.paths.table("gold", spec.name))),
     )
 
@@ -93,7 +108,7 @@ def _repair_ingestion(
 ) -> dg.AssetMaterialization:
     """Set aside the torn file of the stream's ingestion checkpoint (refused, failing the run
     with why, when the tables show it is not safe); then ingest what is waiting."""
-    done = repair(cfg, stream, holder=holder)
+    done = repair(cfg, query_name(stream), holder=holder)
     context.log.info(done.said() if done else f"{query_name(stream)}: nothing to mend")
     metrics = run_bronze(spark, cfg, stream, holder=holder)
     context.log.info(
@@ -109,8 +124,8 @@ def _repair_ingestion(
 
 @dg.job(
     executor_def=dg.in_process_executor,
-    description="Restore a job's latest savepoint, or repair an ingestion's torn checkpoint, "
-    "and catch it up (requested by checkpoint_health_sensor).",
+    description="Restore a job's latest savepoint, or repair a job's or an ingestion's torn "
+    "checkpoint, and catch it up (requested by checkpoint_health_sensor).",
 )
 def recovery_job():
     recover()

@@ -69,7 +69,11 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         changes = sync_alerts(
             cfg, spec.name, "checkpoint", firing, "checkpoint healthy again", open_rows
         )
-        if restorable(findings):
+        if repairable(findings):
+            requests.append(
+                _recovery_request("repair", changes, spec.name, job_tags(spec), job=True)
+            )
+        elif restorable(findings):
             requests.append(_recovery_request("restore", changes, spec.name, job_tags(spec)))
     for stream in found.streams:  # bronze ingestion: its checkpoint, and the landing contract
         query = query_name(stream)
@@ -88,11 +92,17 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
     return dg.SensorResult(asset_events=events, run_requests=requests)
 
 
-def _recovery_request(remedy: str, changes, query: str, tags: dict) -> dg.RunRequest:
-    """A `recovery_job` run that restores (a job) or repairs (an ingestion) ``query``'s
-    checkpoint, once per incident of its ``checkpoint_corrupt`` alert."""
+def _recovery_request(
+    remedy: str, changes, query: str, tags: dict, *, job: bool = False
+) -> dg.RunRequest:
+    """A `recovery_job` run that restores (a job) or repairs (a job or an ingestion)
+    ``query``'s checkpoint, once per incident of its ``checkpoint_corrupt`` alert."""
     incident = next(c.alert_id for c in changes if "checkpoint_corrupt" in c.alert_id)
-    config = {"job": query, **({"restore": True} if remedy == "restore" else {})}
+    config = {"job": query}
+    if remedy == "restore":
+        config["restore"] = True
+    elif job:  # a job's repair (an ingestion's is said by its name)
+        config.update(restore=False, repair=True)
     return dg.RunRequest(
         run_key=f"{remedy}:{incident}",
         job_name="recovery_job",
