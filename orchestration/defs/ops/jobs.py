@@ -89,16 +89,12 @@ def recover(
         f"{spec.name}: caught up to batch {metrics.checkpoint_batch_id} "
         f"({metrics.input_rows} rows replayed)"
     )
+    how = (
+        "by a repair" if config.repair else "from a savepoint" if config.restore else "by a re-run"
+    )
     yield dg.AssetMaterialization(
         asset_key=keys.gold(spec.name),
-        description="recovered "
-        + (
-            "by a repair"
-            if config.repair
-            else "from a savepoint"
-            if config.restore
-            else "by a re-run"
-        ),
+        description=f"recovered {how}",
         metadata=run_metadata(metrics, str(cfg.paths.table("gold", spec.name))),
     )
 
