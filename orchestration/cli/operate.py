@@ -76,6 +76,8 @@ def continuous(cfg: TidemarkConfig, args) -> int:
             "replayed by its next run (nothing lost or doubled)"
         )
         return 130
+    for said in result.repaired:
+        print(f"  repaired at the start: {said}")
     for name, m in result.metrics.items():
         print(
             f"  {name}: batch {m.checkpoint_batch_id}, {m.input_rows:,} rows in, "
@@ -493,9 +495,9 @@ def release(cfg: TidemarkConfig, args) -> int:
 
 def repair(cfg: TidemarkConfig, args) -> int:
     """Set aside a checkpoint's torn newest file, an ingestion's or a job's, when it is safe
-    (`streaming_jobs.operations.repair`)."""
+    (`streaming_jobs.storage.repairs`)."""
     from streaming_jobs.core.checkpoints import CheckpointBusy
-    from streaming_jobs.operations.repair import RepairRefused, ingestion_stream, repair as mend
+    from streaming_jobs.storage.repairs import RepairRefused, ingestion_stream, repair as mend
     from streaming_jobs.storage.registry import registry, streams
 
     if args.query not in registry() and ingestion_stream(args.query) is None:

@@ -36,8 +36,25 @@ from streaming_jobs.core.locations import Location
 Where = Path | Location
 
 
-def _batch_ids(folder: Where) -> list[int]:
+def batch_ids(folder: Where) -> list[int]:
+    """The batch ids of a checkpoint log folder (``offsets``, ``commits``), oldest first."""
     return sorted(int(n) for n in locations.names(Location.of(folder)) if n.isdigit())
+
+
+def log_file_error(path: Location) -> str | None:
+    """Why a checkpoint log file (``v1`` then JSON lines) cannot be read, or None."""
+    try:
+        lines = locations.read_text(path).splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path.name}: unreadable ({type(exc).__name__})"
+    if not lines or not lines[0].startswith("v"):
+        return f"{path.parent.name}/{path.name}: no version header (truncated or overwritten)"
+    try:
+        for line in lines[1:]:
+            json.loads(line)
+    except ValueError:
+        return f"{path.parent.name}/{path.name}: not valid JSON"
+    return None
 
 
 BRONZE_QUERY_PREFIX = "bronze_"
@@ -56,18 +73,18 @@ def stream_of(query: str) -> str | None:
 
 
 def last_committed_batch(checkpoint: Where) -> int | None:
-    ids = _batch_ids(Location.of(checkpoint) / "commits")
+    ids = batch_ids(Location.of(checkpoint) / "commits")
     return ids[-1] if ids else None
 
 
 def last_planned_batch(checkpoint: Where) -> int | None:
-    ids = _batch_ids(Location.of(checkpoint) / "offsets")
+    ids = batch_ids(Location.of(checkpoint) / "offsets")
     return ids[-1] if ids else None
 
 
 def committed_batches(checkpoint: Where) -> list[int]:
     """The batch ids in ``commits/``, oldest first (Spark keeps the newest 100 or so)."""
-    return _batch_ids(Location.of(checkpoint) / "commits")
+    return batch_ids(Location.of(checkpoint) / "commits")
 
 
 def batch_metadata(checkpoint: Where, batch: int) -> dict | None:

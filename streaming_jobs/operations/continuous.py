@@ -89,6 +89,7 @@ from streaming_jobs.storage import swaps
 from streaming_jobs.storage.failures import held, record_failure
 from streaming_jobs.runtime.locate import record_job_failure
 from streaming_jobs.core.checkpoints import checkpoint_lock, relocate_state_schemas
+from streaming_jobs.storage.repairs import mend_at_start
 from streaming_jobs.storage.restores import finish_pending
 from streaming_jobs.runtime.progress import (
     forget_previous_lineage,
@@ -230,6 +231,8 @@ class ContinuousRun:
     accepted: list[str] = field(default_factory=list)
     # safe changes of a job's code made under the run, run from the next batch ("<job> <a> -> <b>")
     applied: list[str] = field(default_factory=list)
+    # torn newest checkpoint files set aside at the start (`repairs.mend_at_start`), each said
+    repaired: list[str] = field(default_factory=list)
 
 
 class _Host:
@@ -831,6 +834,8 @@ def run_continuous(
         for name in names:
             finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
             swaps.finish_pending(lambda: spark, cfg, name)  # and a swap of versions
+            if (mended := mend_at_start(cfg, name)) is not None:  # a torn newest log file
+                out.repaired.append(mended.said())
             forget_previous_lineage(cfg, name)
             if name in jobs:  # the rows a killed run did not flush, from the checkpoint
                 restore_lost_progress(cfg, get_job(name))

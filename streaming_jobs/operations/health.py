@@ -52,7 +52,7 @@ from streaming_jobs.storage import ops_tables
 from streaming_jobs.storage.failures import RELEASED, failure_rows, held
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.delta_log import latest_version
-from streaming_jobs.core.checkpoints import is_running
+from streaming_jobs.core.checkpoints import batch_ids, is_running, log_file_error
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
 from streaming_jobs.core.versions import REFUSED
@@ -77,26 +77,6 @@ def _modified(place: Location, now: float) -> float:
     """A checkpoint file's change time (now, when it went meanwhile: a retention removed it)."""
     found = locations.stat(place)
     return found.modified if found is not None else now
-
-
-def batch_ids(folder: Location) -> list[int]:
-    return sorted(int(n) for n in locations.names(folder) if n.isdigit())
-
-
-def log_file_error(path: Location) -> str | None:
-    """Why a checkpoint log file (``v1`` then JSON lines) cannot be read, or None."""
-    try:
-        lines = locations.read_text(path).splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"{path.name}: unreadable ({type(exc).__name__})"
-    if not lines or not lines[0].startswith("v"):
-        return f"{path.parent.name}/{path.name}: no version header (truncated or overwritten)"
-    try:
-        for line in lines[1:]:
-            json.loads(line)
-    except ValueError:
-        return f"{path.parent.name}/{path.name}: not valid JSON"
-    return None
 
 
 def _state_stores(state: Location) -> list[tuple[str, set[str]]]:

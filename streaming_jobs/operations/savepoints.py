@@ -112,7 +112,7 @@ def mend_corrupt(
 ) -> list[Finding]:
     """``findings``, and when they say the checkpoint is broken, one more saying what mends it,
     with the `Finding.remedy` `checkpoint_health_sensor` starts. First the least that mends it:
-    a torn newest log file set aside when that is safe (`streaming_jobs.operations.repair`: the
+    a torn newest log file set aside when that is safe (`streaming_jobs.storage.repairs`: the
     batch runs again, as after a crash before its commit); then, for a job, its latest savepoint
     restored, or, with none, the job rebuilt from bronze (said, not started). ``ingestion``:
     ``job`` is a stream's ingestion query, which has no savepoints: when its file cannot be set
@@ -141,7 +141,7 @@ def _repair_said(cfg: TidemarkConfig, query: str, ingestion: bool) -> tuple[str,
     """What mends a broken checkpoint by setting its torn newest file aside, and whether a
     recovery run can (`REPAIR`); or, when it cannot, for an ingestion why not (None), and for
     a job nothing ("", None: its savepoint or a rebuild is said instead)."""
-    from streaming_jobs.operations.repair import RepairRefused, plan
+    from streaming_jobs.storage.repairs import RepairRefused, plan
 
     try:
         planned = plan(cfg, query)
@@ -160,8 +160,9 @@ def _repair_said(cfg: TidemarkConfig, query: str, ingestion: bool) -> tuple[str,
         ), None
     file, _, next_run = planned
     return (
-        f"{query}: checkpoint_health_sensor starts recovery_job to repair it, or by hand "
-        f"'tidemark repair {query}': it sets {file} aside, and {next_run}"
+        f"{query}: {file} is set aside by the next run's start, by recovery_job "
+        "(checkpoint_health_sensor starts it while no run owns the checkpoint) or by hand "
+        f"with 'tidemark repair {query}'; then {next_run}"
     ), REPAIR
 
 

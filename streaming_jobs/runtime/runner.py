@@ -40,6 +40,7 @@ from streaming_jobs.runtime.progress import (
 )
 from streaming_jobs.storage.registry import stream_schema
 from streaming_jobs.storage import swaps
+from streaming_jobs.storage.repairs import mend_at_start
 from streaming_jobs.storage.restores import finish_pending
 
 
@@ -87,6 +88,7 @@ def _run_available_now(
             raise StreamRunError(f"streaming query {hold.message()}")
         finish_pending(lambda: spark, cfg, name)  # a restore cut short: finished first
         swaps.finish_pending(lambda: spark, cfg, name)  # and a swap of versions
+        mend_at_start(cfg, name)  # a torn newest log file set aside, when that is safe
         forget_previous_lineage(cfg, name)
         if spec is not None:  # a job: the rows a killed run did not flush, from its checkpoint
             restore_lost_progress(cfg, spec)

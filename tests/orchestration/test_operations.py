@@ -448,8 +448,8 @@ def test_a_torn_ingestion_checkpoint_is_repaired_by_the_run_the_sensor_starts(
     assert f".dagster/tidemark/checkpoint.{query}" in asked.tags
     [alert] = incidents(spark, cfg, f"checkpoint:{query}")
     assert alert["kind"] == "checkpoint_corrupt" and alert["resolved_at"] is None
-    assert "checkpoint_health_sensor starts recovery_job to repair it" in alert["message"]
-    assert "it sets offsets/1 aside" in alert["message"]
+    assert "checkpoint_health_sensor starts it while no run owns" in alert["message"]
+    assert "offsets/1 is set aside by the next run's start" in alert["message"]
 
     result = recovery_job.execute_in_process(
         run_config=asked.run_config, resources=resources(cfg), instance=instance
@@ -471,8 +471,9 @@ def test_a_jobs_torn_newest_commit_is_repaired_before_its_savepoint_is_restored(
 ):
     """A job's batch written to gold, and the machine down before its commit file was whole:
     the least that mends it is the crash's own recovery, the batch run again from the same
-    positions and state. The alert says it (not the older savepoint), the sensor requests one
-    repair run for the incident, and the run sets the file aside and runs the job: every
+    positions and state. The alert says it (not the older savepoint); while a continuous run
+    owns the checkpoint the sensor leaves the file to that run's start, and once none does it
+    requests one repair run for the incident, which sets the file aside and runs the job: every
     landed click in gold once, the alert resolved. A job's torn offsets file is not set aside
     (its savepoint mends it). On a local disk and with the data root on the project's S3
     server."""
@@ -497,6 +498,21 @@ def test_a_jobs_torn_newest_commit_is_repaired_before_its_savepoint_is_restored(
     checkpoint = Location.of(cfg.paths.checkpoint(job))
     locations.write_bytes(checkpoint / "commits" / str(newest), b'v1\n{"nextBatchWa')
 
+    # while a continuous run owns the checkpoint, it sets the file aside at its start: a
+    # recovery run asked now would only queue behind it
+    from dagster import DagsterRunStatus
+
+    from orchestration.defs.streaming.jobs import continuous_streaming_job
+
+    host = continuous_streaming_job()
+    hosting = instance.create_run_for_job(
+        job_def=host, run_config={}, status=DagsterRunStatus.STARTED, tags=host.tags
+    )
+    tick = checkpoint_health_sensor(
+        build_sensor_context(resources=resources(cfg), instance=instance)
+    )
+    assert tick.run_requests == []
+    instance.report_run_failed(hosting)
     asked = _asked_once(cfg, instance)
     assert asked.run_config["ops"]["recover"]["config"] == {
         "job": job,
@@ -505,8 +521,8 @@ def test_a_jobs_torn_newest_commit_is_repaired_before_its_savepoint_is_restored(
     }
     assert {f".dagster/tidemark/checkpoint.{q}" for q in (job, "bronze_clicks")} <= set(asked.tags)
     [alert] = incidents(spark, cfg, f"checkpoint:{job}")
-    assert "checkpoint_health_sensor starts recovery_job to repair it" in alert["message"]
-    assert f"it sets commits/{newest} aside" in alert["message"]
+    assert "checkpoint_health_sensor starts it while no run owns" in alert["message"]
+    assert f"commits/{newest} is set aside by the next run's start" in alert["message"]
     assert point.path.name not in alert["message"]  # the savepoint would undo more batches
 
     result = recovery_job.execute_in_process(

@@ -346,6 +346,63 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
     assert "query_failed" not in {f.kind for f in check(cfg, "flaky_failures")}
 
 
+def test_a_torn_newest_commit_is_set_aside_at_a_runs_start_and_every_query_runs_on(spark, cfg):
+    """A continuous run restarted after its host lost power while committing: the newest
+    commits file of an ingestion and of a job it hosts are torn. The run sets both aside at
+    its start, when a recovery run would (`repairs.mend_at_start`), says so, and runs on:
+    each batch runs again from its positions (and state), and every landed click is in bronze
+    and in gold once. A torn file older than the newest is left as it is."""
+    from streaming_jobs.core import locations
+    from streaming_jobs.core.locations import Location
+    from streaming_jobs.operations.continuous import run_continuous
+    from streaming_jobs.storage.repairs import mend_at_start
+
+    landed = []
+    for wave in "ab":
+        clicks = [click(f"{wave}{i}", f"u{i % 2}", len(landed) + i) for i in range(4)]
+        land(cfg, f"{wave}.jsonl", clicks, stream="clicks")
+        landed += clicks
+        run_bronze(spark, cfg, "clicks")
+        run_job(spark, cfg, get_job(JOB))
+    torn = {}
+    for query in ("bronze_clicks", JOB):
+        checkpoint = Location.of(cfg.paths.checkpoint(query))
+        newest = last_committed_batch(checkpoint)
+        locations.write_bytes(checkpoint / "commits" / str(newest), b'v1\n{"nextBatchWa')
+        torn[query] = newest
+    more = [click(f"c{i}", "u3", len(landed) + i) for i in range(3)]
+    land(cfg, "c.jsonl", more, stream="clicks")
+    landed += more
+    expected = sorted(c["event_id"] for c in landed)
+    result = run_continuous(
+        spark,
+        cfg,
+        streams=["clicks"],
+        jobs=[JOB],
+        trigger_seconds=1.0,
+        flush_seconds=1.0,
+        max_seconds=180,
+        should_stop=lambda: gold_ids(spark, cfg) == expected,
+    )
+    assert result.stopped_by == "stop requested"
+    assert sorted(s.split(":")[0] for s in result.repaired) == ["bronze_clicks", JOB]
+    for query, batch in torn.items():
+        [said] = [s for s in result.repaired if s.startswith(f"{query}:")]
+        assert f"commits/{batch} was unreadable and is set aside" in said
+    bronze = read_table(spark, cfg.paths.table("bronze", "clicks")).select("event_id").collect()
+    assert sorted(r.event_id for r in bronze) == expected
+    assert gold_ids(spark, cfg) == expected
+    kept = locations.names(Location.of(cfg.paths.checkpoints) / ".replaced")
+    assert sorted(n.rsplit("-repair-", 1)[0] for n in kept) == ["bronze_clicks", JOB]
+
+    # an older file torn: left for the alert and its backup, the checkpoint untouched
+    checkpoint = Location.of(cfg.paths.checkpoint(JOB))
+    locations.write_bytes(checkpoint / "commits" / "0", b"v1\n{")
+    assert mend_at_start(cfg, JOB) is None
+    assert locations.read_bytes(checkpoint / "commits" / "0") == b"v1\n{"
+    assert len(locations.names(Location.of(cfg.paths.checkpoints) / ".replaced")) == 2
+
+
 def test_a_query_that_cannot_start_ends_the_run_and_stops_the_ones_started_beside_it(
     spark, cfg, monkeypatch
 ):

@@ -111,7 +111,9 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
         with pytest.raises(StreamRunError):
             run_bronze(spark, cfg, STREAM)
     _tear(checkpoint, "offsets/2")
-    assert f"'tidemark repair {QUERY}': it sets offsets/2 aside" in _alert_says(cfg)
+    said = _alert_says(cfg)
+    assert "offsets/2 is set aside by the next run's start" in said
+    assert f"'tidemark repair {QUERY}'" in said
     capsys.readouterr()
     assert operate.repair(cfg, Namespace(query=QUERY)) == 0
     shown = capsys.readouterr().out

@@ -34,7 +34,7 @@ from pydantic import Field
 from streaming_jobs.core.checkpoints import query_name
 from streaming_jobs.operations import retention, savepoints, shadow
 from streaming_jobs.operations.rebuild import code_after_rollback
-from streaming_jobs.operations.repair import ingestion_stream, repair
+from streaming_jobs.storage.repairs import ingestion_stream, repair
 from streaming_jobs.storage.registry import get_job, registry
 from streaming_jobs.runtime.runner import run_bronze, run_job
 

@@ -27,7 +27,7 @@ from streaming_jobs.operations.landing import account
 from streaming_jobs.storage.registry import catalogue, registry
 
 from orchestration.lib import keys
-from orchestration.lib.concurrency import RECOVERS_TAG, checkpoint_tags, job_tags
+from orchestration.lib.concurrency import RECOVERS_TAG, checkpoint_tags, job_tags, run_in_flight
 from orchestration.lib.evaluations import (
     checkpoint_health,
     firing_kinds,
@@ -53,9 +53,10 @@ from orchestration.lib.resources import TidemarkResource
     "failed or held, not falling behind, the watermark not in the future "
     "(streaming_jobs/operations/health.py); per stream: ingestion healthy and "
     "every landing line accounted for (operations/landing.py). Alerts, and starts "
-    "recovery_job for a broken checkpoint: a job's latest savepoint restored, an "
-    "ingestion's torn newest file set aside when bronze shows it is safe; otherwise the "
-    "alert names what mends it instead (a rebuild, a backup).",
+    "recovery_job for a broken checkpoint: a torn newest file set aside when that is safe "
+    "(left to the start of a run that owns the checkpoint, when one is queued or in "
+    "progress), else a job's latest savepoint restored; otherwise the alert names what "
+    "mends it instead (a rebuild, a backup).",
 )
 def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: TidemarkResource):
     cfg = tidemark.config()
@@ -70,9 +71,10 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
             cfg, spec.name, "checkpoint", firing, "checkpoint healthy again", open_rows
         )
         if repairable(findings):
-            requests.append(
-                _recovery_request("repair", changes, spec.name, job_tags(spec), job=True)
-            )
+            if not _mended_at_start(context, spec.name):
+                requests.append(
+                    _recovery_request("repair", changes, spec.name, job_tags(spec), job=True)
+                )
         elif restorable(findings):
             requests.append(_recovery_request("restore", changes, spec.name, job_tags(spec)))
     for stream in found.streams:  # bronze ingestion: its checkpoint, and the landing contract
@@ -82,7 +84,7 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         changes = sync_alerts(
             cfg, query, "checkpoint", firing, "ingestion healthy again", open_rows
         )
-        if repairable(findings):
+        if repairable(findings) and not _mended_at_start(context, query):
             requests.append(_recovery_request("repair", changes, query, checkpoint_tags([query])))
     delivery = alerts.deliver(cfg)
     context.log.info(
@@ -90,6 +92,20 @@ def checkpoint_health_sensor(context: dg.SensorEvaluationContext, tidemark: Tide
         f"{len(delivery.sent)}, failed {len(delivery.failed)}, waiting {delivery.waiting}"
     )
     return dg.SensorResult(asset_events=events, run_requests=requests)
+
+
+def _mended_at_start(context: dg.SensorEvaluationContext, query: str) -> bool:
+    """Whether a run that owns ``query``'s checkpoint is queued or in progress: it sets a torn
+    newest file aside at its start, as a recovery run would (`repairs.mend_at_start`). A
+    recovery run asked now would queue behind it on the checkpoint's tag, behind a continuous
+    run for as long as that runs, and find nothing to mend."""
+    owner = run_in_flight(context.instance, tags=checkpoint_tags([query]))
+    if owner is not None:
+        context.log.info(
+            f"{query}: run {owner.run_id} ({owner.job_name}, {owner.status.value}) owns its "
+            "checkpoint and sets its torn newest file aside at its start: no recovery run asked"
+        )
+    return owner is not None
 
 
 def _recovery_request(

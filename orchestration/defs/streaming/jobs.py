@@ -140,6 +140,8 @@ def run_continuously(
         context.log.warning(f"{name} was restarted in place after a transient error: {reason}")
     for said in result.refused:
         context.log.warning(f"left out: {said}")
+    for said in result.repaired:
+        context.log.warning(f"repaired at the run's start: {said}")
     for what, done in (
         ("swapped", result.swapped),
         ("accepted", result.accepted),

@@ -23,18 +23,32 @@ all), a job's ``offsets/N`` (its savepoint or a rebuild mends it: `savepoints.me
 a torn file older than the newest, a lost ``metadata`` (the identity the writes are keyed by).
 The file set aside is kept under ``checkpoints/.replaced/<query>-repair-<stamp>/`` (retention
 prunes it as it prunes a restore's).
+
+Every run does the same at its start, holding the lock (`mend_at_start`, with a restore or a
+swap cut short): a continuous run restarted after the fault runs on, every query with it,
+instead of failing on the torn file and waiting for a recovery run.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from streaming_jobs.core import locations
-from streaming_jobs.core.checkpoints import bronze_app_id, checkpoint_lock, query_id, stream_of
+from streaming_jobs.core.checkpoints import (
+    batch_ids,
+    bronze_app_id,
+    checkpoint_lock,
+    log_file_error,
+    query_id,
+    stream_of,
+)
 from streaming_jobs.core.config import TidemarkConfig
 from streaming_jobs.core.locations import Location
-from streaming_jobs.operations.health import batch_ids, log_file_error
+
+
+LOG = logging.getLogger(__name__)
 
 
 class RepairRefused(RuntimeError):
@@ -166,18 +180,49 @@ def repair(cfg: TidemarkConfig, query: str, holder: str = "tidemark repair") -> 
     if not locations.exists(checkpoint):
         return None  # never ran (and no lock file left behind for it)
     with checkpoint_lock(checkpoint, holder):
-        planned = plan(cfg, query)
-        if planned is None:
-            return None
-        file, batch, next_run = planned
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        kept = Location.of(cfg.paths.checkpoints) / ".replaced" / f"{query}-repair-{stamp}"
-        folder, name = file.split("/")
-        # the file's checksum beside it on a local disk (Hadoop's .N.crc) goes with it, first:
-        # a new file of that name would be checked against it. A repair cut short leaves the
-        # torn file in place (on a store, perhaps also its copy), and the next one moves it.
-        for each in (f".{name}.crc", name):
-            source = checkpoint / folder / each
-            if locations.is_file(source):
-                locations.move(source, kept / folder / each)
+        return _set_aside(cfg, query)
+
+
+def mend_at_start(cfg: TidemarkConfig, query: str) -> Repair | None:
+    """At a run's start, its caller holding the checkpoint's lock: the repair `repair` makes,
+    when the newest ``offsets/N`` or ``commits/N`` is torn and `plan` finds it safe. Without it
+    the query would fail at its start, and a continuous run hosting it would end with every
+    other query it hosts until a recovery run mended it. None when the newest files read (two
+    listings and two reads: every run pays them) or when the repair is refused: the query then
+    fails as Spark finds it, and `checkpoint_health_sensor` alerts and starts what mends it."""
+    checkpoint = Location.of(cfg.paths.checkpoint(query))
+    newest = [
+        checkpoint / folder / str(ids[-1])
+        for folder in ("offsets", "commits")
+        if (ids := batch_ids(checkpoint / folder))
+    ]
+    if not any(log_file_error(file) for file in newest):
+        return None
+    try:
+        done = _set_aside(cfg, query)
+    except RepairRefused as exc:
+        LOG.error("%s: left as it is at the run's start: %s", query, exc)
+        return None
+    if done is not None:
+        LOG.warning("repaired at the run's start: %s", done.said())
+    return done
+
+
+def _set_aside(cfg: TidemarkConfig, query: str) -> Repair | None:
+    """`repair`, its caller holding the checkpoint's lock."""
+    checkpoint = Location.of(cfg.paths.checkpoint(query))
+    planned = plan(cfg, query)
+    if planned is None:
+        return None
+    file, batch, next_run = planned
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    kept = Location.of(cfg.paths.checkpoints) / ".replaced" / f"{query}-repair-{stamp}"
+    folder, name = file.split("/")
+    # the file's checksum beside it on a local disk (Hadoop's .N.crc) goes with it, first: a
+    # new file of that name would be checked against it. A repair cut short leaves the torn
+    # file in place (on a store, perhaps also its copy), and the next one moves it.
+    for each in (f".{name}.crc", name):
+        source = checkpoint / folder / each
+        if locations.is_file(source):
+            locations.move(source, kept / folder / each)
     return Repair(query, batch, file, str(kept), next_run)
