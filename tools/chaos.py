@@ -522,7 +522,7 @@ def gold_ahead(root, job: str) -> bool:
     from streaming_jobs.core.config import TidemarkConfig
     from streaming_jobs.core.delta_log import batch_marks
     from streaming_jobs.core.locations import is_delta_table
-    from streaming_jobs.runtime.gold import sink_app_id
+    from streaming_jobs.core.delta_log import sink_app_id
     from streaming_jobs.storage.registry import get_job
 
     paths = TidemarkConfig.from_env().with_data_root(root).paths

@@ -135,7 +135,7 @@ def position_vars(
     ``progress``: what `read_progress` returned (read here when not given)."""
     from streaming_jobs.core.checkpoints import query_id
     from streaming_jobs.core.delta_log import latest_version, version_as_of_batch
-    from streaming_jobs.runtime.gold import sink_app_id
+    from streaming_jobs.core.delta_log import sink_app_id
 
     version, rows = progress if progress is not None else read_progress(cfg, jobs)
     if version is None:

@@ -21,8 +21,13 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location, Where
+
+if TYPE_CHECKING:
+    from streaming_jobs.spec import JobSpec
 
 # how many of a table's newest commits are searched for its newest ingestion batch
 NEWEST_BATCH_LOOKBACK = 50
@@ -185,6 +190,18 @@ def _marker_in(actions: list[dict], app_id: str) -> int | None:
 def txn_of(table: Where, version: int, app_id: str) -> int | None:
     """The batch id ``app_id`` recorded in commit ``version``, if that commit has its marker."""
     return _marker_in(commit_actions(table, version), app_id)
+
+
+def merge_app_id(query_id: str) -> str:
+    """The idempotency key of an update-mode job's MERGEs: its checkpoint's identity."""
+    return f"tidemark.gold.{query_id}"
+
+
+def sink_app_id(spec: JobSpec, query_id: str) -> str:
+    """Who marks the job's commits in its gold table's log: an append-mode job's writer (the
+    Delta sink or `AppendBatch`) marks them with the query id, an update-mode job's MERGE with
+    `merge_app_id`."""
+    return query_id if spec.output_mode == "append" else merge_app_id(query_id)
 
 
 def batch_written(table: Where, app_id: str, batch_id: int, since_ms: int | None) -> bool:

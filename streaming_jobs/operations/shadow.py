@@ -40,7 +40,7 @@ from streaming_jobs.core.checkpoints import (
     takes_savepoint_requests,
 )
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.core.delta_log import commit_versions, latest_version, txn_of
+from streaming_jobs.core.delta_log import commit_versions, latest_version, sink_app_id, txn_of
 from streaming_jobs.core.locations import Location
 from streaming_jobs.core.versions import (
     holds_current,
@@ -54,7 +54,6 @@ from streaming_jobs.runtime.gold import (
     Place,
     gold_query,
     gold_writer,
-    sink_app_id,
     sink_version_of,
 )
 from streaming_jobs.runtime.progress import forget_lineage, progress_log, restore_lost_progress

@@ -21,7 +21,14 @@ from pyspark.sql.streaming import DataStreamWriter
 from streaming_jobs.core.checkpoints import batch_metadata, query_id, still_owned
 from streaming_jobs.runtime.changes import check_before_start
 from streaming_jobs.core.config import TidemarkConfig
-from streaming_jobs.core.delta_log import batch_written, latest_version, txn_of, version_of_batch
+from streaming_jobs.core.delta_log import (
+    batch_written,
+    latest_version,
+    merge_app_id,
+    sink_app_id,
+    txn_of,
+    version_of_batch,
+)
 from streaming_jobs.storage.expectations import counts, guard, record, resolve, result_rows
 from streaming_jobs.core.interrupts import stoppable
 from streaming_jobs.spec import JobSpec
@@ -160,18 +167,6 @@ class AppendBatch:
         """Whether the table's newest commit is this batch's (read for the chaos harness only)."""
         newest = latest_version(self.target)
         return newest is not None and txn_of(self.target, newest, app_id) == batch_id
-
-
-def merge_app_id(query_id: str) -> str:
-    """The idempotency key of an update-mode job's MERGEs: its checkpoint's identity."""
-    return f"tidemark.gold.{query_id}"
-
-
-def sink_app_id(spec: JobSpec, query_id: str) -> str:
-    """Who marks the job's commits in its gold table's log: an append-mode job's writer (the
-    Delta sink or `AppendBatch`) marks them with the query id, an update-mode job's MERGE with
-    `merge_app_id`."""
-    return query_id if spec.output_mode == "append" else merge_app_id(query_id)
 
 
 def sink_version_of(cfg: TidemarkConfig, spec: JobSpec, target: Where | None = None):

@@ -13,14 +13,16 @@ Mended by setting the one torn file aside, when it is safe:
   N runs again from the same positions (a job's from the same state too, the state batch N - 1
   left), as after a crash before its commit, and the tables' idempotency key skips what it had
   written;
-- an ingestion's newest ``offsets/N`` unreadable, no ``commits/N``, and neither bronze nor
-  quarantine holds a write of this query's batch N: it never reached them, so it is planned
-  again (possibly with more input) and written once.
+- the newest ``offsets/N`` unreadable, no ``commits/N``, and the query's tables hold no write
+  of its batch N (an ingestion's bronze and quarantine: Delta's key; a job's gold: its writer's
+  marker or Delta's key): it never reached them, so it is planned again (possibly with more
+  input; a job's from the state batch N - 1 left) and written once.
 
 Everything else is refused, saying why and what to do: an ``offsets/N`` whose batch was written
 (planned again it could take more input than the batch written, and the key would skip it
-all), a job's ``offsets/N`` (its savepoint or a rebuild mends it: `savepoints.mend_corrupt`),
-a torn file older than the newest, a lost ``metadata`` (the identity the writes are keyed by).
+all) or committed, a torn file older than the newest, a lost ``metadata`` (the identity the
+writes are keyed by). A job's savepoint or a rebuild mends those (`savepoints.mend_corrupt`);
+an ingestion's needs the file back.
 The file set aside is kept under ``checkpoints/.replaced/<query>-repair-<stamp>/`` (retention
 prunes it as it prunes a restore's).
 
@@ -38,6 +40,7 @@ from datetime import datetime, timezone
 from streaming_jobs.core import locations
 from streaming_jobs.core.checkpoints import (
     batch_ids,
+    batch_metadata,
     bronze_app_id,
     checkpoint_lock,
     log_file_error,
@@ -45,6 +48,7 @@ from streaming_jobs.core.checkpoints import (
     stream_of,
 )
 from streaming_jobs.core.config import TidemarkConfig
+from streaming_jobs.core.delta_log import batch_written, sink_app_id
 from streaming_jobs.core.locations import Location
 
 
@@ -145,11 +149,7 @@ def plan(cfg: TidemarkConfig, query: str) -> tuple[str, int, str] | None:
             "key skips what it had written",
         )
     if stream is None:
-        raise RepairRefused(
-            f"{query}: offsets/{batch} is unreadable: a job's positions are mended by its "
-            f"savepoint ('tidemark restore {query}') or a rebuild ('tidemark rebuild {query} "
-            "--from-scratch'); tidemark health says which"
-        )
+        return _job_offsets(cfg, query, identity, batch, batch in commits)
     if batch in commits:
         raise RepairRefused(
             f"{query}: offsets/{batch} is unreadable, and batch {batch} was committed: its "
@@ -170,6 +170,43 @@ def plan(cfg: TidemarkConfig, query: str) -> tuple[str, int, str] | None:
         f"batch {batch} never reached bronze or quarantine (their newest write of this query "
         f"is batch {'none' if written is None else written}); its next run plans it again "
         "and writes it once",
+    )
+
+
+def _job_offsets(
+    cfg: TidemarkConfig, job: str, identity: str, batch: int, committed: bool
+) -> tuple[str, int, str]:
+    """`plan` for a job's torn newest ``offsets/N``: set aside when batch N wrote nothing to
+    gold (its writer's marker or Delta's key, `delta_log.sink_app_id`, is not there for it),
+    so that it is planned again, from the state batch N - 1 left, and written once."""
+    from streaming_jobs.storage.registry import get_job
+
+    mended_otherwise = (
+        f"its savepoint ('tidemark restore {job}') or a rebuild ('tidemark rebuild {job} "
+        "--from-scratch') mends it; tidemark health says which"
+    )
+    if committed:
+        raise RepairRefused(
+            f"{job}: offsets/{batch} is unreadable, and batch {batch} was committed: its "
+            f"positions are lost and the next batch cannot start after them; {mended_otherwise}"
+        )
+    checkpoint = Location.of(cfg.paths.checkpoint(job))
+    gold = cfg.paths.table("gold", job)
+    # batch N was triggered after batch N - 1: its writes are newer than that trigger
+    since = (batch_metadata(checkpoint, batch - 1) or {}).get("batchTimestampMs")
+    app_id = sink_app_id(get_job(job), identity)
+    if locations.is_delta_table(gold) and batch_written(gold, app_id, batch, since):
+        raise RepairRefused(
+            f"{job}: offsets/{batch} is unreadable and batch {batch} was already written to "
+            "gold. Planned again it could read more than was written, and gold's key would "
+            f"skip it all: rows would be lost. {mended_otherwise[0].upper()}"
+            f"{mended_otherwise[1:]}"
+        )
+    state = f", from the state batch {batch - 1} left," if batch else ""
+    return (
+        f"offsets/{batch}",
+        batch,
+        f"batch {batch} never reached gold; its next run plans it again{state} and writes it once",
     )
 
 

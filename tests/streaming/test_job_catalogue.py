@@ -20,7 +20,7 @@ from streaming_jobs.storage.generator import EPOCH, GeneratorConfig, generate
 from streaming_jobs.storage.registry import get_job
 from streaming_jobs.storage.lake import read_table
 from streaming_jobs.runtime.runner import run_bronze, run_job
-from streaming_jobs.runtime.gold import sink_app_id
+from streaming_jobs.core.delta_log import sink_app_id
 from streaming_jobs.core.checkpoints import query_id
 from streaming_jobs.core.delta_log import commit_versions, latest_version, rows_written, txn_of
 

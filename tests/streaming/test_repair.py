@@ -7,6 +7,7 @@ topic's offsets, not a file log)."""
 from __future__ import annotations
 
 import json
+import textwrap
 from argparse import Namespace
 from collections import Counter
 
@@ -63,6 +64,11 @@ def _tear(checkpoint: Location, file: str) -> bytes:
 
 def _alert_says(cfg) -> str:
     findings = mend_corrupt(cfg, QUERY, check_checkpoint(cfg, QUERY), ingestion=True)
+    return " ".join(f.message for f in findings if f.kind == "checkpoint_corrupt")
+
+
+def _alert_says_of(cfg, job: str) -> str:
+    findings = mend_corrupt(cfg, job, check_checkpoint(cfg, job))
     return " ".join(f.message for f in findings if f.kind == "checkpoint_corrupt")
 
 
@@ -143,3 +149,135 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
         operate.repair(cfg, Namespace(query=QUERY))
     with pytest.raises(operate.OperationError, match="no such ingestion or job"):
         operate.repair(cfg, Namespace(query="bronze_nowhere"))
+
+
+FAILING = textwrap.dedent('''
+    """failing_failures: FAILED transactions per merchant per 10 minutes, through a Python UDF
+    that fails while the test's flag file exists (a batch that never reaches gold)."""
+    import os
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from streaming_jobs.stateful.dedup import dedup_within_watermark
+    from streaming_jobs.spec import JobSpec, StateBound
+
+    FLAG = os.environ["TIDEMARK_TEST_FAILING_FLAG"]
+
+
+    @F.udf(T.StringType())
+    def failing(merchant):
+        if os.path.exists(FLAG):
+            raise RuntimeError("the machine went down here (injected by the test)")
+        return merchant
+
+
+    def build(events, *, window, watermark):
+        failed = dedup_within_watermark(events, "event_time", watermark).where("status = 'FAILED'")
+        return (failed.withColumn("merchant", failing("merchant"))
+                .groupBy("merchant", F.window("event_time", window).alias("w"))
+                .agg(F.count(F.lit(1)).alias("failures"))
+                .select("merchant", F.col("w.start").alias("window_start"),
+                        F.col("w.end").alias("window_end"), "failures"))
+
+
+    SPEC = JobSpec(
+        name="failing_failures", description="FAILED per merchant per 10 min, failing on a flag",
+        source="transactions", keys=("merchant", "window_start", "window_end"),
+        measures=("failures",), event_time="event_time", state=StateBound(watermark="5 minutes"),
+        output_mode="append", build=build, params={"window": "10 minutes"},
+    )
+''')
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_a_jobs_torn_newest_offsets_is_set_aside_when_its_batch_never_reached_gold(
+    spark, cfg, tmp_path, monkeypatch, where, request
+):
+    """A keyed-state job's batch planned and the machine down before it wrote to gold, its
+    offsets file torn: the next run's start sets it aside, plans the batch again from the
+    state the batch before left (with what landed since), and gold holds every closed window
+    once. A torn offsets file whose batch gold holds is refused, naming the savepoint. On a
+    local disk (gold's own marker) and on the project's S3 server (Delta's key)."""
+    from streaming_jobs.core.checkpoints import (
+        batch_ids,
+        last_committed_batch,
+        last_planned_batch,
+        query_id,
+    )
+    from streaming_jobs.core.delta_log import batch_marks, sink_app_id
+    from streaming_jobs.runtime.runner import run_job
+    from streaming_jobs.storage.registry import get_job
+    from streaming_jobs.storage.repairs import RepairRefused, plan
+
+    if where == "store":
+        cfg = on_store(spark, cfg, request.getfixturevalue("s3_bucket"))
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    (folder / "failing_failures.py").write_text(FAILING)
+    flag = tmp_path / "down"
+    monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
+    monkeypatch.setenv("TIDEMARK_TEST_FAILING_FLAG", str(flag))
+    job = "failing_failures"
+    spec = get_job(job)
+    checkpoint = Location.of(cfg.paths.checkpoint(job))
+    events: list[dict] = []
+
+    def wave(minutes: range) -> None:
+        new = [txn(f"t{m:03d}", "u1", m, status="FAILED" if m % 3 else "APPROVED") for m in minutes]
+        new = [{**e, "merchant": f"m{i % 2}"} for i, e in zip(minutes, new)]
+        land(cfg, f"w{minutes.start}.jsonl", new)
+        events.extend(new)
+        run_bronze(spark, cfg, STREAM)
+
+    def closed_windows() -> Counter:
+        """Per (merchant, window start minute), the FAILED events of every window the
+        watermark (the newest event less 5 minutes) has closed, counted here."""
+        newest = max(int(e["event_id"][1:]) for e in events)
+        return Counter(
+            (e["merchant"], m // 10 * 10)
+            for e in events
+            if e["status"] == "FAILED"
+            and (m := int(e["event_id"][1:])) // 10 * 10 + 10 <= newest - 5
+        )
+
+    def gold() -> Counter:
+        rows = read_table(spark, cfg.paths.table("gold", job)).collect()
+        return Counter({(r.merchant, r.window_start.minute): r.failures for r in rows})
+
+    wave(range(0, 20))
+    run_job(spark, cfg, spec)
+    wave(range(20, 30))
+    flag.write_text("")
+    with pytest.raises(StreamRunError):
+        run_job(spark, cfg, spec)  # its next batch planned, and failed before gold
+    flag.unlink()
+    planned = last_planned_batch(checkpoint)
+    assert last_committed_batch(checkpoint) == planned - 1
+    _tear(checkpoint, f"offsets/{planned}")
+    assert plan(cfg, job)[:2] == (f"offsets/{planned}", planned)
+    wave(range(30, 40))  # landed since: the batch planned again reads it too
+    assert run_job(spark, cfg, spec).checkpoint_batch_id >= planned
+    assert gold() == closed_windows() and len(gold()) == 6
+    kept = Location.of(cfg.paths.checkpoints) / ".replaced"
+    [folder_] = [n for n in locations.names(kept) if n.startswith(f"{job}-repair-")]
+    set_aside = locations.read_bytes(kept / folder_ / "offsets" / str(planned))
+    assert set_aside.startswith(b'v1\n{"logOff')
+
+    # the newest batch gold holds, and the machine down before its commit, its offsets file
+    # torn: refused (planned again it could read more than gold holds of it), the file left
+    app = sink_app_id(spec, query_id(checkpoint))
+    written = max(
+        batch for writer, batch in batch_marks(cfg.paths.table("gold", job)) if writer == app
+    )
+    for log in ("offsets", "commits"):
+        for batch in batch_ids(checkpoint / log):
+            if batch > written or (log == "commits" and batch == written):
+                for name in (str(batch), f".{batch}.crc"):
+                    if locations.is_file(checkpoint / log / name):
+                        locations.delete(checkpoint / log / name)
+    _tear(checkpoint, f"offsets/{written}")
+    with pytest.raises(RepairRefused, match=f"tidemark restore {job}"):
+        plan(cfg, job)
+    assert locations.read_bytes(checkpoint / "offsets" / str(written)) == b'v1\n{"logOff'
+    # no savepoint: the alert names the rebuild
+    assert f"'tidemark rebuild {job} --from-scratch --force'" in _alert_says_of(cfg, job)
