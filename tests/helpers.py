@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -226,3 +227,51 @@ def on_store(spark, cfg: TidemarkConfig, s3_bucket, folder: str = "root") -> Tid
     store = replace(cfg, s3=s3_cfg.s3).with_data_root(f"s3://{bucket}/{folder}")
     use_object_store(spark, store)
     return store
+
+
+def failures_job(name: str, udf: str) -> str:
+    """The file of a job ``name``: FAILED transactions per merchant per 10 minutes (keyed state:
+    a dedup and windows, 5 minutes of watermark), each merchant passed through ``udf``, the
+    body of a Python UDF of ``merchant`` that may fail as the test needs (it reads its flag
+    file's path from ``TIDEMARK_TEST_FLAG``)."""
+    body = textwrap.indent(textwrap.dedent(udf).strip(), " " * 4)
+    return (
+        textwrap.dedent(f'''
+        """{name}: FAILED transactions per merchant per 10 minutes, through a UDF that fails."""
+        import os
+
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+        from streaming_jobs.stateful.dedup import dedup_within_watermark
+        from streaming_jobs.spec import JobSpec, StateBound
+
+        FLAG = os.environ["TIDEMARK_TEST_FLAG"]
+
+
+        @F.udf(T.StringType())
+        def through(merchant):
+        ''')
+        + body
+        + textwrap.dedent(f'''
+
+
+        def build(events, *, window, watermark):
+            failed = dedup_within_watermark(events, "event_time", watermark).where(
+                "status = 'FAILED'"
+            )
+            return (failed.withColumn("merchant", through("merchant"))
+                    .groupBy("merchant", F.window("event_time", window).alias("w"))
+                    .agg(F.count(F.lit(1)).alias("failures"))
+                    .select("merchant", F.col("w.start").alias("window_start"),
+                            F.col("w.end").alias("window_end"), "failures"))
+
+
+        SPEC = JobSpec(
+            name="{name}", description="FAILED per merchant per 10 min, through a failing UDF",
+            source="transactions", keys=("merchant", "window_start", "window_end"),
+            measures=("failures",), event_time="event_time",
+            state=StateBound(watermark="5 minutes"), output_mode="append", build=build,
+            params={{"window": "10 minutes"}},
+        )
+        ''')
+    )

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from streaming_jobs.runtime.runner import run_bronze, run_job
 from streaming_jobs.storage import ops_tables
 from orchestration.defs.streaming.jobs import continuous_streaming_job as continuous_job
 from orchestration.lib.resources import TidemarkResource, TidemarkSparkResource
-from helpers import click, land, txn
+from helpers import click, failures_job, land, txn
 
 continuous_streaming_job = continuous_job()
 
@@ -246,44 +245,17 @@ def test_ctrl_c_at_the_command_line_stops_at_a_batch_boundary_with_every_report(
     assert gold_ids(spark, cfg) == sorted(e["event_id"] for e in first + second)
 
 
-FLAKY = textwrap.dedent('''
-    """flaky_failures: FAILED transactions per merchant per 10 minutes, through a Python UDF
-    that fails once the way Spark does when a new Python worker is slow to connect back."""
-    import os
-
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    from streaming_jobs.stateful.dedup import dedup_within_watermark
-    from streaming_jobs.spec import JobSpec, StateBound
-
-    FLAG = os.environ["TIDEMARK_TEST_FLAKY_FLAG"]
-
-
-    @F.udf(T.StringType())
-    def once_flaky(merchant):
-        try:
-            os.remove(FLAG)
-        except FileNotFoundError:
-            return merchant
-        raise RuntimeError("Python worker failed to connect back (injected by the test)")
-
-
-    def build(events, *, window, watermark):
-        failed = dedup_within_watermark(events, "event_time", watermark).where("status = 'FAILED'")
-        return (failed.withColumn("merchant", once_flaky("merchant"))
-                .groupBy("merchant", F.window("event_time", window).alias("w"))
-                .agg(F.count(F.lit(1)).alias("failures"))
-                .select("merchant", F.col("w.start").alias("window_start"),
-                        F.col("w.end").alias("window_end"), "failures"))
-
-
-    SPEC = JobSpec(
-        name="flaky_failures", description="FAILED per merchant per 10 min, failing once",
-        source="transactions", keys=("merchant", "window_start", "window_end"),
-        measures=("failures",), event_time="event_time", state=StateBound(watermark="5 minutes"),
-        output_mode="append", build=build, params={"window": "10 minutes"},
-    )
-''')
+# fails once, the way Spark does when a new Python worker is slow to connect back
+FLAKY = failures_job(
+    "flaky_failures",
+    """
+    try:
+        os.remove(FLAG)
+    except FileNotFoundError:
+        return merchant
+    raise RuntimeError("Python worker failed to connect back (injected by the test)")
+    """,
+)
 
 
 def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
@@ -298,7 +270,7 @@ def test_a_transient_failure_restarts_only_that_query_and_loses_nothing(
     flag = tmp_path / "fail-once"
     flag.write_text("")
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
-    monkeypatch.setenv("TIDEMARK_TEST_FLAKY_FLAG", str(flag))
+    monkeypatch.setenv("TIDEMARK_TEST_FLAG", str(flag))
     events = [
         txn(f"t{i:02d}", f"u{i % 3}", i, status="FAILED" if i % 3 else "APPROVED")
         for i in range(32)

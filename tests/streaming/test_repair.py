@@ -7,13 +7,12 @@ topic's offsets, not a file log)."""
 from __future__ import annotations
 
 import json
-import textwrap
 from argparse import Namespace
 from collections import Counter
 
 import pytest
 
-from helpers import fail_bronze_batch, land, on_store, txn
+from helpers import fail_bronze_batch, failures_job, land, on_store, txn
 from streaming_jobs.core import locations
 from streaming_jobs.core.locations import Location
 from streaming_jobs.operations.health import check_checkpoint
@@ -151,42 +150,15 @@ def test_a_torn_newest_checkpoint_file_is_set_aside_when_safe_and_refused_when_n
         operate.repair(cfg, Namespace(query="bronze_nowhere"))
 
 
-FAILING = textwrap.dedent('''
-    """failing_failures: FAILED transactions per merchant per 10 minutes, through a Python UDF
-    that fails while the test's flag file exists (a batch that never reaches gold)."""
-    import os
-
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    from streaming_jobs.stateful.dedup import dedup_within_watermark
-    from streaming_jobs.spec import JobSpec, StateBound
-
-    FLAG = os.environ["TIDEMARK_TEST_FAILING_FLAG"]
-
-
-    @F.udf(T.StringType())
-    def failing(merchant):
-        if os.path.exists(FLAG):
-            raise RuntimeError("the machine went down here (injected by the test)")
-        return merchant
-
-
-    def build(events, *, window, watermark):
-        failed = dedup_within_watermark(events, "event_time", watermark).where("status = 'FAILED'")
-        return (failed.withColumn("merchant", failing("merchant"))
-                .groupBy("merchant", F.window("event_time", window).alias("w"))
-                .agg(F.count(F.lit(1)).alias("failures"))
-                .select("merchant", F.col("w.start").alias("window_start"),
-                        F.col("w.end").alias("window_end"), "failures"))
-
-
-    SPEC = JobSpec(
-        name="failing_failures", description="FAILED per merchant per 10 min, failing on a flag",
-        source="transactions", keys=("merchant", "window_start", "window_end"),
-        measures=("failures",), event_time="event_time", state=StateBound(watermark="5 minutes"),
-        output_mode="append", build=build, params={"window": "10 minutes"},
-    )
-''')
+# fails while the test's flag file exists: a batch that never reaches gold
+FAILING = failures_job(
+    "failing_failures",
+    """
+    if os.path.exists(FLAG):
+        raise RuntimeError("the machine went down here (injected by the test)")
+    return merchant
+    """,
+)
 
 
 @pytest.mark.parametrize("where", ["local", "store"])
@@ -216,7 +188,7 @@ def test_a_jobs_torn_newest_offsets_is_set_aside_when_its_batch_never_reached_go
     (folder / "failing_failures.py").write_text(FAILING)
     flag = tmp_path / "down"
     monkeypatch.setenv("TIDEMARK_JOBS_PATH", str(folder))
-    monkeypatch.setenv("TIDEMARK_TEST_FAILING_FLAG", str(flag))
+    monkeypatch.setenv("TIDEMARK_TEST_FLAG", str(flag))
     job = "failing_failures"
     spec = get_job(job)
     checkpoint = Location.of(cfg.paths.checkpoint(job))
